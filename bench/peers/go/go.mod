@@ -1,0 +1,3 @@
+module corral-bench-peer
+
+go 1.26

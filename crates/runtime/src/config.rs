@@ -1,0 +1,217 @@
+//! Runtime configuration and its validation.
+
+use std::fmt;
+use std::io;
+use std::time::Duration;
+
+/// Default usable stack size of a uthread.
+pub const DEFAULT_STACK_SIZE: usize = 256 * 1024;
+/// Largest stack a uthread may ask for.
+pub const MAX_STACK_SIZE: usize = 1 << 30;
+/// Most kthreads one runtime may run.
+pub const MAX_KTHREADS: usize = 1024;
+
+/// How the runtime gets its cores.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// A fixed set of kthreads that park on their own when idle; no iokerneld.
+    Standalone,
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Mode::Standalone => f.write_str("standalone"),
+        }
+    }
+}
+
+/// Settings of one runtime. Build with [`Config::default`] and the setters, then
+/// [`crate::Runtime::new`] validates it.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// How many kthreads to run (the most cores the runtime may use at once).
+    pub kthreads: usize,
+    /// CPUs to pin kthread `i` to (`cpus[i % len]`); `None` leaves placement to Linux.
+    pub cpus: Option<Vec<usize>>,
+    /// Default usable stack size of a uthread, in bytes.
+    pub stack_size: usize,
+    /// How long an idle kthread polls for work before it parks.
+    pub spin_before_park: Duration,
+    /// Let `PREEMPT_SIGNAL` sent to a kthread preempt the uthread it runs (iokerneld does this;
+    /// in standalone mode it is off unless asked for).
+    pub preemption: bool,
+    pub mode: Mode,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            kthreads: allowed_cpus().len().max(1),
+            cpus: None,
+            stack_size: DEFAULT_STACK_SIZE,
+            spin_before_park: Duration::from_micros(2),
+            preemption: false,
+            mode: Mode::Standalone,
+        }
+    }
+}
+
+impl Config {
+    pub fn kthreads(mut self, n: usize) -> Self {
+        self.kthreads = n;
+        self
+    }
+
+    /// Pins the kthreads to these CPUs, in order.
+    pub fn cpus(mut self, cpus: Vec<usize>) -> Self {
+        self.cpus = Some(cpus);
+        self
+    }
+
+    /// Pins the kthreads, in order, to the CPUs this process may use.
+    pub fn pinned(mut self) -> Self {
+        self.cpus = Some(allowed_cpus());
+        self
+    }
+
+    pub fn stack_size(mut self, bytes: usize) -> Self {
+        self.stack_size = bytes;
+        self
+    }
+
+    pub fn spin_before_park(mut self, d: Duration) -> Self {
+        self.spin_before_park = d;
+        self
+    }
+
+    pub fn preemption(mut self, on: bool) -> Self {
+        self.preemption = on;
+        self
+    }
+
+    /// Checks every value; the error names the offending setting and value.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.kthreads == 0 {
+            return Err(ConfigError::new("kthreads", "0", "at least 1"));
+        }
+        if self.kthreads > MAX_KTHREADS {
+            return Err(ConfigError::new(
+                "kthreads",
+                self.kthreads,
+                format!("at most {MAX_KTHREADS}"),
+            ));
+        }
+        check_stack_size(self.stack_size).map_err(|e| ConfigError {
+            key: "stack_size",
+            ..e
+        })?;
+        if self.spin_before_park > Duration::from_secs(1) {
+            return Err(ConfigError::new(
+                "spin_before_park",
+                format!("{:?}", self.spin_before_park),
+                "at most 1s",
+            ));
+        }
+        if let Some(cpus) = &self.cpus {
+            if cpus.is_empty() {
+                return Err(ConfigError::new(
+                    "cpus",
+                    "[]",
+                    "a non-empty list of CPU numbers",
+                ));
+            }
+            let allowed = allowed_cpus();
+            if let Some(bad) = cpus.iter().find(|c| !allowed.contains(c)) {
+                return Err(ConfigError::new(
+                    "cpus",
+                    bad,
+                    format!("a CPU this process may run on ({allowed:?})"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Checks a uthread stack size.
+pub(crate) fn check_stack_size(bytes: usize) -> Result<(), ConfigError> {
+    let page = page_size();
+    if bytes < page {
+        return Err(ConfigError::new(
+            "stack_size",
+            bytes,
+            format!("at least one page ({page} bytes)"),
+        ));
+    }
+    if bytes > MAX_STACK_SIZE {
+        return Err(ConfigError::new(
+            "stack_size",
+            bytes,
+            format!("at most {MAX_STACK_SIZE} bytes"),
+        ));
+    }
+    Ok(())
+}
+
+/// A configuration value that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub key: &'static str,
+    pub value: String,
+    pub expected: String,
+}
+
+impl ConfigError {
+    pub(crate) fn new(
+        key: &'static str,
+        value: impl fmt::Display,
+        expected: impl fmt::Display,
+    ) -> Self {
+        ConfigError {
+            key,
+            value: value.to_string(),
+            expected: expected.to_string(),
+        }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "invalid {} = {}: expected {}",
+            self.key, self.value, self.expected
+        )
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl From<ConfigError> for io::Error {
+    fn from(e: ConfigError) -> io::Error {
+        io::Error::new(io::ErrorKind::InvalidInput, e)
+    }
+}
+
+pub(crate) fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if p > 0 { p as usize } else { 4096 }
+}
+
+/// The CPUs this process may run on, in increasing order.
+pub fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { core::mem::zeroed() };
+    // SAFETY: we pass the set's real size and a valid pointer.
+    let rc =
+        unsafe { libc::sched_getaffinity(0, core::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if rc != 0 {
+        return vec![0];
+    }
+    (0..libc::CPU_SETSIZE as usize)
+        // SAFETY: i is below CPU_SETSIZE.
+        .filter(|&i| unsafe { libc::CPU_ISSET(i, &set) })
+        .collect()
+}

@@ -1,0 +1,63 @@
+//! Corral's runtime: user-level threads (uthreads) on kernel threads (kthreads), scheduled
+//! with per-kthread run queues and work stealing, with blocking synchronization and timers.
+//!
+//! ```no_run
+//! let rt = corral::Runtime::new(corral::Config::default().kthreads(2)).unwrap();
+//! let sum = rt.block_on(|| {
+//!     let handles: Vec<_> = (0..100u64).map(|i| corral::spawn(move || i * i)).collect();
+//!     handles.into_iter().map(|h| h.join().unwrap()).sum::<u64>()
+//! });
+//! assert_eq!(sum, 328_350);
+//! ```
+//!
+//! Per-kthread state is reached through the `%gs` segment base; see `docs/architecture.md`.
+
+#[cfg(not(target_arch = "x86_64"))]
+compile_error!("corral runs on x86-64 only");
+
+#[cfg(loom)]
+#[doc(hidden)]
+#[path = "sched/runqueue.rs"]
+pub mod runqueue;
+#[cfg(loom)]
+#[doc(hidden)]
+#[path = "sync/spin.rs"]
+pub mod spin;
+
+#[cfg(not(loom))]
+mod arch;
+#[cfg(not(loom))]
+mod config;
+#[cfg(not(loom))]
+mod malloc;
+#[cfg(not(loom))]
+pub mod preempt;
+#[cfg(not(loom))]
+mod runtime;
+#[cfg(not(loom))]
+mod sched;
+#[cfg(not(loom))]
+mod signal;
+#[cfg(not(loom))]
+pub mod sync;
+#[cfg(not(loom))]
+mod timer;
+
+#[cfg(not(loom))]
+pub use {
+    config::{Config, ConfigError, DEFAULT_STACK_SIZE, Mode, allowed_cpus},
+    malloc::PreemptSafeAlloc,
+    runtime::{Runtime, run},
+    sched::uthread::{
+        Builder, JoinHandle, ThreadId, current_id, current_name, kthread_index, spawn,
+    },
+    sched::yield_now,
+    signal::PREEMPT_SIGNAL,
+    sync::condvar::{Condvar, WaitTimeoutResult},
+    sync::mutex::{Mutex, MutexGuard},
+    sync::rcu::{RcuCell, RcuRef},
+    sync::rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard},
+    sync::spin::{SpinLock, SpinLockGuard},
+    sync::waitgroup::{Barrier, BarrierWaitResult, WaitGroup},
+    timer::{now_ns, sleep, sleep_until},
+};

@@ -1,0 +1,143 @@
+//! Starting and stopping a runtime.
+
+use std::io;
+use std::panic;
+
+use crate::config::{Config, Mode};
+use crate::sched::uthread::{Builder, JoinHandle};
+use crate::sched::{self, Shared};
+
+/// A running set of kthreads. Dropping it stops them once their current uthreads block;
+/// uthreads still blocked then are abandoned (their memory is leaked, never freed under them).
+pub struct Runtime {
+    shared: *mut Shared,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+// SAFETY: Shared is Sync; the pointer is only freed in drop.
+unsafe impl Send for Runtime {}
+// SAFETY: as above.
+unsafe impl Sync for Runtime {}
+
+impl Runtime {
+    /// Validates `config` and starts its kthreads.
+    pub fn new(config: Config) -> io::Result<Runtime> {
+        config.validate()?;
+        if config.preemption {
+            crate::signal::install_preemption_handler();
+        }
+        let shared = Box::into_raw(Shared::new(config));
+        // SAFETY: just allocated; freed only in drop, after every kthread stopped.
+        let rt: &'static Shared = unsafe { &*shared };
+        let mut runtime = Runtime {
+            shared,
+            threads: Vec::new(),
+        };
+        for &k in rt.kthreads.iter() {
+            let cpu = rt.config.cpus.as_ref().map(|c| c[k.index % c.len()]);
+            let t = std::thread::Builder::new()
+                .name(format!("corral-k{}", k.index))
+                .stack_size(256 * 1024)
+                .spawn(move || {
+                    if let Some(cpu) = cpu {
+                        pin_current_thread(cpu);
+                    }
+                    sched::kthread_main(k);
+                })?;
+            runtime.threads.push(t);
+        }
+        Ok(runtime)
+    }
+
+    fn shared(&self) -> &Shared {
+        // SAFETY: valid until drop.
+        unsafe { &*self.shared }
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.shared().config
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.config().mode
+    }
+
+    /// Spawns a uthread from outside the runtime.
+    pub fn spawn<F, T>(&self, f: F) -> JoinHandle<T>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        self.spawn_with(Builder::new(), f)
+            .expect("corral: failed to spawn a uthread")
+    }
+
+    /// Spawns a uthread configured by `builder` from outside the runtime.
+    pub fn spawn_with<F, T>(&self, builder: Builder, f: F) -> io::Result<JoinHandle<T>>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        builder.spawn_in(self.shared(), f)
+    }
+
+    /// Runs `f` as a uthread and blocks the calling thread until it returns. A panic in `f`
+    /// is resumed here.
+    pub fn block_on<F, T>(&self, f: F) -> T
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        match self.spawn(f).join() {
+            Ok(v) => v,
+            Err(payload) => panic::resume_unwind(payload),
+        }
+    }
+
+    /// OS thread ids of the kthreads, in kthread order (0 for one not started yet): the
+    /// targets of `PREEMPT_SIGNAL`.
+    pub fn kthread_tids(&self) -> Vec<i32> {
+        self.shared()
+            .kthreads
+            .iter()
+            .map(|k| k.tid.load(core::sync::atomic::Ordering::Relaxed) as i32)
+            .collect()
+    }
+
+    /// Uthreads spawned and not yet finished.
+    pub fn live_uthreads(&self) -> u64 {
+        self.shared().live_uthreads()
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.shared().begin_shutdown();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        if self.shared().live_uthreads() == 0 {
+            // SAFETY: every kthread has stopped and no uthread refers to the runtime.
+            drop(unsafe { Box::from_raw(self.shared) });
+        }
+    }
+}
+
+/// Starts a runtime with `config`, runs `f` on it, and shuts it down.
+pub fn run<F, T>(config: Config, f: F) -> io::Result<T>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    let rt = Runtime::new(config)?;
+    Ok(rt.block_on(f))
+}
+
+fn pin_current_thread(cpu: usize) {
+    // SAFETY: cpu_set_t is plain data; CPU numbers were validated against the affinity mask.
+    unsafe {
+        let mut set: libc::cpu_set_t = core::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, core::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}

@@ -1,0 +1,224 @@
+//! Per-kthread state, reached through `%gs`.
+//!
+//! A uthread may resume on a different kthread after any switch, and LLVM caches the address of
+//! `thread_local!` data across calls, so per-kthread state must be re-derived from `%gs` after
+//! every point where a switch can happen. The preemption counter lives at a fixed offset so a
+//! single `inc`/`dec gs:[..]` updates it, which is atomic against both signals and migration.
+
+use core::cell::{Cell, UnsafeCell};
+use core::mem::offset_of;
+use core::ptr::NonNull;
+use core::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+use crate::arch;
+use crate::sched::Shared;
+use crate::sched::runqueue::RunQueue;
+use crate::sched::uthread::UThread;
+use crate::sync::spin::RawSpinLock;
+use crate::timer::TimerQueue;
+
+/// Bit 31 of the preemption word is set while *no* preemption is pending, so that a single
+/// `dec` reaching zero means "count dropped to zero and a preemption is pending".
+pub(crate) const PREEMPT_NOT_PENDING: u32 = 1 << 31;
+
+/// What a kthread is doing, as other kthreads see it.
+pub(crate) mod state {
+    /// Running a uthread or its scheduler.
+    pub const RUNNING: u8 = 0;
+    /// Polling for work before parking.
+    pub const SPINNING: u8 = 1;
+    /// Blocked in the kernel, holding no core.
+    pub const PARKED: u8 = 2;
+    /// Exited: the runtime shut down.
+    pub const GONE: u8 = 3;
+}
+
+#[repr(C, align(64))]
+pub(crate) struct KThread {
+    /// `%gs:0`: this struct's own address.
+    self_ptr: *const KThread,
+    /// `%gs:8`: preemption counter and pending bit.
+    preempt: UnsafeCell<u32>,
+    _pad: u32,
+    /// `%gs:16`: the `%fs` base of the OS thread that is this kthread. A thread created by a
+    /// kthread inherits its `%gs` base; comparing `%fs` tells such impostors apart.
+    owner_fs: AtomicUsize,
+    /// `%gs:24`: the running uthread, null while in the scheduler.
+    current: Cell<*mut UThread>,
+
+    pub index: usize,
+    pub rt: *const Shared,
+
+    // Shared with other kthreads.
+    pub lock: RawSpinLock,
+    pub rq: RunQueue,
+    pub timers: TimerQueue,
+    pub state: AtomicU8,
+    /// 0 while parked and waiting, 1 once woken; the futex word.
+    pub park_word: AtomicU32,
+    /// Bumped at every pass through the scheduler: an RCU quiescent state.
+    pub rcu_gen: AtomicU64,
+    pub tid: AtomicU32,
+    /// Uthreads spawned on / exited on this kthread; written only by the owner.
+    pub spawned: AtomicU64,
+    pub exited: AtomicU64,
+
+    // Owner only.
+    pub sched_rsp: Cell<usize>,
+    pub sched_running: AtomicU8,
+    /// A uthread that exited and whose stack the scheduler must recycle.
+    pub dead: Cell<*mut UThread>,
+    pub stack_cache: UnsafeCell<Vec<NonNull<UThread>>>,
+    rng: Cell<u64>,
+    pub ticks: Cell<u32>,
+    next_id: Cell<u64>,
+    id_limit: Cell<u64>,
+}
+
+pub(crate) const OFF_SELF: usize = offset_of!(KThread, self_ptr);
+pub(crate) const OFF_PREEMPT: usize = offset_of!(KThread, preempt);
+pub(crate) const OFF_FS: usize = offset_of!(KThread, owner_fs);
+pub(crate) const OFF_CURRENT: usize = offset_of!(KThread, current);
+
+const _: () = assert!(OFF_SELF == 0 && OFF_PREEMPT == 8 && OFF_FS == 16 && OFF_CURRENT == 24);
+
+/// How many ids a kthread takes from the global counter at a time.
+const ID_BLOCK: u64 = 1024;
+static NEXT_ID_BLOCK: AtomicU64 = AtomicU64::new(1);
+
+// SAFETY: fields shared between kthreads are atomics or lock-protected; the owner-only cells
+// are touched only by the OS thread whose %gs points here, with preemption disabled.
+unsafe impl Sync for KThread {}
+// SAFETY: as above.
+unsafe impl Send for KThread {}
+
+impl KThread {
+    pub fn new(index: usize, rt: *const Shared) -> Box<KThread> {
+        let mut k = Box::new(KThread {
+            self_ptr: core::ptr::null(),
+            preempt: UnsafeCell::new(PREEMPT_NOT_PENDING),
+            _pad: 0,
+            owner_fs: AtomicUsize::new(0),
+            current: Cell::new(core::ptr::null_mut()),
+            index,
+            rt,
+            lock: RawSpinLock::new(),
+            rq: RunQueue::new(),
+            timers: TimerQueue::new(),
+            state: AtomicU8::new(state::RUNNING),
+            park_word: AtomicU32::new(0),
+            rcu_gen: AtomicU64::new(0),
+            tid: AtomicU32::new(0),
+            spawned: AtomicU64::new(0),
+            exited: AtomicU64::new(0),
+            sched_rsp: Cell::new(0),
+            sched_running: AtomicU8::new(1),
+            dead: Cell::new(core::ptr::null_mut()),
+            stack_cache: UnsafeCell::new(Vec::new()),
+            rng: Cell::new(0x9E37_79B9_7F4A_7C15 ^ ((index as u64 + 1) << 17)),
+            ticks: Cell::new(0),
+            next_id: Cell::new(0),
+            id_limit: Cell::new(0),
+        });
+        k.self_ptr = &*k;
+        k
+    }
+
+    /// Makes the calling OS thread this kthread.
+    pub fn bind_current_thread(&self) {
+        self.owner_fs.store(arch::fs_base(), Ordering::Relaxed);
+        // SAFETY: gettid has no preconditions.
+        let tid = unsafe { libc::gettid() };
+        self.tid.store(tid as u32, Ordering::Relaxed);
+        arch::set_gs_base(self as *const KThread as usize);
+        // The scheduler itself always runs with preemption disabled.
+        // SAFETY: only this thread touches the counter and it is not yet visible to signals.
+        unsafe { *self.preempt.get() = PREEMPT_NOT_PENDING | 1 };
+    }
+
+    /// Detaches the calling OS thread from this kthread.
+    pub fn unbind_current_thread(&self) {
+        self.owner_fs.store(0, Ordering::Relaxed);
+        arch::set_gs_base(0);
+    }
+
+    #[inline]
+    pub fn current(&self) -> *mut UThread {
+        self.current.get()
+    }
+
+    #[inline]
+    pub fn set_current(&self, th: *mut UThread) {
+        self.current.set(th);
+    }
+
+    #[inline]
+    pub fn shared(&self) -> &Shared {
+        // SAFETY: the runtime outlives its kthreads' bindings (unbound before it is freed).
+        unsafe { &*self.rt }
+    }
+
+    pub fn next_random(&self) -> u64 {
+        let mut x = self.rng.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.rng.set(x);
+        x
+    }
+
+    pub fn alloc_thread_id(&self) -> u64 {
+        if self.next_id.get() == self.id_limit.get() {
+            let base = NEXT_ID_BLOCK.fetch_add(ID_BLOCK, Ordering::Relaxed);
+            self.next_id.set(base);
+            self.id_limit.set(base + ID_BLOCK);
+        }
+        let id = self.next_id.get();
+        self.next_id.set(id + 1);
+        id
+    }
+
+    /// The preemption word, for the signal handler and diagnostics.
+    pub fn preempt_word(&self) -> u32 {
+        // SAFETY: a plain read of a u32 that only this kthread and its signal handler write.
+        unsafe { self.preempt.get().read_volatile() }
+    }
+}
+
+/// Increments an owner-written counter without a read-modify-write instruction.
+#[inline]
+pub(crate) fn bump(c: &AtomicU64) {
+    c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+}
+
+/// An id from the global counter, for uthreads spawned from outside any kthread.
+pub(crate) fn alloc_global_thread_id() -> u64 {
+    NEXT_ID_BLOCK.fetch_add(1, Ordering::Relaxed)
+}
+
+/// The kthread the caller runs on, if it runs on one.
+#[inline(always)]
+pub(crate) fn current_kthread() -> Option<&'static KThread> {
+    let base = arch::gs_base();
+    if base == 0 {
+        return None;
+    }
+    // SAFETY: a nonzero gs base in this process is only ever set by bind_current_thread to a
+    // KThread, and KThreads are never freed (see Shared::drop), so the read is of live memory.
+    let k = unsafe { &*(base as *const KThread) };
+    if k.owner_fs.load(Ordering::Relaxed) == arch::fs_base() {
+        Some(k)
+    } else {
+        None
+    }
+}
+
+/// The current kthread, for code that only ever runs on one (the scheduler, a uthread).
+///
+/// # Safety
+/// The caller runs on a kthread, and must not keep the reference across a context switch.
+#[inline(always)]
+pub(crate) unsafe fn this_kthread() -> &'static KThread {
+    // SAFETY: per the contract, %gs points at the live kthread we run on.
+    unsafe { &*(arch::gs_read::<OFF_SELF>() as *const KThread) }
+}

@@ -1,0 +1,633 @@
+//! The scheduler: per-kthread run queues, work stealing, and parking of idle kthreads.
+//!
+//! Each kthread runs [`sched_main`] on its own OS stack (the "scheduler context"). Uthreads
+//! switch straight to one another when the local run queue has work, and fall back into the
+//! scheduler context when it is empty. The scheduler then checks timers, the runtime's inject
+//! queue and other kthreads' run queues (stealing half of one), and after
+//! `Config::spin_before_park` of finding nothing it parks the kthread on a futex.
+//!
+//! Invariants:
+//! - Only a kthread pushes to its own run queue; popping and stealing hold the owner's lock.
+//! - A uthread's `running` flag is cleared by the context switch *after* its registers are
+//!   saved; whoever resumes it first waits for the flag to clear. So a uthread may be made
+//!   runnable (even stolen) before it has finished switching away.
+//! - A parking kthread has an empty run queue, and rechecks every queue after announcing itself
+//!   parked; a kthread that makes work runnable checks for parked kthreads after publishing it
+//!   (with a full fence between), so no runnable work waits while a kthread sleeps.
+
+pub(crate) mod kthread;
+pub(crate) mod runqueue;
+pub(crate) mod stack;
+pub(crate) mod uthread;
+
+use core::cell::UnsafeCell;
+use core::ptr::{self, NonNull};
+use core::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering, fence};
+use std::collections::VecDeque;
+
+use crate::arch;
+use crate::config::Config;
+use crate::preempt;
+use crate::sync::spin::RawSpinLock;
+use crate::timer;
+use kthread::{KThread, state, this_kthread};
+use runqueue::RUNQ_CAPACITY;
+use uthread::UThread;
+
+/// How many scheduling decisions a kthread makes between forced trips through the scheduler
+/// (for timers and the inject queue) when uthreads keep switching straight to one another.
+const POLL_EVERY: u32 = 64;
+
+/// State of one runtime shared by all its kthreads.
+pub(crate) struct Shared {
+    pub kthreads: Box<[&'static KThread]>,
+    pub config: Config,
+    pub n_spinning: AtomicUsize,
+    pub n_parked: AtomicUsize,
+    parked_lock: RawSpinLock,
+    parked: UnsafeCell<Vec<usize>>,
+    inject_lock: RawSpinLock,
+    inject: UnsafeCell<VecDeque<usize>>,
+    inject_len: AtomicUsize,
+    pub stacks: stack::StackPool,
+    pub shutdown: AtomicBool,
+    /// Uthreads spawned from threads that are not this runtime's kthreads.
+    pub foreign_spawned: core::sync::atomic::AtomicU64,
+}
+
+// SAFETY: the UnsafeCells are guarded by the spinlocks next to them.
+unsafe impl Sync for Shared {}
+// SAFETY: as above.
+unsafe impl Send for Shared {}
+
+impl Shared {
+    pub fn new(config: Config) -> Box<Shared> {
+        let mut shared = Box::new(Shared {
+            kthreads: Box::new([]),
+            stacks: stack::StackPool::new(config.stack_size),
+            config,
+            n_spinning: AtomicUsize::new(0),
+            n_parked: AtomicUsize::new(0),
+            parked_lock: RawSpinLock::new(),
+            parked: UnsafeCell::new(Vec::new()),
+            inject_lock: RawSpinLock::new(),
+            inject: UnsafeCell::new(VecDeque::new()),
+            inject_len: AtomicUsize::new(0),
+            shutdown: AtomicBool::new(false),
+            foreign_spawned: core::sync::atomic::AtomicU64::new(0),
+        });
+        let rt: *const Shared = &*shared;
+        // KThreads are leaked on purpose: an OS thread created by a kthread inherits its %gs
+        // base, and `current_kthread` reads through it, so that memory must stay valid.
+        shared.kthreads = (0..shared.config.kthreads)
+            .map(|i| &*Box::leak(KThread::new(i, rt)))
+            .collect();
+        shared
+    }
+
+    fn nkthreads(&self) -> usize {
+        self.kthreads.len()
+    }
+
+    /// Queues a runnable uthread from outside this runtime's kthreads.
+    pub fn inject(&self, th: usize) {
+        preempt::disable();
+        self.inject_lock.lock();
+        // SAFETY: inject_lock held.
+        unsafe { (*self.inject.get()).push_back(th) };
+        self.inject_len.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: we hold the lock.
+        unsafe { self.inject_lock.unlock() };
+        preempt::enable();
+        self.wake_if_idle();
+    }
+
+    /// Moves up to `max` injected uthreads into `k`'s run queue; returns the first.
+    fn take_injected(&self, k: &KThread, max: usize) -> Option<usize> {
+        if self.inject_len.load(Ordering::Relaxed) == 0 || !self.inject_lock.try_lock() {
+            return None;
+        }
+        // SAFETY: inject_lock held.
+        let q = unsafe { &mut *self.inject.get() };
+        let first = q.pop_front();
+        let mut taken = usize::from(first.is_some());
+        while taken < max {
+            let Some(th) = q.front().copied() else { break };
+            if k.rq.push(th).is_err() {
+                break;
+            }
+            q.pop_front();
+            taken += 1;
+        }
+        self.inject_len.fetch_sub(taken, Ordering::Relaxed);
+        // SAFETY: we hold the lock.
+        unsafe { self.inject_lock.unlock() };
+        first
+    }
+
+    /// Wakes a parked kthread if work was just published and nobody is looking for it.
+    #[inline]
+    pub fn wake_if_idle(&self) {
+        if self.nkthreads() > 1 {
+            // Pairs with the fence implied by the RMWs in `park`: either the parker sees our
+            // work, or we see it parked.
+            fence(Ordering::SeqCst);
+            if self.n_spinning.load(Ordering::Relaxed) == 0
+                && self.n_parked.load(Ordering::Relaxed) > 0
+            {
+                self.wake_one();
+            }
+        }
+    }
+
+    /// Unparks one kthread, which starts out spinning.
+    fn wake_one(&self) -> bool {
+        preempt::disable();
+        self.parked_lock.lock();
+        // SAFETY: parked_lock held.
+        let idx = unsafe { (*self.parked.get()).pop() };
+        if idx.is_some() {
+            self.n_parked.fetch_sub(1, Ordering::SeqCst);
+            self.n_spinning.fetch_add(1, Ordering::SeqCst);
+        }
+        // SAFETY: we hold the lock.
+        unsafe { self.parked_lock.unlock() };
+        preempt::enable();
+        match idx {
+            Some(i) => {
+                let k = self.kthreads[i];
+                k.park_word.store(1, Ordering::Release);
+                futex_wake(&k.park_word);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether any work is visible to a kthread about to park.
+    fn work_visible(&self, now: u64) -> bool {
+        self.inject_len.load(Ordering::SeqCst) > 0
+            || self
+                .kthreads
+                .iter()
+                .any(|k| !k.rq.is_empty() || k.timers.next_deadline() <= now)
+    }
+
+    /// Uthreads spawned and not yet exited.
+    pub fn live_uthreads(&self) -> u64 {
+        let spawned: u64 = self
+            .kthreads
+            .iter()
+            .map(|k| k.spawned.load(Ordering::Relaxed))
+            .sum();
+        let exited: u64 = self
+            .kthreads
+            .iter()
+            .map(|k| k.exited.load(Ordering::Relaxed))
+            .sum();
+        (spawned + self.foreign_spawned.load(Ordering::Relaxed)).saturating_sub(exited)
+    }
+
+    /// Stops every kthread once they finish what they are running.
+    pub fn begin_shutdown(&self) {
+        self.shutdown.store(true, Ordering::SeqCst);
+        for k in self.kthreads.iter() {
+            k.park_word.store(1, Ordering::Release);
+            futex_wake(&k.park_word);
+        }
+    }
+}
+
+/// Entry of a kthread's OS thread.
+pub(crate) fn kthread_main(k: &'static KThread) {
+    k.bind_current_thread();
+    crate::signal::on_kthread_start();
+    crate::sync::rcu::register_kthread(k);
+    let rt = k.shared();
+    rt.n_spinning.fetch_add(1, Ordering::SeqCst);
+    k.state.store(state::SPINNING, Ordering::SeqCst);
+    sched_main(k);
+    k.state.store(state::GONE, Ordering::SeqCst);
+    stack::drain_kthread_cache(k);
+    k.unbind_current_thread();
+}
+
+/// The scheduler loop. Runs with preemption disabled, on the kthread's own stack.
+fn sched_main(k: &'static KThread) {
+    let rt = k.shared();
+    // This kthread starts counted as spinning.
+    let mut spinning = true;
+    let mut spin_start = timer::now_ns();
+    loop {
+        if let Some(th) = find_work(k) {
+            if spinning {
+                spinning = false;
+                k.state.store(state::RUNNING, Ordering::Relaxed);
+                if rt.n_spinning.fetch_sub(1, Ordering::SeqCst) == 1 && !k.rq.is_empty() {
+                    // We were the last one looking and there is more: get help.
+                    rt.wake_if_idle();
+                }
+            }
+            // SAFETY: th came off a run queue, so it is a live, runnable uthread of this
+            // runtime, and we are in the scheduler context of the kthread we run on.
+            unsafe { run_from_scheduler(k, th as *mut UThread) };
+            reap_dead(k);
+            continue;
+        }
+        if rt.shutdown.load(Ordering::Relaxed) {
+            if spinning {
+                rt.n_spinning.fetch_sub(1, Ordering::SeqCst);
+            }
+            return;
+        }
+        let now = timer::now_ns();
+        if !spinning {
+            spinning = true;
+            spin_start = now;
+            k.state.store(state::SPINNING, Ordering::Relaxed);
+            rt.n_spinning.fetch_add(1, Ordering::SeqCst);
+        } else if now.saturating_sub(spin_start) >= rt.config.spin_before_park.as_nanos() as u64 {
+            park(k);
+            // Parking returns with this kthread counted as spinning again.
+            spin_start = timer::now_ns();
+        } else {
+            arch::pause();
+        }
+    }
+}
+
+/// Finds the next uthread for `k`: expired timers, the local queue, the inject queue, then
+/// stealing. Scheduler context only.
+fn find_work(k: &KThread) -> Option<usize> {
+    k.rcu_gen.fetch_add(1, Ordering::Release);
+    let rt = k.shared();
+    if k.timers.next_deadline() != u64::MAX {
+        timer::run_expired(&k.timers, timer::now_ns());
+    }
+    if let Some(th) = pop_local(k) {
+        return Some(th);
+    }
+    if let Some(th) = rt.take_injected(k, RUNQ_CAPACITY / 2) {
+        return Some(th);
+    }
+    let n = rt.nkthreads();
+    if n > 1 {
+        let start = (k.next_random() as usize) % n;
+        for i in 0..n {
+            let victim = rt.kthreads[(start + i) % n];
+            if ptr::eq(victim, k) {
+                continue;
+            }
+            if !victim.rq.is_empty() && victim.lock.try_lock() {
+                let moved = victim.rq.steal_half_into(&k.rq);
+                // SAFETY: we hold the victim's lock.
+                unsafe { victim.lock.unlock() };
+                if moved > 0 {
+                    return pop_local(k);
+                }
+            }
+        }
+        // Expired timers of kthreads that are busy or parked.
+        let now = timer::now_ns();
+        for victim in rt.kthreads.iter() {
+            if !ptr::eq(*victim, k) && victim.timers.next_deadline() <= now {
+                timer::run_expired(&victim.timers, now);
+            }
+        }
+        if let Some(th) = pop_local(k) {
+            return Some(th);
+        }
+    }
+    None
+}
+
+#[inline]
+fn pop_local(k: &KThread) -> Option<usize> {
+    if k.rq.is_empty() {
+        return None;
+    }
+    k.lock.lock();
+    let th = k.rq.pop();
+    // SAFETY: we hold our own lock.
+    unsafe { k.lock.unlock() };
+    th
+}
+
+/// Parks `k` until it is woken (standalone mode). Returns with `k` counted as spinning.
+fn park(k: &'static KThread) {
+    let rt = k.shared();
+    // Hand our timers to a kthread that is awake; if none is, we keep them and wake ourselves
+    // at the earliest deadline.
+    if k.timers.next_deadline() != u64::MAX {
+        for other in rt.kthreads.iter() {
+            if !ptr::eq(*other, k)
+                && other.state.load(Ordering::SeqCst) != state::PARKED
+                && k.timers.move_all_to(&other.timers)
+            {
+                break;
+            }
+        }
+    }
+    let deadline = k.timers.stop_accepting();
+
+    k.park_word.store(0, Ordering::Relaxed);
+    rt.parked_lock.lock();
+    // SAFETY: parked_lock held.
+    unsafe { (*rt.parked.get()).push(k.index) };
+    k.state.store(state::PARKED, Ordering::SeqCst);
+    rt.n_parked.fetch_add(1, Ordering::SeqCst);
+    rt.n_spinning.fetch_sub(1, Ordering::SeqCst);
+    // SAFETY: we hold the lock.
+    unsafe { rt.parked_lock.unlock() };
+
+    // Anything published before we were counted as parked must be seen now.
+    let mut woken = rt.work_visible(timer::now_ns()) || rt.shutdown.load(Ordering::SeqCst);
+    while !woken {
+        let timeout = (deadline != u64::MAX).then(|| deadline.saturating_sub(timer::now_ns()));
+        if timeout == Some(0) {
+            break;
+        }
+        futex_wait(&k.park_word, 0, timeout);
+        woken = k.park_word.load(Ordering::Acquire) == 1 || rt.shutdown.load(Ordering::SeqCst);
+        if !woken && deadline != u64::MAX && timer::now_ns() >= deadline {
+            break;
+        }
+    }
+    unpark_self(k);
+    k.timers.start_accepting();
+    k.state.store(state::SPINNING, Ordering::SeqCst);
+}
+
+/// Leaves the parked list if a waker did not already take us off it.
+fn unpark_self(k: &KThread) {
+    let rt = k.shared();
+    rt.parked_lock.lock();
+    // SAFETY: parked_lock held.
+    let list = unsafe { &mut *rt.parked.get() };
+    if let Some(pos) = list.iter().position(|&i| i == k.index) {
+        list.swap_remove(pos);
+        rt.n_parked.fetch_sub(1, Ordering::SeqCst);
+        rt.n_spinning.fetch_add(1, Ordering::SeqCst);
+    }
+    // Otherwise wake_one already moved us from parked to spinning.
+    // SAFETY: we hold the lock.
+    unsafe { rt.parked_lock.unlock() };
+}
+
+/// Switches from the scheduler context into `th`.
+///
+/// # Safety
+/// Scheduler context of `k`; `th` is runnable and owned by nobody else.
+unsafe fn run_from_scheduler(k: &KThread, th: *mut UThread) {
+    // SAFETY: forwarded.
+    unsafe { switch_into(k, k.sched_rsp.as_ptr(), &k.sched_running, th) };
+}
+
+/// Saves the running context into `save`/`prev_running` and resumes `next`.
+///
+/// # Safety
+/// Preemption is disabled; `next` is runnable, owned by the caller, and is not the caller.
+#[inline(always)]
+unsafe fn switch_into(k: &KThread, save: *mut usize, prev_running: &AtomicU8, next: *mut UThread) {
+    // SAFETY: next is a live uthread (caller's contract).
+    let next = unsafe { &*next };
+    // It may have been readied before it finished switching away on another kthread.
+    while next.running.load(Ordering::Acquire) != 0 {
+        arch::pause();
+    }
+    next.running.store(1, Ordering::Relaxed);
+    k.set_current(next as *const UThread as *mut UThread);
+    // SAFETY: next's saved stack pointer is valid and its context is not running anywhere.
+    unsafe { arch::switch_context(save, next.saved_rsp(), prev_running) };
+}
+
+/// Switches away from the current uthread, which must already be queued somewhere (or about to
+/// be woken by someone else). Returns when it is resumed, possibly on another kthread.
+///
+/// # Safety
+/// Called from a uthread with preemption disabled exactly once by the caller.
+pub(crate) unsafe fn schedule_away() {
+    // SAFETY: we run on a kthread (a uthread is running).
+    let k = unsafe { this_kthread() };
+    let cur = k.current();
+    debug_assert!(!cur.is_null());
+    // SAFETY: cur is the running uthread.
+    let cur = unsafe { &*cur };
+    let tick = k.ticks.get().wrapping_add(1);
+    k.ticks.set(tick);
+    if tick % POLL_EVERY != 0
+        && let Some(next) = pop_local(k)
+    {
+        k.rcu_gen.fetch_add(1, Ordering::Release);
+        // SAFETY: next came off our run queue; preemption is disabled.
+        unsafe { switch_into(k, cur.rsp_slot(), &cur.running, next as *mut UThread) };
+        return;
+    }
+    k.set_current(ptr::null_mut());
+    // SAFETY: the scheduler context of this kthread is suspended in run_from_scheduler.
+    unsafe { arch::switch_context(cur.rsp_slot(), k.sched_rsp.get(), &cur.running) };
+}
+
+/// Makes `th` runnable.
+pub(crate) fn ready(th: NonNull<UThread>) {
+    // SAFETY: th is a live uthread that is blocked; its runtime outlives it.
+    let rt = unsafe { th.as_ref().runtime() };
+    preempt::disable();
+    match kthread::current_kthread() {
+        Some(k) if ptr::eq(k.rt, rt) => {
+            push_local(k, th.as_ptr() as usize);
+            preempt::enable();
+            rt.wake_if_idle();
+        }
+        _ => {
+            preempt::enable();
+            rt.inject(th.as_ptr() as usize);
+        }
+    }
+}
+
+/// Pushes onto `k`'s own run queue, spilling half of it to the inject queue when full.
+pub(crate) fn push_local(k: &KThread, th: usize) {
+    if k.rq.push(th).is_ok() {
+        return;
+    }
+    let rt = k.shared();
+    k.lock.lock();
+    rt.inject_lock.lock();
+    // SAFETY: inject_lock held.
+    let q = unsafe { &mut *rt.inject.get() };
+    let mut moved = 0;
+    for _ in 0..RUNQ_CAPACITY / 2 {
+        match k.rq.pop() {
+            Some(t) => {
+                q.push_back(t);
+                moved += 1;
+            }
+            None => break,
+        }
+    }
+    q.push_back(th);
+    rt.inject_len.fetch_add(moved + 1, Ordering::Relaxed);
+    // SAFETY: we hold both locks.
+    unsafe {
+        rt.inject_lock.unlock();
+        k.lock.unlock();
+    }
+}
+
+/// Yields the current uthread: it goes to the back of the local queue and the next one runs.
+/// Off a kthread this yields the OS thread.
+pub fn yield_now() {
+    let Some(k) = kthread::current_kthread() else {
+        std::thread::yield_now();
+        return;
+    };
+    assert_switch_allowed(k);
+    // SAFETY: on a kthread.
+    unsafe { preempt::disable_on_kthread() };
+    // SAFETY: we are on a kthread, in a uthread, with preemption disabled.
+    unsafe { yield_locked() };
+    // SAFETY: disabled above.
+    unsafe { preempt::enable_on_kthread() };
+}
+
+/// # Safety
+/// In a uthread on a kthread, with preemption disabled once.
+unsafe fn yield_locked() {
+    // SAFETY: on a kthread.
+    let k = unsafe { this_kthread() };
+    let cur = k.current();
+    let tick = k.ticks.get().wrapping_add(1);
+    k.ticks.set(tick);
+    if tick % POLL_EVERY == 0 {
+        // Give the scheduler a turn (timers, inject queue, fairness with other kthreads).
+        push_local(k, cur as usize);
+        k.set_current(ptr::null_mut());
+        // SAFETY: cur is running; the scheduler context is suspended.
+        unsafe { arch::switch_context((*cur).rsp_slot(), k.sched_rsp.get(), &(*cur).running) };
+        return;
+    }
+    if k.rq.is_empty() {
+        return;
+    }
+    k.lock.lock();
+    let next = k.rq.pop();
+    if let Some(next) = next {
+        // There is room: we just took one out, and only we push.
+        let _ = k.rq.push(cur as usize);
+        // SAFETY: we hold our own lock.
+        unsafe { k.lock.unlock() };
+        k.rcu_gen.fetch_add(1, Ordering::Release);
+        // SAFETY: cur is running, next came off our queue.
+        unsafe { switch_into(k, (*cur).rsp_slot(), &(*cur).running, next as *mut UThread) };
+    } else {
+        // SAFETY: we hold our own lock.
+        unsafe { k.lock.unlock() };
+    }
+}
+
+/// The preemption signal arrived with preemption enabled, in a uthread.
+pub(crate) fn yield_from_signal() {
+    // SAFETY: the signal handler runs on the interrupted uthread's kthread and disabled
+    // preemption once.
+    unsafe { yield_locked() };
+}
+
+/// A pending preemption became due (the counter dropped to zero): yield the core.
+pub(crate) fn preempt_pending() {
+    let Some(k) = kthread::current_kthread() else {
+        return;
+    };
+    // SAFETY: a pending request is only ever set on a kthread; restoring the bit is the
+    // handler's own bookkeeping.
+    crate::signal::clear_pending(k);
+    if !k.current().is_null() {
+        // SAFETY: on a kthread, in a uthread, preemption enabled (count just reached zero).
+        unsafe {
+            preempt::disable_on_kthread();
+            yield_locked();
+            preempt::enable_on_kthread();
+        }
+    }
+}
+
+/// Panics if the caller holds a spinlock or an RCU read section: blocking there would deadlock.
+#[inline]
+pub(crate) fn assert_switch_allowed(k: &KThread) {
+    let depth = k.preempt_word() & !kthread::PREEMPT_NOT_PENDING;
+    if depth != 0 || k.current().is_null() {
+        switch_not_allowed(depth);
+    }
+}
+
+#[cold]
+fn switch_not_allowed(depth: u32) -> ! {
+    panic!(
+        "corral: a uthread tried to block or yield with preemption disabled (depth {depth}): \
+         a SpinLock guard, PreemptGuard or RCU read guard is held across a blocking call"
+    );
+}
+
+/// Recycles the uthread that just exited on `k`, if any.
+fn reap_dead(k: &KThread) {
+    let dead = k.dead.replace(ptr::null_mut());
+    if let Some(dead) = NonNull::new(dead) {
+        kthread::bump(&k.exited);
+        stack::release(k, dead);
+    }
+}
+
+/// Ends the current uthread. Its stack is recycled by the scheduler.
+///
+/// # Safety
+/// Called by the uthread entry after the uthread's closure has returned, with nothing on the
+/// stack that still needs dropping.
+pub(crate) unsafe fn exit_current() -> ! {
+    // SAFETY: we are in a uthread on a kthread.
+    unsafe { preempt::disable_on_kthread() };
+    // SAFETY: as above; not kept across a switch (we never come back).
+    let k = unsafe { this_kthread() };
+    let cur = k.current();
+    k.dead.set(cur);
+    k.set_current(ptr::null_mut());
+    // SAFETY: the scheduler context is suspended; our context is never resumed.
+    unsafe { arch::switch_context((*cur).rsp_slot(), k.sched_rsp.get(), &(*cur).running) };
+    unreachable!("a dead uthread was resumed");
+}
+
+/// Blocks the calling OS thread while `*word == expected`, for at most `timeout_ns`.
+pub(crate) fn futex_wait(
+    word: &core::sync::atomic::AtomicU32,
+    expected: u32,
+    timeout_ns: Option<u64>,
+) {
+    let ts = timeout_ns.map(|ns| libc::timespec {
+        tv_sec: (ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+    });
+    let ts_ptr = ts
+        .as_ref()
+        .map_or(ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: word is a valid u32 for the duration of the call; the timeout is relative.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            expected,
+            ts_ptr,
+        )
+    };
+}
+
+pub(crate) fn futex_wake(word: &core::sync::atomic::AtomicU32) {
+    // SAFETY: waking a futex word has no memory-safety preconditions.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            1,
+        )
+    };
+}

@@ -1,0 +1,129 @@
+//! The per-kthread run queue: a bounded ring that only its owner pushes to, so that readying a
+//! uthread costs two plain stores and no atomic read-modify-write. Popping and stealing move the
+//! head; both happen under the owning kthread's lock, which the caller holds.
+
+#[cfg(not(loom))]
+use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+#[cfg(loom)]
+use loom::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+
+/// Default run queue capacity; a power of two so that indices may wrap freely.
+pub const RUNQ_CAPACITY: usize = 256;
+
+#[repr(align(64))]
+struct CacheLine<T>(T);
+
+/// Entries are nonzero `usize`s (pointers to uthreads in the runtime).
+pub struct RunQueue {
+    /// Next entry to take. Written only under the owner's lock.
+    head: CacheLine<AtomicU32>,
+    /// Next free slot. Written only by the owner.
+    tail: CacheLine<AtomicU32>,
+    slots: Box<[AtomicUsize]>,
+    mask: usize,
+}
+
+impl Default for RunQueue {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl RunQueue {
+    pub fn new() -> Self {
+        Self::with_capacity(RUNQ_CAPACITY)
+    }
+
+    /// A queue of `capacity` entries, a power of two.
+    pub fn with_capacity(capacity: usize) -> Self {
+        assert!(
+            capacity.is_power_of_two() && capacity <= 1 << 30,
+            "run queue capacity {capacity}"
+        );
+        RunQueue {
+            head: CacheLine(AtomicU32::new(0)),
+            tail: CacheLine(AtomicU32::new(0)),
+            slots: (0..capacity).map(|_| AtomicUsize::new(0)).collect(),
+            mask: capacity - 1,
+        }
+    }
+
+    #[cfg(loom)]
+    pub fn capacity(&self) -> usize {
+        self.mask + 1
+    }
+
+    #[inline]
+    fn slot(&self, index: u32) -> &AtomicUsize {
+        &self.slots[index as usize & self.mask]
+    }
+
+    /// Appends `item`. Only the owning kthread may call this, with or without its lock.
+    /// Returns the item back when the queue is full.
+    #[inline]
+    pub fn push(&self, item: usize) -> Result<(), usize> {
+        debug_assert_ne!(item, 0);
+        let tail = self.tail.0.load(Ordering::Relaxed);
+        // Acquire pairs with the head store of a thief that finished reading the slot we may
+        // be about to overwrite.
+        let head = self.head.0.load(Ordering::Acquire);
+        if tail.wrapping_sub(head) as usize > self.mask {
+            return Err(item);
+        }
+        self.slot(tail).store(item, Ordering::Relaxed);
+        self.tail.0.store(tail.wrapping_add(1), Ordering::Release);
+        Ok(())
+    }
+
+    /// Takes the oldest entry. The caller holds the owner's lock.
+    #[inline]
+    pub fn pop(&self) -> Option<usize> {
+        let head = self.head.0.load(Ordering::Relaxed);
+        let tail = self.tail.0.load(Ordering::Acquire);
+        if head == tail {
+            return None;
+        }
+        let item = self.slot(head).load(Ordering::Relaxed);
+        self.head.0.store(head.wrapping_add(1), Ordering::Release);
+        Some(item)
+    }
+
+    /// Moves half (rounded up) of this queue's entries into `into`, which must be the caller's own,
+    /// empty queue. The caller holds this queue's owner's lock. Returns how many moved.
+    pub fn steal_half_into(&self, into: &RunQueue) -> usize {
+        let head = self.head.0.load(Ordering::Relaxed);
+        let tail = self.tail.0.load(Ordering::Acquire);
+        let available = tail.wrapping_sub(head) as usize;
+        if available == 0 {
+            return 0;
+        }
+        let take = available.div_ceil(2);
+        let mut moved = 0;
+        for i in 0..take {
+            let item = self
+                .slot(head.wrapping_add(i as u32))
+                .load(Ordering::Relaxed);
+            if into.push(item).is_err() {
+                break;
+            }
+            moved += 1;
+        }
+        self.head
+            .0
+            .store(head.wrapping_add(moved as u32), Ordering::Release);
+        moved
+    }
+
+    /// A racy length: exact when called by the owner with its lock held.
+    #[inline]
+    pub fn len(&self) -> usize {
+        let head = self.head.0.load(Ordering::Acquire);
+        let tail = self.tail.0.load(Ordering::Acquire);
+        tail.wrapping_sub(head) as usize
+    }
+
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

@@ -1,0 +1,170 @@
+//! Test-and-test-and-set spinlock, the building block under every runtime structure.
+
+#[cfg(not(loom))]
+use core::sync::atomic::{AtomicBool, Ordering};
+#[cfg(loom)]
+use loom::sync::atomic::{AtomicBool, Ordering};
+
+/// A bare lock word. Callers decide what it protects; [`crate::SpinLock`] wraps it with data
+/// and disables preemption while held.
+pub struct RawSpinLock {
+    locked: AtomicBool,
+}
+
+impl Default for RawSpinLock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl RawSpinLock {
+    #[cfg(not(loom))]
+    pub const fn new() -> Self {
+        RawSpinLock {
+            locked: AtomicBool::new(false),
+        }
+    }
+
+    #[cfg(loom)]
+    pub fn new() -> Self {
+        RawSpinLock {
+            locked: AtomicBool::new(false),
+        }
+    }
+
+    #[inline]
+    pub fn try_lock(&self) -> bool {
+        !self.locked.load(Ordering::Relaxed)
+            && self
+                .locked
+                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+    }
+
+    #[inline]
+    pub fn lock(&self) {
+        if self
+            .locked
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            self.lock_contended();
+        }
+    }
+
+    #[cold]
+    fn lock_contended(&self) {
+        loop {
+            while self.locked.load(Ordering::Relaxed) {
+                #[cfg(loom)]
+                loom::thread::yield_now();
+                #[cfg(not(loom))]
+                core::hint::spin_loop();
+            }
+            if self.try_lock() {
+                return;
+            }
+        }
+    }
+
+    /// # Safety
+    /// The caller holds the lock.
+    #[inline]
+    pub unsafe fn unlock(&self) {
+        self.locked.store(false, Ordering::Release);
+    }
+}
+
+#[cfg(not(loom))]
+pub use guarded::{SpinLock, SpinLockGuard};
+
+#[cfg(not(loom))]
+mod guarded {
+    use super::RawSpinLock;
+    use core::cell::UnsafeCell;
+    use core::ops::{Deref, DerefMut};
+
+    /// A spinlock around `T` that disables preemption while held. For short critical sections
+    /// only: a uthread must not block or yield while holding it (that panics).
+    pub struct SpinLock<T: ?Sized> {
+        raw: RawSpinLock,
+        data: UnsafeCell<T>,
+    }
+
+    // SAFETY: access to data is serialized by the lock.
+    unsafe impl<T: ?Sized + Send> Sync for SpinLock<T> {}
+    // SAFETY: owning the lock owns the data.
+    unsafe impl<T: ?Sized + Send> Send for SpinLock<T> {}
+
+    impl<T> SpinLock<T> {
+        pub const fn new(value: T) -> Self {
+            SpinLock {
+                raw: RawSpinLock::new(),
+                data: UnsafeCell::new(value),
+            }
+        }
+
+        pub fn into_inner(self) -> T {
+            self.data.into_inner()
+        }
+    }
+
+    impl<T: ?Sized> SpinLock<T> {
+        #[inline]
+        pub fn lock(&self) -> SpinLockGuard<'_, T> {
+            crate::preempt::disable();
+            self.raw.lock();
+            SpinLockGuard {
+                lock: self,
+                _not_send: core::marker::PhantomData,
+            }
+        }
+
+        #[inline]
+        pub fn try_lock(&self) -> Option<SpinLockGuard<'_, T>> {
+            crate::preempt::disable();
+            if self.raw.try_lock() {
+                Some(SpinLockGuard {
+                    lock: self,
+                    _not_send: core::marker::PhantomData,
+                })
+            } else {
+                crate::preempt::enable();
+                None
+            }
+        }
+
+        pub fn get_mut(&mut self) -> &mut T {
+            self.data.get_mut()
+        }
+    }
+
+    pub struct SpinLockGuard<'a, T: ?Sized> {
+        lock: &'a SpinLock<T>,
+        _not_send: core::marker::PhantomData<*mut ()>,
+    }
+
+    impl<T: ?Sized> Deref for SpinLockGuard<'_, T> {
+        type Target = T;
+        fn deref(&self) -> &T {
+            // SAFETY: the guard holds the lock.
+            unsafe { &*self.lock.data.get() }
+        }
+    }
+
+    impl<T: ?Sized> DerefMut for SpinLockGuard<'_, T> {
+        fn deref_mut(&mut self) -> &mut T {
+            // SAFETY: the guard holds the lock.
+            unsafe { &mut *self.lock.data.get() }
+        }
+    }
+
+    impl<T: ?Sized> Drop for SpinLockGuard<'_, T> {
+        #[inline]
+        fn drop(&mut self) {
+            // SAFETY: the guard holds the lock.
+            unsafe { self.lock.raw.unlock() };
+            crate::preempt::enable();
+        }
+    }
+}
