@@ -128,15 +128,21 @@ impl Shared {
     /// Wakes a parked kthread if work was just published and nobody is looking for it.
     #[inline]
     pub fn wake_if_idle(&self) {
+        // Pairs with the fence implied by the RMWs in `park`: either the parker sees our
+        // work, or we see it parked.
+        fence(Ordering::SeqCst);
+        if self.n_spinning.load(Ordering::Relaxed) == 0 && self.n_parked.load(Ordering::Relaxed) > 0
+        {
+            self.wake_one();
+        }
+    }
+
+    /// `wake_if_idle` after a kthread queued work on its own run queue: with a single kthread
+    /// that kthread is awake and will run it, so there is nobody to wake.
+    #[inline]
+    pub fn wake_if_idle_after_local_push(&self) {
         if self.nkthreads() > 1 {
-            // Pairs with the fence implied by the RMWs in `park`: either the parker sees our
-            // work, or we see it parked.
-            fence(Ordering::SeqCst);
-            if self.n_spinning.load(Ordering::Relaxed) == 0
-                && self.n_parked.load(Ordering::Relaxed) > 0
-            {
-                self.wake_one();
-            }
+            self.wake_if_idle();
         }
     }
 
@@ -225,7 +231,7 @@ fn sched_main(k: &'static KThread) {
                 k.state.store(state::RUNNING, Ordering::Relaxed);
                 if rt.n_spinning.fetch_sub(1, Ordering::SeqCst) == 1 && !k.rq.is_empty() {
                     // We were the last one looking and there is more: get help.
-                    rt.wake_if_idle();
+                    rt.wake_if_idle_after_local_push();
                 }
             }
             // SAFETY: th came off a run queue, so it is a live, runnable uthread of this
@@ -437,7 +443,7 @@ pub(crate) fn ready(th: NonNull<UThread>) {
         Some(k) if ptr::eq(k.rt, rt) => {
             push_local(k, th.as_ptr() as usize);
             preempt::enable();
-            rt.wake_if_idle();
+            rt.wake_if_idle_after_local_push();
         }
         _ => {
             preempt::enable();

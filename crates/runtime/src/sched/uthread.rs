@@ -330,7 +330,7 @@ impl Builder {
             Some(k) => {
                 sched::push_local(k, th.as_ptr() as usize);
                 preempt::enable();
-                rt.wake_if_idle();
+                rt.wake_if_idle_after_local_push();
             }
             None => {
                 preempt::enable();

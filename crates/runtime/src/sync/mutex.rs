@@ -167,7 +167,7 @@ impl<T: ?Sized> Mutex<T> {
 
     #[inline]
     pub fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
-        self.raw.try_lock().then_some(MutexGuard {
+        self.raw.try_lock().then(|| MutexGuard {
             mutex: self,
             _not_send: core::marker::PhantomData,
         })

@@ -1,0 +1,2 @@
+#[path = "../../src/lib.rs"]
+pub mod capi;

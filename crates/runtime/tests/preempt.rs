@@ -1,0 +1,137 @@
+//! Preemption by signal: a uthread that never yields is interrupted, and resumes later with
+//! every register (general purpose, vector and floating point) intact. iokerneld sends the same
+//! signal; here the test sends it.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use corral::{Config, Runtime};
+
+/// The kthread's OS thread id, once it has started.
+fn kthread_tid(rt: &Runtime) -> i32 {
+    let start = Instant::now();
+    loop {
+        let tid = rt.kthread_tids()[0];
+        if tid != 0 {
+            return tid;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "kthread never started"
+        );
+        std::thread::yield_now();
+    }
+}
+
+fn signal_kthread(tid: i32) {
+    // SAFETY: tgkill with our own pid and one of our threads' ids.
+    unsafe {
+        libc::syscall(
+            libc::SYS_tgkill,
+            libc::getpid(),
+            tid,
+            corral::PREEMPT_SIGNAL,
+        )
+    };
+}
+
+/// Keeps its state in registers: eight f64 lanes and an integer LCG, with no calls.
+#[inline(never)]
+fn register_heavy(iterations: u64, progress: &AtomicU64) -> (u64, [f64; 8]) {
+    let mut lanes = [1.0f64, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0];
+    let mut lcg = 0x1234_5678u64;
+    for i in 0..iterations {
+        for (j, lane) in lanes.iter_mut().enumerate() {
+            *lane = *lane * 1.000_000_1 + (i as f64) * 1e-9 - (j as f64) * 1e-10;
+        }
+        lcg = lcg
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(i | 1);
+        if i % 4096 == 0 {
+            progress.store(i, Ordering::Relaxed);
+        }
+    }
+    (lcg, lanes)
+}
+
+#[test]
+fn a_spinning_uthread_is_preempted_so_another_can_run() {
+    let rt = Runtime::new(Config::default().kthreads(1).preemption(true)).unwrap();
+    let flag = Arc::new(AtomicBool::new(false));
+    let f = flag.clone();
+    let main = rt.spawn(move || {
+        let f2 = f.clone();
+        // Runnable, but only gets the kthread if the spinner below is preempted.
+        let setter = corral::spawn(move || f2.store(true, Ordering::SeqCst));
+        while !f.load(Ordering::SeqCst) {
+            std::hint::spin_loop();
+        }
+        setter.join().unwrap();
+    });
+    let tid = kthread_tid(&rt);
+    let start = Instant::now();
+    while !main.is_finished() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the spinner was never preempted"
+        );
+        signal_kthread(tid);
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    main.join().unwrap();
+}
+
+#[test]
+fn preempted_uthreads_keep_all_their_registers() {
+    const ITERS: u64 = 30_000_000;
+    let reference = register_heavy(ITERS, &AtomicU64::new(0));
+
+    let rt = Runtime::new(Config::default().kthreads(1).preemption(true)).unwrap();
+    let progress: Arc<Vec<AtomicU64>> = Arc::new((0..2).map(|_| AtomicU64::new(0)).collect());
+    let handles: Vec<_> = (0..2)
+        .map(|me| {
+            let progress = progress.clone();
+            rt.spawn(move || register_heavy(ITERS, &progress[me]))
+        })
+        .collect();
+    let tid = kthread_tid(&rt);
+    let mut signals = 0u64;
+    let mut switches_seen = 0u64;
+    let mut last_runner = None;
+    let start = Instant::now();
+    while !handles.iter().all(|h| h.is_finished()) {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "computation never finished"
+        );
+        let before: Vec<u64> = progress.iter().map(|p| p.load(Ordering::Relaxed)).collect();
+        signal_kthread(tid);
+        signals += 1;
+        std::thread::sleep(Duration::from_micros(100));
+        let moved: Vec<bool> = progress
+            .iter()
+            .zip(&before)
+            .map(|(p, b)| p.load(Ordering::Relaxed) != *b)
+            .collect();
+        let runner = moved.iter().position(|&m| m);
+        if runner.is_some() && runner != last_runner {
+            switches_seen += 1;
+            last_runner = runner;
+        }
+    }
+    for h in handles {
+        let got = h.join().unwrap();
+        assert_eq!(got.0, reference.0, "integer state corrupted by preemption");
+        assert_eq!(
+            got.1.map(f64::to_bits),
+            reference.1.map(f64::to_bits),
+            "vector/FP state corrupted"
+        );
+    }
+    assert!(signals > 100, "only {signals} signals sent");
+    assert!(
+        switches_seen > 10,
+        "the two uthreads only alternated {switches_seen} times"
+    );
+}

@@ -1,0 +1,334 @@
+//! Uthread lifecycle, scheduling and configuration errors.
+
+use std::collections::HashSet;
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use corral::{Builder, Config, Runtime};
+
+fn runtime(kthreads: usize) -> Runtime {
+    Runtime::new(Config::default().kthreads(kthreads)).expect("runtime starts")
+}
+
+#[test]
+fn hundred_thousand_uthreads_return_their_values() {
+    let rt = runtime(2);
+    let (sum, ids) = rt.block_on(|| {
+        let handles: Vec<_> = (0..100_000u64)
+            .map(|i| corral::spawn(move || (i, vec![i; 3], corral::current_id().unwrap())))
+            .collect();
+        let mut sum = 0u64;
+        let mut ids = HashSet::new();
+        for (i, h) in handles.into_iter().enumerate() {
+            let (v, payload, id) = h.join().unwrap();
+            assert_eq!(v, i as u64);
+            assert_eq!(payload, vec![i as u64; 3]);
+            sum += v;
+            ids.insert(id);
+        }
+        (sum, ids.len())
+    });
+    assert_eq!(sum, 99_999 * 100_000 / 2);
+    assert_eq!(ids, 100_000, "uthread ids are unique");
+    // The block_on uthread itself finishes exiting just after it hands back its result.
+    let start = Instant::now();
+    while rt.live_uthreads() != 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{} uthreads never exited",
+            rt.live_uthreads()
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn join_returns_the_panic_payload() {
+    let rt = runtime(2);
+    let msg = rt.block_on(|| {
+        let n = std::hint::black_box(42);
+        let h = corral::spawn(move || -> u32 { panic!("boom {n}") });
+        let err = h.join().unwrap_err();
+        err.downcast_ref::<String>().cloned().unwrap()
+    });
+    assert_eq!(msg, "boom 42");
+}
+
+#[test]
+#[should_panic(expected = "inner failure")]
+fn block_on_resumes_a_panic() {
+    let rt = runtime(1);
+    rt.block_on(|| panic!("inner failure"));
+}
+
+#[test]
+fn names_and_ids_are_visible() {
+    let rt = runtime(2);
+    rt.block_on(|| {
+        let h = Builder::new()
+            .name("worker-7")
+            .spawn(|| (corral::current_name(), corral::current_id()))
+            .unwrap();
+        let id = h.id();
+        assert_eq!(h.name(), Some("worker-7"));
+        let (name, seen_id) = h.join().unwrap();
+        assert_eq!(name.as_deref(), Some("worker-7"));
+        assert_eq!(seen_id, Some(id));
+    });
+    assert_eq!(
+        corral::current_id(),
+        None,
+        "the test thread is not a uthread"
+    );
+}
+
+#[test]
+fn work_stealing_spreads_cpu_bound_uthreads() {
+    let rt = runtime(2);
+    let seen = rt.block_on(|| {
+        // One uthread spawns everything, so all work starts on its kthread's queue.
+        let handles: Vec<_> = (0..64)
+            .map(|_| {
+                corral::spawn(|| {
+                    let start = Instant::now();
+                    let mut on = HashSet::new();
+                    while start.elapsed() < Duration::from_millis(2) {
+                        on.insert(corral::kthread_index().unwrap());
+                        std::hint::spin_loop();
+                    }
+                    on
+                })
+            })
+            .collect();
+        let mut seen = HashSet::new();
+        for h in handles {
+            seen.extend(h.join().unwrap());
+        }
+        seen
+    });
+    assert_eq!(
+        seen,
+        HashSet::from([0, 1]),
+        "both kthreads ran the spawned work"
+    );
+}
+
+#[test]
+fn yield_interleaves_uthreads_on_one_kthread() {
+    let rt = runtime(1);
+    let order = rt.block_on(|| {
+        let log = Arc::new(corral::Mutex::new(Vec::new()));
+        let hs: Vec<_> = (0..3)
+            .map(|t| {
+                let log = log.clone();
+                corral::spawn(move || {
+                    for i in 0..3 {
+                        log.lock().push((t, i));
+                        corral::yield_now();
+                    }
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().unwrap();
+        }
+        Arc::try_unwrap(log).ok().unwrap().into_inner()
+    });
+    // Round robin: every uthread's step i happens before any uthread's step i + 1.
+    for w in order.windows(2) {
+        assert!(w[0].1 <= w[1].1, "not round robin: {order:?}");
+    }
+    assert_eq!(order.len(), 9);
+}
+
+#[test]
+fn sleep_never_returns_early() {
+    let rt = runtime(2);
+    rt.block_on(|| {
+        let hs: Vec<_> = (0..200u64)
+            .map(|i| {
+                corral::spawn(move || {
+                    let d = Duration::from_micros(50 + (i * 37) % 2000);
+                    let start = Instant::now();
+                    corral::sleep(d);
+                    let slept = start.elapsed();
+                    assert!(slept >= d, "slept {slept:?} < {d:?}");
+                    let until = Instant::now() + d;
+                    corral::sleep_until(until);
+                    assert!(Instant::now() >= until, "sleep_until returned early");
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().unwrap();
+        }
+    });
+}
+
+#[test]
+fn sleepers_wake_after_every_kthread_parked() {
+    // Long enough that both kthreads park meanwhile: the timers must survive parking.
+    let rt = runtime(2);
+    rt.block_on(|| {
+        let hs: Vec<_> = (0..4u64)
+            .map(|i| {
+                corral::spawn(move || {
+                    let d = Duration::from_millis(20 + 10 * i);
+                    let start = Instant::now();
+                    corral::sleep(d);
+                    start.elapsed()
+                })
+            })
+            .collect();
+        for (i, h) in hs.into_iter().enumerate() {
+            let slept = h.join().unwrap();
+            let d = Duration::from_millis(20 + 10 * i as u64);
+            assert!(
+                slept >= d && slept < d + Duration::from_secs(2),
+                "slept {slept:?} for {d:?}"
+            );
+        }
+    });
+}
+
+#[test]
+fn os_threads_and_uthreads_share_a_mutex_and_condvar() {
+    let rt = runtime(2);
+    let state = Arc::new((corral::Mutex::new(0u32), corral::Condvar::new()));
+    let s2 = state.clone();
+    let h = rt.spawn(move || {
+        let (m, cv) = &*s2;
+        let mut g = m.lock();
+        cv.wait_while(&mut g, |v| *v == 0);
+        *g += 1;
+        cv.notify_all();
+    });
+    std::thread::sleep(Duration::from_millis(5));
+    let (m, cv) = &*state;
+    *m.lock() = 1;
+    cv.notify_all();
+    let mut g = m.lock();
+    cv.wait_while(&mut g, |v| *v != 2);
+    drop(g);
+    h.join().unwrap();
+}
+
+#[test]
+fn work_from_outside_wakes_a_parked_single_kthread() {
+    let rt = runtime(1);
+    for _ in 0..20 {
+        // Long enough for the only kthread to park.
+        std::thread::sleep(Duration::from_millis(2));
+        assert_eq!(rt.spawn(|| 42).join().unwrap(), 42);
+    }
+    // A uthread woken by an OS thread, on a runtime whose only kthread is parked.
+    let wg = Arc::new(corral::WaitGroup::new());
+    wg.add(1);
+    let w = wg.clone();
+    let h = rt.spawn(move || w.wait());
+    std::thread::sleep(Duration::from_millis(5));
+    wg.done();
+    h.join().unwrap();
+}
+
+#[test]
+fn spawn_from_outside_and_detach() {
+    let rt = runtime(2);
+    let done = Arc::new(AtomicUsize::new(0));
+    for _ in 0..100 {
+        let d = done.clone();
+        drop(rt.spawn(move || {
+            d.fetch_add(1, Ordering::SeqCst);
+        }));
+    }
+    let start = Instant::now();
+    while done.load(Ordering::SeqCst) < 100 {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "detached uthreads did not all run"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn custom_stack_sizes_work() {
+    let rt = runtime(1);
+    let v = rt.block_on(|| {
+        Builder::new()
+            .stack_size(2 << 20)
+            .spawn(|| {
+                let big = [7u8; 1 << 20];
+                big.iter().map(|&b| b as u64).sum::<u64>()
+            })
+            .unwrap()
+            .join()
+            .unwrap()
+    });
+    assert_eq!(v, 7 << 20);
+}
+
+#[test]
+fn bad_configs_name_the_value() {
+    let err = Runtime::new(Config::default().kthreads(0))
+        .err()
+        .expect("zero kthreads refused");
+    assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+    assert!(err.to_string().contains("kthreads = 0"), "{err}");
+
+    let err = Runtime::new(Config::default().stack_size(100))
+        .err()
+        .expect("tiny stack refused");
+    assert!(err.to_string().contains("stack_size = 100"), "{err}");
+    assert!(err.to_string().contains("page"), "{err}");
+
+    let err = Runtime::new(Config::default().kthreads(100_000))
+        .err()
+        .expect("absurd kthreads refused");
+    assert!(err.to_string().contains("kthreads = 100000"), "{err}");
+
+    let err = Runtime::new(Config::default().cpus(vec![4096]))
+        .err()
+        .expect("missing CPU refused");
+    assert!(err.to_string().contains("cpus = 4096"), "{err}");
+}
+
+#[test]
+fn builder_errors_instead_of_panicking() {
+    let err = Builder::new().spawn(|| ()).expect_err("no runtime here");
+    assert!(
+        err.to_string().contains("outside a Corral runtime"),
+        "{err}"
+    );
+
+    let rt = runtime(1);
+    let msg = rt.block_on(|| {
+        Builder::new()
+            .stack_size(100)
+            .spawn(|| ())
+            .err()
+            .map(|e| e.to_string())
+    });
+    let msg = msg.expect("tiny stack refused");
+    assert!(msg.contains("stack_size = 100"), "{msg}");
+}
+
+#[test]
+fn pinned_runtime_runs() {
+    let cpus = corral::allowed_cpus();
+    let rt = Runtime::new(Config::default().kthreads(cpus.len()).pinned()).unwrap();
+    let flag = Arc::new(AtomicBool::new(false));
+    let f = flag.clone();
+    rt.block_on(move || f.store(true, Ordering::SeqCst));
+    assert!(flag.load(Ordering::SeqCst));
+}
+
+#[test]
+fn many_runtimes_come_and_go() {
+    for n in 1..=3 {
+        let rt = runtime(n);
+        assert_eq!(rt.block_on(move || n * 2), n * 2);
+    }
+}
