@@ -1,3 +1,3 @@
 module corral-bench-peer
 
-go 1.26
+go 1.19

@@ -50,6 +50,7 @@ pub use {
     runtime::{Runtime, run},
     sched::uthread::{
         Builder, JoinHandle, ThreadId, current_id, current_name, kthread_index, spawn,
+        spawn_detached,
     },
     sched::yield_now,
     signal::PREEMPT_SIGNAL,

@@ -254,6 +254,37 @@ fn spawn_from_outside_and_detach() {
 }
 
 #[test]
+fn detached_uthreads_run_and_a_panic_in_one_harms_nobody() {
+    let rt = runtime(2);
+    let n = rt.block_on(|| {
+        let counter = Arc::new(AtomicUsize::new(0));
+        let wg = Arc::new(corral::WaitGroup::new());
+        wg.add(10_001);
+        for i in 0..10_000 {
+            let (c, w) = (counter.clone(), wg.clone());
+            let id = corral::spawn_detached(move || {
+                c.fetch_add(i, Ordering::Relaxed);
+                w.done();
+            });
+            assert!(id.as_u64() > 0);
+        }
+        let w = wg.clone();
+        corral::spawn_detached(move || {
+            w.done();
+            panic!("detached failure");
+        });
+        wg.wait();
+        counter.load(Ordering::Relaxed)
+    });
+    assert_eq!(n, (0..10_000).sum::<usize>());
+    assert_eq!(
+        rt.block_on(|| 7),
+        7,
+        "the runtime still works after the panic"
+    );
+}
+
+#[test]
 fn custom_stack_sizes_work() {
     let rt = runtime(1);
     let v = rt.block_on(|| {

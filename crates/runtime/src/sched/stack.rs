@@ -16,6 +16,9 @@ use crate::sync::spin::RawSpinLock;
 const KTHREAD_CACHE: usize = 64;
 /// Stacks the runtime keeps for reuse beyond the kthreads' caches.
 const POOL_CACHE: usize = 1024;
+/// Stacks moved between a kthread's cache and the pool at a time: one kthread often spawns
+/// what another runs and frees, and batching keeps the pool's lock cold.
+const BATCH: usize = KTHREAD_CACHE / 2;
 
 /// The runtime-wide pool of default-sized stacks.
 pub(crate) struct StackPool {
@@ -67,14 +70,25 @@ pub(crate) fn alloc(
     stack_size: usize,
 ) -> io::Result<NonNull<UThread>> {
     if stack_size == rt.stacks.default_size {
-        if let Some(k) = k {
-            // SAFETY: the cache is owner-only and we run on k with preemption disabled.
-            if let Some(th) = unsafe { (*k.stack_cache.get()).pop() } {
-                return Ok(th);
+        match k {
+            Some(k) => {
+                // SAFETY: the cache is owner-only and we run on k with preemption disabled.
+                let cache = unsafe { &mut *k.stack_cache.get() };
+                if cache.is_empty() {
+                    rt.stacks.with(|pool| {
+                        let take = pool.len().min(BATCH);
+                        cache.extend(pool.drain(pool.len() - take..));
+                    });
+                }
+                if let Some(th) = cache.pop() {
+                    return Ok(th);
+                }
             }
-        }
-        if let Some(th) = rt.stacks.with(|v| v.pop()) {
-            return Ok(th);
+            None => {
+                if let Some(th) = rt.stacks.with(|pool| pool.pop()) {
+                    return Ok(th);
+                }
+            }
         }
     }
     map_new(stack_size)
@@ -142,20 +156,20 @@ pub(crate) fn release(k: &KThread, th: NonNull<UThread>) {
     if t.stack_size() == rt.stacks.default_size {
         // SAFETY: owner-only cache, scheduler context.
         let cache = unsafe { &mut *k.stack_cache.get() };
-        if cache.len() < KTHREAD_CACHE {
-            cache.push(th);
-            return;
-        }
-        if rt.stacks.with(|v| {
-            if v.len() < POOL_CACHE {
-                v.push(th);
-                true
-            } else {
-                false
+        if cache.len() == KTHREAD_CACHE {
+            let spill: Vec<_> = cache.drain(KTHREAD_CACHE - BATCH..).collect();
+            let unwanted = rt.stacks.with(|pool| {
+                let room = POOL_CACHE.saturating_sub(pool.len()).min(spill.len());
+                pool.extend_from_slice(&spill[..room]);
+                spill[room..].to_vec()
+            });
+            for extra in unwanted {
+                // SAFETY: cached stacks belong to nobody.
+                unsafe { unmap(extra) };
             }
-        }) {
-            return;
         }
+        cache.push(th);
+        return;
     }
     // SAFETY: dead and unreferenced.
     unsafe { unmap(th) };

@@ -270,16 +270,8 @@ impl Builder {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        preempt::disable();
-        let rt = kthread::current_kthread().map(|k| k.rt);
-        preempt::enable();
-        match rt {
-            // SAFETY: a runtime outlives the kthreads bound to it.
-            Some(rt) => self.spawn_in(unsafe { &*rt }, f),
-            None => Err(io::Error::other(
-                "corral: spawn called outside a Corral runtime (use Runtime::spawn)",
-            )),
-        }
+        let rt = current_runtime()?;
+        self.spawn_in(rt, f)
     }
 
     pub(crate) fn spawn_in<F, T>(self, rt: &Shared, f: F) -> io::Result<JoinHandle<T>>
@@ -287,21 +279,47 @@ impl Builder {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
+        let packet = Arc::new(Packet {
+            state: AtomicUsize::new(RUNNING),
+            result: UnsafeCell::new(None),
+        });
+        let theirs = packet.clone();
+        let name = self.name.clone().map(String::into_boxed_str);
+        let id = self.launch(rt, move || {
+            let result = panic::catch_unwind(AssertUnwindSafe(f));
+            theirs.complete(result);
+        })?;
+        Ok(JoinHandle { packet, id, name })
+    }
+
+    /// Spawns a uthread nobody will join, onto the runtime of the calling uthread. It costs
+    /// no allocation beyond its stack; a panic in it is reported by the panic hook and
+    /// otherwise ignored.
+    pub fn spawn_detached<F>(self, f: F) -> io::Result<ThreadId>
+    where
+        F: FnOnce() + Send + 'static,
+    {
+        let rt = current_runtime()?;
+        self.spawn_detached_in(rt, f)
+    }
+
+    pub(crate) fn spawn_detached_in<F>(self, rt: &Shared, f: F) -> io::Result<ThreadId>
+    where
+        F: FnOnce() + Send + 'static,
+    {
+        self.launch(rt, move || {
+            let _ = panic::catch_unwind(AssertUnwindSafe(f));
+        })
+    }
+
+    /// Creates the uthread and makes it runnable. `main` must not unwind.
+    fn launch(self, rt: &Shared, main: impl FnOnce() + Send + 'static) -> io::Result<ThreadId> {
         let stack_size = match self.stack_size {
             Some(s) => {
                 check_stack_size(s)?;
                 stack::round_stack_size(s)
             }
             None => rt.stacks.default_size,
-        };
-        let packet = Arc::new(Packet {
-            state: AtomicUsize::new(RUNNING),
-            result: UnsafeCell::new(None),
-        });
-        let theirs = packet.clone();
-        let main = move || {
-            let result = panic::catch_unwind(AssertUnwindSafe(f));
-            theirs.complete(result);
         };
         apply_backpressure();
         let name = self.name.map(String::into_boxed_str);
@@ -325,7 +343,7 @@ impl Builder {
             }
         };
         // SAFETY: th is a fresh or recycled control block owned by nobody else.
-        unsafe { prepare(th, rt, id, name.clone(), main) };
+        unsafe { prepare(th, rt, id, name, main) };
         match k {
             Some(k) => {
                 sched::push_local(k, th.as_ptr() as usize);
@@ -337,11 +355,23 @@ impl Builder {
                 rt.inject(th.as_ptr() as usize);
             }
         }
-        Ok(JoinHandle {
-            packet,
-            id: ThreadId(NonZeroU64::new(id).expect("thread ids start at 1")),
-            name,
-        })
+        Ok(ThreadId(
+            NonZeroU64::new(id).expect("thread ids start at 1"),
+        ))
+    }
+}
+
+/// The runtime of the calling uthread.
+fn current_runtime() -> io::Result<&'static Shared> {
+    preempt::disable();
+    let rt = kthread::current_kthread().map(|k| k.rt);
+    preempt::enable();
+    match rt {
+        // SAFETY: a runtime outlives the kthreads bound to it, and so every uthread on them.
+        Some(rt) => Ok(unsafe { &*rt }),
+        None => Err(io::Error::other(
+            "corral: spawn called outside a Corral runtime (use Runtime::spawn)",
+        )),
     }
 }
 
@@ -364,6 +394,16 @@ where
 {
     Builder::new()
         .spawn(f)
+        .expect("corral: failed to spawn a uthread")
+}
+
+/// Spawns a uthread nobody will join (see [`Builder::spawn_detached`]); panics if that fails.
+pub fn spawn_detached<F>(f: F) -> ThreadId
+where
+    F: FnOnce() + Send + 'static,
+{
+    Builder::new()
+        .spawn_detached(f)
         .expect("corral: failed to spawn a uthread")
 }
 

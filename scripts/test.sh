@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Runs every test of Corral from a fresh checkout: formatting, lints, loom model checks, a
+# smoke run of the benchmarks, and the workspace's unit, integration and C/C++ tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+[ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy"
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+
+echo "== loom model checks"
+RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 CARGO_TARGET_DIR=target/loom \
+  cargo test --quiet --release -p corral --test loom
+
+echo "== benchmark smoke run (numbers from a run this small mean nothing)"
+cargo run --quiet --release -p corral-bench-threading -- --scale 0.005 --reps 2 >/dev/null
+
+echo "== workspace tests"
+cargo test --release --workspace --all-targets 2>&1 | tee target/test-output.txt
