@@ -11,9 +11,10 @@
 use crate::arch;
 use crate::sched::kthread::{self, OFF_PREEMPT, PREEMPT_NOT_PENDING};
 
-/// Disables preemption of the calling uthread until the matching [`enable`].
+/// Disables preemption of the calling uthread until the matching [`enable`]. (Public code uses
+/// [`PreemptGuard`], which cannot be unbalanced.)
 #[inline(always)]
-pub fn disable() {
+pub(crate) fn disable() {
     if kthread::current_kthread().is_some() {
         // SAFETY: we are on a kthread; see the module comment on why migration is harmless.
         unsafe { arch::gs_inc32::<OFF_PREEMPT>() };
@@ -22,7 +23,7 @@ pub fn disable() {
 
 /// Re-enables preemption; runs a preemption that became pending meanwhile.
 #[inline(always)]
-pub fn enable() {
+pub(crate) fn enable() {
     if kthread::current_kthread().is_some() {
         // SAFETY: as in `disable`.
         unsafe { enable_on_kthread() };

@@ -23,10 +23,13 @@ pub const PREEMPT_SIGNAL: libc::c_int = libc::SIGUSR1;
 
 const ALTSTACK_SIZE: usize = 64 * 1024;
 
-struct OldActions(UnsafeCell<[Option<libc::sigaction>; 2]>);
-// SAFETY: written once inside `INSTALL` before the handlers that read it are installed.
+/// Handlers that were installed before ours: SIGSEGV, SIGBUS, the preemption signal.
+struct OldActions(UnsafeCell<[Option<libc::sigaction>; 3]>);
+// SAFETY: each slot is written once, inside a `Once`, before the handler that reads it is
+// installed.
 unsafe impl Sync for OldActions {}
-static OLD: OldActions = OldActions(UnsafeCell::new([None, None]));
+static OLD: OldActions = OldActions(UnsafeCell::new([None, None, None]));
+const OLD_PREEMPT: usize = 2;
 static INSTALL: Once = Once::new();
 static INSTALL_PREEMPT: Once = Once::new();
 
@@ -45,7 +48,10 @@ pub(crate) fn on_kthread_start() {
 /// Installs the preemption handler (process-wide, once).
 pub(crate) fn install_preemption_handler() {
     INSTALL_PREEMPT.call_once(|| {
-        install(PREEMPT_SIGNAL, on_preempt, 0);
+        let old = install(PREEMPT_SIGNAL, on_preempt, 0);
+        // SAFETY: inside call_once; our handler only reads the slot after `install` returned,
+        // and a signal arriving in between finds None and falls back to the default action.
+        unsafe { (*OLD.0.get())[OLD_PREEMPT] = Some(old) };
     });
 }
 
@@ -115,8 +121,14 @@ extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut l
     chain(sig, info, ctx);
 }
 
+/// Passes a signal that is not ours to the handler installed before us, or to the default
+/// action.
 fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
-    let idx = if sig == libc::SIGSEGV { 0 } else { 1 };
+    let idx = match sig {
+        libc::SIGSEGV => 0,
+        libc::SIGBUS => 1,
+        _ => OLD_PREEMPT,
+    };
     // SAFETY: written once before our handler was installed.
     let old = unsafe { (*OLD.0.get())[idx] };
     match old {
@@ -133,10 +145,17 @@ fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
                 f(sig);
             }
         }
+        Some(old) if old.sa_sigaction == libc::SIG_IGN => {}
         _ => {
-            // Restore the default action; returning re-executes the fault, which then kills us.
-            // SAFETY: resetting a signal disposition.
-            unsafe { libc::signal(sig, libc::SIG_DFL) };
+            // The default action. A fault re-executes on return and then kills us; any other
+            // signal is raised again, now with the default disposition.
+            // SAFETY: resetting a signal disposition and raising it are async-signal-safe.
+            unsafe {
+                libc::signal(sig, libc::SIG_DFL);
+                if sig != libc::SIGSEGV && sig != libc::SIGBUS {
+                    libc::raise(sig);
+                }
+            }
         }
     }
 }
@@ -187,32 +206,72 @@ impl Writer<'_> {
     }
 }
 
-extern "C" fn on_preempt(_sig: libc::c_int, _info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
+extern "C" fn on_preempt(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     let Some(k) = kthread::current_kthread() else {
+        chain(sig, info, ctx);
         return;
     };
+    if !k.shared().config.preemption {
+        chain(sig, info, ctx);
+        return;
+    }
     if k.preempt_word() & !PREEMPT_NOT_PENDING != 0 || k.current().is_null() {
         // Not now: record it; the next preempt::enable that reaches zero acts on it.
         // SAFETY: on a kthread; one instruction, so it cannot tear against the interrupted code.
         unsafe { arch::gs_and32::<OFF_PREEMPT>(!PREEMPT_NOT_PENDING) };
         return;
     }
-    // The uthread's other uthreads must be preemptible while this one sits in its handler.
-    // SAFETY: sigset_t is plain data; unblocking our own signal for this thread.
+    // errno belongs to the OS thread, which other uthreads use until we are resumed.
+    // SAFETY: __errno_location always returns this thread's errno.
+    let saved_errno = unsafe { *libc::__errno_location() };
+    // Raise the count before unblocking the signal: a request already queued is delivered at
+    // once and must only be recorded, not nest another switch (and signal frame) on this stack.
+    // SAFETY: on a kthread.
+    unsafe { preempt::disable_on_kthread() };
+    // Other uthreads must be preemptible while this one sits in its handler.
+    set_preempt_signal_blocked(false);
+    crate::sched::yield_from_signal();
+    // Possibly resumed on another kthread. Until sigreturn nothing may move us again.
+    set_preempt_signal_blocked(true);
+    // sigreturn installs the saved `uc_stack` as this thread's alternate signal stack: make it
+    // the stack of the kthread we return on, not of the one we were interrupted on.
+    // SAFETY: ctx is the ucontext_t the kernel passed to this SA_SIGINFO handler.
+    unsafe {
+        let uc = ctx.cast::<libc::ucontext_t>();
+        libc::sigaltstack(ptr::null(), &mut (*uc).uc_stack);
+        *libc::__errno_location() = saved_errno;
+    }
+    // Drop our count without switching here. A request that arrived meanwhile is raised again
+    // (it stays queued while blocked) and handled by a fresh handler once sigreturn unblocks it.
+    // SAFETY: we raised it above on whatever kthread we ran on; the count moves with the core.
+    if unsafe { arch::gs_dec32_is_zero::<OFF_PREEMPT>() } {
+        // SAFETY: on a kthread.
+        unsafe { arch::gs_or32::<OFF_PREEMPT>(PREEMPT_NOT_PENDING) };
+        // SAFETY: signalling our own thread.
+        unsafe {
+            libc::syscall(
+                libc::SYS_tgkill,
+                libc::getpid(),
+                libc::gettid(),
+                PREEMPT_SIGNAL,
+            )
+        };
+    }
+}
+
+fn set_preempt_signal_blocked(blocked: bool) {
+    // SAFETY: sigset_t is plain data; changing this thread's mask for one signal.
     unsafe {
         let mut set: libc::sigset_t = core::mem::zeroed();
         libc::sigemptyset(&mut set);
         libc::sigaddset(&mut set, PREEMPT_SIGNAL);
-        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, ptr::null_mut());
+        let how = if blocked {
+            libc::SIG_BLOCK
+        } else {
+            libc::SIG_UNBLOCK
+        };
+        libc::pthread_sigmask(how, &set, ptr::null_mut());
     }
-    // errno belongs to the OS thread, which other uthreads use until we are resumed.
-    // SAFETY: __errno_location always returns this thread's errno.
-    let saved_errno = unsafe { *libc::__errno_location() };
-    preempt::disable();
-    crate::sched::yield_from_signal();
-    preempt::enable();
-    // SAFETY: as above (possibly another OS thread's errno now, which is the one to restore).
-    unsafe { *libc::__errno_location() = saved_errno };
 }
 
 /// Marks a pending preemption as handled.

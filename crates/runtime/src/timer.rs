@@ -124,7 +124,8 @@ impl TimerQueue {
         let r = unsafe { f(&mut *self.heap.get(), &mut *self.seq.get()) };
         // SAFETY: lock held.
         let next = unsafe { (*self.heap.get()).peek().map_or(u64::MAX, |e| e.deadline) };
-        self.next.store(next, Ordering::Release);
+        // SeqCst: pairs with parked kthreads' publish-then-recheck (see Shared::timer_added).
+        self.next.store(next, Ordering::SeqCst);
         // SAFETY: we hold the lock.
         unsafe { self.lock.unlock() };
         preempt::enable();
@@ -186,12 +187,9 @@ impl TimerQueue {
         moved
     }
 
-    /// The owner is about to park: refuse hand-offs and report the earliest deadline kept.
-    pub fn stop_accepting(&self) -> u64 {
-        self.with(|heap, _| {
-            self.accepting.store(false, Ordering::Relaxed);
-            heap.peek().map_or(u64::MAX, |e| e.deadline)
-        })
+    /// The owner is about to park: refuse hand-offs from now on.
+    pub fn stop_accepting(&self) {
+        self.with(|_, _| self.accepting.store(false, Ordering::Relaxed));
     }
 
     pub fn start_accepting(&self) {
@@ -228,21 +226,21 @@ pub fn sleep_until(when: Instant) {
 }
 
 fn sleep_until_ns(deadline: u64, os_fallback: Duration) {
-    let Some(k) = kthread::current_kthread() else {
+    if kthread::current_kthread().is_none() {
         std::thread::sleep(os_fallback);
         return;
-    };
-    sched::assert_switch_allowed(k);
+    }
     if now_ns() >= deadline {
         sched::yield_now();
         return;
     }
     // SAFETY: on a kthread.
-    unsafe { preempt::disable_on_kthread() };
+    unsafe { sched::disable_for_switch() };
     // SAFETY: preemption disabled: still on the same kthread, in a uthread.
     let k = unsafe { this_kthread() };
-    let cur = NonNull::new(k.current()).expect("sleeping outside a uthread");
+    let cur = NonNull::new(k.current()).expect("checked by disable_for_switch");
     k.timers.insert(deadline, TimerAction::Wake(cur));
+    k.shared().timer_added(deadline);
     // SAFETY: in a uthread with preemption disabled once; the timer will ready us.
     unsafe { sched::schedule_away() };
     // SAFETY: disabled above.

@@ -135,3 +135,107 @@ fn preempted_uthreads_keep_all_their_registers() {
         "the two uthreads only alternated {switches_seen} times"
     );
 }
+
+fn start_signaller(
+    rt: &Runtime,
+    stop: Arc<AtomicBool>,
+    period: Duration,
+) -> std::thread::JoinHandle<u64> {
+    let tids: Vec<i32> = (0..rt.config().kthreads)
+        .map(|i| {
+            loop {
+                let t = rt.kthread_tids()[i];
+                if t != 0 {
+                    break t;
+                }
+                std::thread::yield_now();
+            }
+        })
+        .collect();
+    std::thread::spawn(move || {
+        let mut n = 0;
+        while !stop.load(Ordering::Relaxed) {
+            for &t in &tids {
+                signal_kthread(t);
+                n += 1;
+            }
+            if !period.is_zero() {
+                std::thread::sleep(period);
+            }
+        }
+        n
+    })
+}
+
+#[test]
+fn a_storm_of_preemption_signals_is_survived() {
+    // Signals back to back: a handler must never nest another switch (and frame) on the stack.
+    let rt = Runtime::new(Config::default().kthreads(2).preemption(true)).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let signaller = start_signaller(&rt, stop.clone(), Duration::ZERO);
+    let hs: Vec<_> = (0..6)
+        .map(|_| {
+            rt.spawn(|| {
+                let t = Instant::now();
+                let mut yields = 0u64;
+                while t.elapsed() < Duration::from_secs(2) {
+                    corral::yield_now();
+                    corral::sleep(Duration::from_micros(1));
+                    yields += 1;
+                }
+                yields
+            })
+        })
+        .collect();
+    let yields: u64 = hs
+        .into_iter()
+        .map(|h| h.join().expect("no panic under signals"))
+        .sum();
+    stop.store(true, Ordering::Relaxed);
+    let signals = signaller.join().unwrap();
+    assert!(
+        yields > 0 && signals > 1000,
+        "yields {yields}, signals {signals}"
+    );
+}
+
+#[test]
+fn each_kthread_keeps_its_own_alternate_signal_stack() {
+    let rt = Runtime::new(Config::default().kthreads(2).preemption(true)).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let signaller = start_signaller(&rt, stop.clone(), Duration::from_micros(50));
+    let hs: Vec<_> = (0..8)
+        .map(|_| {
+            rt.spawn(|| {
+                let mut seen = Vec::new();
+                let t = Instant::now();
+                while t.elapsed() < Duration::from_secs(1) {
+                    let spin = Instant::now();
+                    while spin.elapsed() < Duration::from_micros(200) {
+                        std::hint::spin_loop();
+                    }
+                    let _no_migration = corral::preempt::PreemptGuard::new();
+                    // SAFETY: stack_t is plain data that sigaltstack fills in.
+                    let mut cur: libc::stack_t = unsafe { std::mem::zeroed() };
+                    // SAFETY: querying only.
+                    unsafe { libc::sigaltstack(std::ptr::null(), &mut cur) };
+                    seen.push((corral::kthread_index().unwrap(), cur.ss_sp as usize));
+                }
+                seen
+            })
+        })
+        .collect();
+    let mut all: Vec<(usize, usize)> = hs.into_iter().flat_map(|h| h.join().unwrap()).collect();
+    stop.store(true, Ordering::Relaxed);
+    signaller.join().unwrap();
+    all.sort_unstable();
+    all.dedup();
+    let mut stacks: Vec<usize> = all.iter().map(|x| x.1).collect();
+    stacks.sort_unstable();
+    stacks.dedup();
+    assert_eq!(
+        all.len(),
+        stacks.len(),
+        "an alternate signal stack moved between kthreads: {all:?}"
+    );
+}

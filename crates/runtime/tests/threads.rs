@@ -193,6 +193,135 @@ fn sleepers_wake_after_every_kthread_parked() {
     });
 }
 
+fn spin_until(flag: &AtomicBool, limit: Duration) -> bool {
+    let t = Instant::now();
+    while !flag.load(Ordering::SeqCst) {
+        if t.elapsed() > limit {
+            return false;
+        }
+        std::hint::spin_loop();
+    }
+    true
+}
+
+#[test]
+fn a_busy_kthread_does_not_hold_back_other_uthreads_timers() {
+    let rt = runtime(2);
+    let worst = rt.block_on(|| {
+        let stop = Arc::new(AtomicBool::new(false));
+        let s2 = stop.clone();
+        // Never yields: its kthread cannot fire timers while it runs.
+        let busy = corral::spawn(move || {
+            let t = Instant::now();
+            while !s2.load(Ordering::Relaxed) && t.elapsed() < Duration::from_secs(2) {
+                std::hint::spin_loop();
+            }
+        });
+        let mut worst = Duration::ZERO;
+        for _ in 0..10 {
+            let t = Instant::now();
+            corral::sleep(Duration::from_millis(1));
+            worst = worst.max(t.elapsed());
+        }
+        stop.store(true, Ordering::Relaxed);
+        busy.join().unwrap();
+        worst
+    });
+    // Liveness, not speed: before the fix these sleeps waited out the busy uthread (2 s).
+    assert!(
+        worst < Duration::from_millis(500),
+        "a 1 ms sleep took {worst:?}"
+    );
+}
+
+#[test]
+fn runnable_work_is_not_left_while_a_kthread_is_parked() {
+    let rt = runtime(3);
+    let stuck = rt.block_on(|| {
+        let mut stuck = 0;
+        for _ in 0..100 {
+            // Let the other kthreads park.
+            corral::sleep(Duration::from_millis(1));
+            let a_go = Arc::new(AtomicBool::new(false));
+            let b_go = Arc::new(AtomicBool::new(false));
+            let (a1, b1, a2, b2) = (a_go.clone(), b_go.clone(), a_go.clone(), b_go.clone());
+            // a and the spawner busy-wait without yielding, so b needs the third kthread.
+            let ha = corral::spawn(move || {
+                a1.store(true, Ordering::SeqCst);
+                spin_until(&b1, Duration::from_secs(1))
+            });
+            let hb = corral::spawn(move || b2.store(true, Ordering::SeqCst));
+            if !(spin_until(&a2, Duration::from_secs(1))
+                && spin_until(&b_go, Duration::from_secs(1)))
+            {
+                stuck += 1;
+            }
+            ha.join().unwrap();
+            hb.join().unwrap();
+        }
+        stuck
+    });
+    assert_eq!(stuck, 0, "runnable uthreads waited while a kthread slept");
+}
+
+#[test]
+fn work_from_outside_is_not_starved_by_yielding_uthreads() {
+    let rt = runtime(1);
+    let flag = Arc::new(AtomicBool::new(false));
+    let f = flag.clone();
+    let h = rt.spawn(move || {
+        let f1 = f.clone();
+        let other = corral::spawn(move || {
+            let t = Instant::now();
+            while !f1.load(Ordering::SeqCst) && t.elapsed() < Duration::from_secs(5) {
+                corral::yield_now();
+            }
+        });
+        let t = Instant::now();
+        while !f.load(Ordering::SeqCst) && t.elapsed() < Duration::from_secs(5) {
+            corral::yield_now();
+        }
+        other.join().unwrap();
+        f.load(Ordering::SeqCst)
+    });
+    std::thread::sleep(Duration::from_millis(20));
+    let f2 = flag.clone();
+    let injected = rt.spawn(move || f2.store(true, Ordering::SeqCst));
+    assert!(
+        h.join().unwrap(),
+        "the injected uthread never ran while others yielded"
+    );
+    injected.join().unwrap();
+}
+
+#[test]
+fn spilled_uthreads_are_not_starved() {
+    let rt = runtime(1);
+    let all_started = rt.block_on(|| {
+        // More than a run queue holds: some spill to the inject queue.
+        const N: usize = 600;
+        let started = Arc::new(AtomicUsize::new(0));
+        let hs: Vec<_> = (0..N)
+            .map(|_| {
+                let s = started.clone();
+                corral::spawn(move || {
+                    s.fetch_add(1, Ordering::SeqCst);
+                    let t = Instant::now();
+                    while s.load(Ordering::SeqCst) < N && t.elapsed() < Duration::from_secs(5) {
+                        corral::yield_now();
+                    }
+                    s.load(Ordering::SeqCst) == N
+                })
+            })
+            .collect();
+        hs.into_iter().all(|h| h.join().unwrap())
+    });
+    assert!(
+        all_started,
+        "some uthreads never started while others yielded"
+    );
+}
+
 #[test]
 fn os_threads_and_uthreads_share_a_mutex_and_condvar() {
     let rt = runtime(2);

@@ -56,6 +56,9 @@ pub(crate) struct KThread {
     pub state: AtomicU8,
     /// 0 while parked and waiting, 1 once woken; the futex word.
     pub park_word: AtomicU32,
+    /// While parked: the earliest timer deadline (any kthread's) this kthread wakes up for;
+    /// `u64::MAX` otherwise.
+    pub park_deadline: AtomicU64,
     /// Bumped at every pass through the scheduler: an RCU quiescent state.
     pub rcu_gen: AtomicU64,
     pub tid: AtomicU32,
@@ -107,6 +110,7 @@ impl KThread {
             timers: TimerQueue::new(),
             state: AtomicU8::new(state::RUNNING),
             park_word: AtomicU32::new(0),
+            park_deadline: AtomicU64::new(u64::MAX),
             rcu_gen: AtomicU64::new(0),
             tid: AtomicU32::new(0),
             spawned: AtomicU64::new(0),

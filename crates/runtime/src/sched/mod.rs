@@ -170,6 +170,32 @@ impl Shared {
         }
     }
 
+    /// The earliest timer deadline of any kthread.
+    fn earliest_timer(&self) -> u64 {
+        self.kthreads
+            .iter()
+            .map(|k| k.timers.next_deadline())
+            .min()
+            .unwrap_or(u64::MAX)
+    }
+
+    /// A timer was added: if every parked kthread sleeps past it, wake one to watch it.
+    pub fn timer_added(&self, deadline: u64) {
+        // Pairs with the publish-then-recheck in `park`.
+        fence(Ordering::SeqCst);
+        if self.n_parked.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        let watched = self
+            .kthreads
+            .iter()
+            .map(|k| k.park_deadline.load(Ordering::SeqCst))
+            .min();
+        if watched.is_some_and(|w| deadline < w) {
+            self.wake_one();
+        }
+    }
+
     /// Whether any work is visible to a kthread about to park.
     fn work_visible(&self, now: u64) -> bool {
         self.inject_len.load(Ordering::SeqCst) > 0
@@ -229,8 +255,9 @@ fn sched_main(k: &'static KThread) {
             if spinning {
                 spinning = false;
                 k.state.store(state::RUNNING, Ordering::Relaxed);
-                if rt.n_spinning.fetch_sub(1, Ordering::SeqCst) == 1 && !k.rq.is_empty() {
-                    // We were the last one looking and there is more: get help.
+                if rt.n_spinning.fetch_sub(1, Ordering::SeqCst) == 1 {
+                    // We were the last one looking: there may be more work (on our queue or
+                    // a victim's), so make sure somebody keeps looking.
                     rt.wake_if_idle_after_local_push();
                 }
             }
@@ -269,6 +296,14 @@ fn find_work(k: &KThread) -> Option<usize> {
     let rt = k.shared();
     if k.timers.next_deadline() != u64::MAX {
         timer::run_expired(&k.timers, timer::now_ns());
+    }
+    // On the periodic trips through the scheduler one uthread from the inject queue goes
+    // first, so work from outside (or spilled from a full queue) cannot starve behind uthreads
+    // that keep yielding. Only one: moving a batch onto a full local queue would just spill it
+    // again before any of it ran.
+    let inject_first = k.ticks.get().is_multiple_of(POLL_EVERY);
+    if inject_first && let Some(th) = rt.take_injected(k, 1) {
+        return Some(th);
     }
     if let Some(th) = pop_local(k) {
         return Some(th);
@@ -334,7 +369,7 @@ fn park(k: &'static KThread) {
             }
         }
     }
-    let deadline = k.timers.stop_accepting();
+    k.timers.stop_accepting();
 
     k.park_word.store(0, Ordering::Relaxed);
     rt.parked_lock.lock();
@@ -349,16 +384,20 @@ fn park(k: &'static KThread) {
     // Anything published before we were counted as parked must be seen now.
     let mut woken = rt.work_visible(timer::now_ns()) || rt.shutdown.load(Ordering::SeqCst);
     while !woken {
-        let timeout = (deadline != u64::MAX).then(|| deadline.saturating_sub(timer::now_ns()));
-        if timeout == Some(0) {
+        // Wake for every kthread's timers, not only ours: a kthread busy in a long uthread
+        // cannot fire its own. Publish what we watch, then look again, so that a timer added
+        // meanwhile is either seen here or sees us (Shared::timer_added).
+        let watch = rt.earliest_timer();
+        k.park_deadline.store(watch, Ordering::SeqCst);
+        let watch = watch.min(rt.earliest_timer());
+        let now = timer::now_ns();
+        if watch <= now {
             break;
         }
-        futex_wait(&k.park_word, 0, timeout);
+        futex_wait(&k.park_word, 0, (watch != u64::MAX).then(|| watch - now));
         woken = k.park_word.load(Ordering::Acquire) == 1 || rt.shutdown.load(Ordering::SeqCst);
-        if !woken && deadline != u64::MAX && timer::now_ns() >= deadline {
-            break;
-        }
     }
+    k.park_deadline.store(u64::MAX, Ordering::SeqCst);
     unpark_self(k);
     k.timers.start_accepting();
     k.state.store(state::SPINNING, Ordering::SeqCst);
@@ -484,13 +523,12 @@ pub(crate) fn push_local(k: &KThread, th: usize) {
 /// Yields the current uthread: it goes to the back of the local queue and the next one runs.
 /// Off a kthread this yields the OS thread.
 pub fn yield_now() {
-    let Some(k) = kthread::current_kthread() else {
+    if kthread::current_kthread().is_none() {
         std::thread::yield_now();
         return;
-    };
-    assert_switch_allowed(k);
+    }
     // SAFETY: on a kthread.
-    unsafe { preempt::disable_on_kthread() };
+    unsafe { disable_for_switch() };
     // SAFETY: we are on a kthread, in a uthread, with preemption disabled.
     unsafe { yield_locked() };
     // SAFETY: disabled above.
@@ -557,12 +595,24 @@ pub(crate) fn preempt_pending() {
     }
 }
 
-/// Panics if the caller holds a spinlock or an RCU read section: blocking there would deadlock.
+/// Disables preemption for an operation that may switch away, after checking that the caller
+/// is a uthread that did not already have preemption disabled (holding a spinlock or an RCU read
+/// section across a switch would deadlock): that panics.
+///
+/// # Safety
+/// The caller runs on a kthread.
 #[inline]
-pub(crate) fn assert_switch_allowed(k: &KThread) {
+pub(crate) unsafe fn disable_for_switch() {
+    // SAFETY: on a kthread, per the contract. From here on we cannot migrate, so the kthread
+    // read below is the one we run on.
+    unsafe { preempt::disable_on_kthread() };
+    // SAFETY: as above.
+    let k = unsafe { this_kthread() };
     let depth = k.preempt_word() & !kthread::PREEMPT_NOT_PENDING;
-    if depth != 0 || k.current().is_null() {
-        switch_not_allowed(depth);
+    if depth != 1 || k.current().is_null() {
+        // SAFETY: undoing our own disable.
+        unsafe { preempt::enable_on_kthread() };
+        switch_not_allowed(depth - 1);
     }
 }
 

@@ -105,10 +105,7 @@ pub(crate) fn block_with(node: &WaitNode, enqueue: impl FnOnce() -> bool) {
     match node.who {
         Who::UThread(_) => {
             // SAFETY: a node for a uthread is only made on a kthread, and used by that uthread.
-            let k = unsafe { this_kthread() };
-            sched::assert_switch_allowed(k);
-            // SAFETY: we run on a kthread.
-            unsafe { preempt::disable_on_kthread() };
+            unsafe { sched::disable_for_switch() };
             if enqueue() {
                 // SAFETY: in a uthread with preemption disabled once.
                 unsafe { sched::schedule_away() };
@@ -135,15 +132,13 @@ pub(crate) fn block_with_deadline(
     match node.who {
         Who::UThread(_) => {
             // SAFETY: as in block_with.
-            let k = unsafe { this_kthread() };
-            sched::assert_switch_allowed(k);
-            // SAFETY: we run on a kthread.
-            unsafe { preempt::disable_on_kthread() };
+            unsafe { sched::disable_for_switch() };
             if enqueue() {
-                // SAFETY: preemption is disabled, so we are still on k.
+                // SAFETY: preemption is disabled, so this is the kthread we run on.
                 let k = unsafe { this_kthread() };
                 k.timers
                     .insert(deadline, TimerAction::Timeout(node.clone()));
+                k.shared().timer_added(deadline);
                 // SAFETY: in a uthread with preemption disabled once.
                 unsafe { sched::schedule_away() };
             }
