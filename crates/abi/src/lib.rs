@@ -1,0 +1,1 @@
+//! Shared-memory layout between iokerneld and Corral runtimes.
