@@ -97,23 +97,24 @@ impl RawMutex {
     /// The caller holds the lock.
     #[inline]
     pub unsafe fn unlock(&self) {
-        if self
-            .state
-            .compare_exchange(LOCKED, UNLOCKED, Ordering::Release, Ordering::Relaxed)
-            .is_err()
-        {
+        // One locked subtract: LOCKED becomes UNLOCKED. CONTENDED becomes LOCKED, which keeps
+        // the lock held (by us) until the slow path hands it to a waiter.
+        if self.state.fetch_sub(1, Ordering::Release) != LOCKED {
             self.unlock_slow();
         }
     }
 
+    /// The lock was CONTENDED and is now LOCKED, still ours: hand it to the oldest waiter.
     #[cold]
     fn unlock_slow(&self) {
         let next = self.waiters.with(|list| {
             let next = list.pop();
             match &next {
+                // Waiters that queued after our subtract set CONTENDED again under this lock;
+                // with none left the lock is simply released.
                 None => self.state.store(UNLOCKED, Ordering::Release),
                 Some(_) if list.is_empty() => self.state.store(LOCKED, Ordering::Release),
-                Some(_) => {}
+                Some(_) => self.state.store(CONTENDED, Ordering::Release),
             }
             next
         });
