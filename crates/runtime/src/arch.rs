@@ -92,6 +92,21 @@ pub(crate) unsafe fn gs_read<const OFFSET: usize>() -> usize {
     v
 }
 
+/// Reads the u32 at `%gs:OFFSET` in one instruction, so a migration cannot split it.
+///
+/// # Safety
+/// The caller must know that `%gs` points at a live kthread.
+#[inline(always)]
+pub(crate) unsafe fn gs_read32<const OFFSET: usize>() -> u32 {
+    let v: u32;
+    // SAFETY: the caller guarantees gs points at a kthread, which has a u32 at OFFSET.
+    unsafe {
+        asm!("mov {:e}, dword ptr gs:[{off}]", out(reg) v, off = const OFFSET,
+             options(nostack, preserves_flags, readonly))
+    };
+    v
+}
+
 /// One-instruction increment of the u32 at `%gs:OFFSET`: atomic with respect to signals and to
 /// migration of the calling uthread, which is what the preemption counter needs.
 ///

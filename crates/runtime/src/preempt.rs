@@ -56,7 +56,12 @@ pub(crate) unsafe fn enable_on_kthread() {
 #[inline]
 pub fn is_enabled() -> bool {
     match kthread::current_kthread() {
-        Some(k) => k.preempt_word() & !PREEMPT_NOT_PENDING == 0,
+        // One %gs-relative load: the word of whichever kthread we are on at that instant.
+        Some(_) => {
+            // SAFETY: on a kthread (a migration since the check lands on another kthread).
+            let word = unsafe { arch::gs_read32::<OFF_PREEMPT>() };
+            word & !PREEMPT_NOT_PENDING == 0
+        }
         None => true,
     }
 }

@@ -36,11 +36,15 @@ fn signal_kthread(tid: i32) {
     };
 }
 
-/// Keeps its state in registers: eight f64 lanes and an integer LCG, with no calls.
+/// Keeps its state in registers: eight f64 lanes and an integer LCG, with no calls. Every
+/// 4096 iterations it publishes its progress and counts how often the other uthread moved
+/// since its last look, which on a single kthread can only happen if it was preempted.
 #[inline(never)]
-fn register_heavy(iterations: u64, progress: &AtomicU64) -> (u64, [f64; 8]) {
+fn register_heavy(iterations: u64, mine: &AtomicU64, other: &AtomicU64) -> (u64, [f64; 8], u64) {
     let mut lanes = [1.0f64, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0];
     let mut lcg = 0x1234_5678u64;
+    let mut other_seen = other.load(Ordering::Relaxed);
+    let mut interleavings = 0;
     for i in 0..iterations {
         for (j, lane) in lanes.iter_mut().enumerate() {
             *lane = *lane * 1.000_000_1 + (i as f64) * 1e-9 - (j as f64) * 1e-10;
@@ -49,10 +53,24 @@ fn register_heavy(iterations: u64, progress: &AtomicU64) -> (u64, [f64; 8]) {
             .wrapping_mul(6_364_136_223_846_793_005)
             .wrapping_add(i | 1);
         if i % 4096 == 0 {
-            progress.store(i, Ordering::Relaxed);
+            mine.store(i, Ordering::Relaxed);
+            let now = other.load(Ordering::Relaxed);
+            if now != other_seen {
+                interleavings += 1;
+                other_seen = now;
+            }
         }
     }
-    (lcg, lanes)
+    (lcg, lanes, interleavings)
+}
+
+/// Stops a signalling thread when dropped, even if the test fails first.
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
 }
 
 #[test]
@@ -85,41 +103,30 @@ fn a_spinning_uthread_is_preempted_so_another_can_run() {
 #[test]
 fn preempted_uthreads_keep_all_their_registers() {
     const ITERS: u64 = 30_000_000;
-    let reference = register_heavy(ITERS, &AtomicU64::new(0));
+    let reference = register_heavy(ITERS, &AtomicU64::new(0), &AtomicU64::new(0));
 
     let rt = Runtime::new(Config::default().kthreads(1).preemption(true)).unwrap();
     let progress: Arc<Vec<AtomicU64>> = Arc::new((0..2).map(|_| AtomicU64::new(0)).collect());
     let handles: Vec<_> = (0..2)
         .map(|me| {
             let progress = progress.clone();
-            rt.spawn(move || register_heavy(ITERS, &progress[me]))
+            rt.spawn(move || register_heavy(ITERS, &progress[me], &progress[1 - me]))
         })
         .collect();
-    let tid = kthread_tid(&rt);
-    let mut signals = 0u64;
-    let mut switches_seen = 0u64;
-    let mut last_runner = None;
+    let stop = Arc::new(AtomicBool::new(false));
+    let _stop_signals = StopOnDrop(stop.clone());
+    let signaller = start_signaller(&rt, stop.clone(), Duration::from_micros(100));
     let start = Instant::now();
     while !handles.iter().all(|h| h.is_finished()) {
         assert!(
             start.elapsed() < Duration::from_secs(120),
             "computation never finished"
         );
-        let before: Vec<u64> = progress.iter().map(|p| p.load(Ordering::Relaxed)).collect();
-        signal_kthread(tid);
-        signals += 1;
-        std::thread::sleep(Duration::from_micros(100));
-        let moved: Vec<bool> = progress
-            .iter()
-            .zip(&before)
-            .map(|(p, b)| p.load(Ordering::Relaxed) != *b)
-            .collect();
-        let runner = moved.iter().position(|&m| m);
-        if runner.is_some() && runner != last_runner {
-            switches_seen += 1;
-            last_runner = runner;
-        }
+        std::thread::sleep(Duration::from_millis(1));
     }
+    stop.store(true, Ordering::Relaxed);
+    let signals = signaller.join().unwrap();
+    let mut interleavings = 0;
     for h in handles {
         let got = h.join().unwrap();
         assert_eq!(got.0, reference.0, "integer state corrupted by preemption");
@@ -128,11 +135,12 @@ fn preempted_uthreads_keep_all_their_registers() {
             reference.1.map(f64::to_bits),
             "vector/FP state corrupted"
         );
+        interleavings += got.2;
     }
     assert!(signals > 100, "only {signals} signals sent");
     assert!(
-        switches_seen > 10,
-        "the two uthreads only alternated {switches_seen} times"
+        interleavings > 10,
+        "the two uthreads interleaved only {interleavings} times"
     );
 }
 
@@ -172,6 +180,7 @@ fn a_storm_of_preemption_signals_is_survived() {
     // Signals back to back: a handler must never nest another switch (and frame) on the stack.
     let rt = Runtime::new(Config::default().kthreads(2).preemption(true)).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
+    let _stop_signals = StopOnDrop(stop.clone());
     let signaller = start_signaller(&rt, stop.clone(), Duration::ZERO);
     let hs: Vec<_> = (0..6)
         .map(|_| {
@@ -181,6 +190,18 @@ fn a_storm_of_preemption_signals_is_survived() {
                 while t.elapsed() < Duration::from_secs(2) {
                     corral::yield_now();
                     corral::sleep(Duration::from_micros(1));
+                    // Being moved between kthreads mid-check must not make a uthread look
+                    // like an ordinary thread, nor unbalance the preemption counter.
+                    for _ in 0..100 {
+                        assert!(
+                            corral::kthread_index().is_some(),
+                            "uthread lost its kthread"
+                        );
+                        assert!(
+                            corral::preempt::is_enabled(),
+                            "preemption counter unbalanced"
+                        );
+                    }
                     yields += 1;
                 }
                 yields
@@ -203,6 +224,7 @@ fn a_storm_of_preemption_signals_is_survived() {
 fn each_kthread_keeps_its_own_alternate_signal_stack() {
     let rt = Runtime::new(Config::default().kthreads(2).preemption(true)).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
+    let _stop_signals = StopOnDrop(stop.clone());
     let signaller = start_signaller(&rt, stop.clone(), Duration::from_micros(50));
     let hs: Vec<_> = (0..8)
         .map(|_| {

@@ -130,6 +130,7 @@ impl KThread {
 
     /// Makes the calling OS thread this kthread.
     pub fn bind_current_thread(&self) {
+        ON_KTHREAD.with(|on| on.set(true));
         self.owner_fs.store(arch::fs_base(), Ordering::Relaxed);
         // SAFETY: gettid has no preconditions.
         let tid = unsafe { libc::gettid() };
@@ -144,6 +145,7 @@ impl KThread {
     pub fn unbind_current_thread(&self) {
         self.owner_fs.store(0, Ordering::Relaxed);
         arch::set_gs_base(0);
+        ON_KTHREAD.with(|on| on.set(false));
     }
 
     #[inline]
@@ -200,20 +202,32 @@ pub(crate) fn alloc_global_thread_id() -> u64 {
     NEXT_ID_BLOCK.fetch_add(1, Ordering::Relaxed)
 }
 
+std::thread_local! {
+    /// Whether this OS thread is a kthread. Not per-kthread state (it is the same on every
+    /// kthread), so a stale read after a uthread migrated is still right; it is only consulted
+    /// when the `%gs`/`%fs` comparison below fails.
+    static ON_KTHREAD: Cell<bool> = const { Cell::new(false) };
+}
+
 /// The kthread the caller runs on, if it runs on one.
 #[inline(always)]
 pub(crate) fn current_kthread() -> Option<&'static KThread> {
-    let base = arch::gs_base();
-    if base == 0 {
-        return None;
-    }
-    // SAFETY: a nonzero gs base in this process is only ever set by bind_current_thread to a
-    // KThread, and KThreads are never freed (see Shared::drop), so the read is of live memory.
-    let k = unsafe { &*(base as *const KThread) };
-    if k.owner_fs.load(Ordering::Relaxed) == arch::fs_base() {
-        Some(k)
-    } else {
-        None
+    loop {
+        let base = arch::gs_base();
+        if base == 0 {
+            return None;
+        }
+        // SAFETY: a nonzero gs base in this process is only ever set by bind_current_thread to
+        // a KThread, and KThreads are never freed (see Shared::new), so this is live memory.
+        let k = unsafe { &*(base as *const KThread) };
+        if k.owner_fs.load(Ordering::Relaxed) == arch::fs_base() {
+            return Some(k);
+        }
+        // Either a thread that inherited a kthread's %gs when it was created (not a kthread),
+        // or a uthread preempted and moved to another kthread between the two reads.
+        if !ON_KTHREAD.with(Cell::get) {
+            return None;
+        }
     }
 }
 

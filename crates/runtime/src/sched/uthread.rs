@@ -378,10 +378,15 @@ fn current_runtime() -> io::Result<&'static Shared> {
 /// A spawning uthread whose local queue is full runs some of that work first, so that a tight
 /// spawn loop cannot pile up unbounded numbers of unstarted uthreads (and their stacks).
 fn apply_backpressure() {
+    if !preempt::is_enabled() {
+        return;
+    }
+    preempt::disable();
     let full = kthread::current_kthread().is_some_and(|k| {
         !k.current().is_null() && k.rq.len() >= super::runqueue::RUNQ_CAPACITY - 1
     });
-    if full && preempt::is_enabled() {
+    preempt::enable();
+    if full {
         sched::yield_now();
     }
 }
