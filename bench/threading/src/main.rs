@@ -241,34 +241,31 @@ fn corral_spawn_throughput(rt: &Runtime, batches: u64) -> f64 {
     })
 }
 
-fn run_corral(args: &Args, results: &mut Results) {
-    let one = || runtime(vec![args.cpu0]);
-    let two = || runtime(vec![args.cpu0, args.cpu1]);
+/// One timed batch of an operation: runs `n` of it on the runtime, returns ns per operation.
+type Batch = fn(&Runtime, u64) -> f64;
+
+/// Measures one operation on Corral, on a runtime sized for it.
+fn measure_corral(op: &str, args: &Args) -> Vec<f64> {
     let s = args.scale;
-    let wake_rounds = ((200.0 * s.max(0.05)).round() as u64).max(10);
-    let mut run = |op: &str, rt: &Runtime, n: u64, f: fn(&Runtime, u64) -> f64| {
-        if args.selected(op) {
-            let samples = measure(args.reps, n, |n| f(rt, n));
-            results.samples.push(("corral".into(), op.into(), samples));
-        }
-    };
-    {
-        let rt = one();
-        run("yield", &rt, scaled(1_000_000.0, s), corral_yield);
-        run("spawn_join", &rt, scaled(200_000.0, s), corral_spawn_join);
-        run("mutex", &rt, scaled(10_000_000.0, s), corral_mutex);
-        run("condvar", &rt, scaled(200_000.0, s), corral_condvar);
-    }
-    {
-        let rt = two();
-        run("wake_latency", &rt, wake_rounds, corral_wake_latency);
-        run(
-            "spawn_throughput",
-            &rt,
+    let (cpus, n, f): (Vec<usize>, u64, Batch) = match op {
+        "yield" => (vec![args.cpu0], scaled(1_000_000.0, s), corral_yield),
+        "spawn_join" => (vec![args.cpu0], scaled(200_000.0, s), corral_spawn_join),
+        "mutex" => (vec![args.cpu0], scaled(10_000_000.0, s), corral_mutex),
+        "condvar" => (vec![args.cpu0], scaled(200_000.0, s), corral_condvar),
+        "wake_latency" => (
+            vec![args.cpu0, args.cpu1],
+            ((200.0 * s.max(0.05)).round() as u64).max(10),
+            corral_wake_latency,
+        ),
+        "spawn_throughput" => (
+            vec![args.cpu0, args.cpu1],
             scaled(1_000.0, s),
             corral_spawn_throughput,
-        );
-    }
+        ),
+        _ => unreachable!("ops are validated in main"),
+    };
+    let rt = runtime(cpus);
+    measure(args.reps, n, |n| f(&rt, n))
 }
 
 fn repo_root() -> &'static Path {
@@ -309,13 +306,9 @@ fn build_peers() -> Result<(PathBuf, PathBuf), String> {
     Ok((go_dir.join("go-peer"), c_dir.join("pthreads-peer")))
 }
 
-fn run_peer(bin: &Path, args: &Args, results: &mut Results) -> Result<(), String> {
+fn run_peer(bin: &Path, op: &str, args: &Args, results: &mut Results) -> Result<(), String> {
     let out = Command::new(bin)
-        .args(if args.ops.is_empty() {
-            vec![]
-        } else {
-            vec!["--ops".to_string(), args.ops.join(",")]
-        })
+        .args(["--ops", op])
         .args([
             "--reps",
             &args.reps.to_string(),
@@ -488,24 +481,27 @@ fn main() {
     let mut results = Results {
         samples: Vec::new(),
     };
-    eprintln!(
-        "corral: measuring ({} reps, scale {})...",
-        args.reps, args.scale
-    );
-    run_corral(&args, &mut results);
-    if !args.no_peers {
+    let peers = if args.no_peers {
+        Vec::new()
+    } else {
         match build_peers() {
-            Ok((go, pthreads)) => {
-                for (name, bin) in [("go", go), ("pthreads", pthreads)] {
-                    eprintln!("{name}: measuring...");
-                    if let Err(e) = run_peer(&bin, &args, &mut results) {
-                        eprintln!("error: {e}");
-                        std::process::exit(1);
-                    }
-                }
-            }
+            Ok((go, pthreads)) => vec![("go", go), ("pthreads", pthreads)],
             Err(e) => {
                 eprintln!("error: cannot build the peers: {e}");
+                std::process::exit(1);
+            }
+        }
+    };
+    // One operation at a time on every system, so that a change in background load between
+    // phases cannot skew a ratio.
+    for op in OPS.into_iter().filter(|op| args.selected(op)) {
+        eprintln!("{op}: corral ({} reps, scale {})", args.reps, args.scale);
+        let samples = measure_corral(op, &args);
+        results.samples.push(("corral".into(), op.into(), samples));
+        for (name, bin) in &peers {
+            eprintln!("{op}: {name}");
+            if let Err(e) = run_peer(bin, op, &args, &mut results) {
+                eprintln!("error: {e}");
                 std::process::exit(1);
             }
         }
