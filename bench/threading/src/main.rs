@@ -404,20 +404,19 @@ fn print_table(results: &Results, args: &Args) {
             .iter()
             .find(|t| t.op == op)
             .map_or(String::new(), |t| {
+                let verdict = |ok: Option<bool>| match ok {
+                    Some(true) => "met",
+                    Some(false) => "MISSED",
+                    None => "not measured",
+                };
                 let mut parts = Vec::new();
                 if let Some(max) = t.max_vs_go {
-                    let ok = matches!((c, g), (Some(c), Some(g)) if c / g <= max);
-                    parts.push(format!(
-                        "<= {max}x go {}",
-                        if ok { "met" } else { "MISSED" }
-                    ));
+                    let ok = c.zip(g).map(|(c, g)| c / g <= max);
+                    parts.push(format!("<= {max}x go {}", verdict(ok)));
                 }
                 if let Some(min) = t.min_pthreads_over_corral {
-                    let ok = matches!((p, c), (Some(p), Some(c)) if p / c >= min);
-                    parts.push(format!(
-                        ">= {min}x faster than pthreads {}",
-                        if ok { "met" } else { "MISSED" }
-                    ));
+                    let ok = p.zip(c).map(|(p, c)| p / c >= min);
+                    parts.push(format!(">= {min}x faster than pthreads {}", verdict(ok)));
                 }
                 parts.join("; ")
             });
