@@ -13,10 +13,13 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 
 echo "== loom model checks"
 RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 CARGO_TARGET_DIR=target/loom \
-  cargo test --quiet --release -p corral --test loom
+  cargo test --quiet --release -p corral -p corral-abi --test loom
 
-echo "== benchmark smoke run (numbers from a run this small mean nothing)"
-cargo run --quiet --release -p corral-bench-threading -- --scale 0.005 --reps 2 >/dev/null
+echo "== benchmark smoke runs (numbers from runs this small mean nothing)"
+cargo run --quiet --profile ci -p corral-bench-threading -- --scale 0.005 --reps 2 >/dev/null
+cargo bench --quiet --profile ci -p corral-iokernel --bench alloc_pass >/dev/null
 
 echo "== workspace tests"
-cargo test --release --workspace --all-targets 2>&1 | tee target/test-output.txt
+# The C and C++ test programs link this static library (see crates/capi/Cargo.toml).
+cargo build --quiet --profile ci -p corral-capi --example corral_capi_testlib
+cargo test --profile ci --workspace --all-targets 2>&1 | tee target/test-output.txt

@@ -1,0 +1,668 @@
+//! The core allocator: which runtime's kthread runs on which managed core.
+//!
+//! A pure state machine after Shenango (NSDI '19) §4.1. It is fed observations and events and
+//! answers with [`Decision`]s; it never reads clocks, shared memory or sysfs, and never talks
+//! to the OS. The daemon reads each active kthread's queue counters, feeds them in with
+//! [`Allocator::observe_queues`], calls [`Allocator::run_pass`] every interval, relays the
+//! runtimes' park reports, and carries out the decisions (pin and wake, signal).
+//!
+//! * How many cores (Algorithm 1): a runtime is congested when an item that was queued at the
+//!   previous pass, on any of its kthreads' run queues or ingress rings, is queued still. A
+//!   congested runtime gets one more core per pass, up to its maximum. Runtimes give cores
+//!   back by parking.
+//! * Which core (Algorithm 2): the sibling of a core it holds, else the core it gave up last,
+//!   else an idle core (one whose whole physical core is free first), else a core taken from a
+//!   runtime above its guarantee. A taken core changes hands only when its kthread reports
+//!   that it parked.
+//! * Which kthread: the one that last ran on that core if it is parked, else the one parked
+//!   longest.
+//!
+//! Guarantees are never oversubscribed and never preempted. Everything a pass touches is
+//! indexed by id in preallocated tables, and nothing allocates once runtimes are registered.
+//! A pass costs O(1) per observed kthread, plus O(runtimes) to collect the runtimes that asked
+//! for a core, plus, per grant, the requester's own cores and N/64 bitmap words; the only
+//! superlinear steps are in-place sorts of runtimes (those asking, and, once per call that
+//! must preempt, those bursting): O(R log R).
+//!
+//! Times are whatever monotonic unit the caller uses (nanoseconds in the daemon); they only
+//! have to never go back.
+//!
+//! # Where this departs from the paper
+//!
+//! * The paper takes a core from a *random* bursting application. Here the victim is the most
+//!   bursting runtime (ties by slot), so runs are reproducible and cores come from whoever has
+//!   the most to spare.
+//! * [`BurstSharing::Balanced`] (the default) lets a runtime that is itself at or above its
+//!   guarantee take a core only from a runtime that will still burst at least as much. With the
+//!   paper's rule ([`BurstSharing::AnyBursting`]) two congested bursting runtimes preempt each
+//!   other every pass, each preemption costing both a context switch. Runtimes below their
+//!   guarantee, and runtimes holding no core at all, may take from any bursting runtime.
+//! * Runtimes are served neediest first (furthest below their guarantee, then least
+//!   bursting), ties rotating every pass, where the paper walks applications in a fixed order.
+//! * "Any idle core" prefers one whose sibling is idle too, keeping half-busy physical cores
+//!   for the runtime on the other half (which step 1 will ask for).
+//! * A runtime has at most one promised (preempted, not yet handed over) core at a time, so a
+//!   congestion signal that persists while the victim winds down does not pile up preemptions.
+//! * A core freed by a park goes straight to a runtime that asked for a core and got none
+//!   (congested, or with pending work and no core) instead of idling until the next pass.
+//! * Preemptions that are not honoured in time are reported ([`Decision::PreemptionOverdue`]),
+//!   as DESIGN §4 asks; the paper does not say.
+//! * A comparison always spans exactly one pass: a kthread not observed in the previous pass
+//!   (just woken, or skipped) cannot be found congested.
+
+mod audit;
+mod cores;
+mod error;
+mod ids;
+mod queues;
+mod runtime;
+mod select;
+mod topology;
+mod transitions;
+
+#[cfg(test)]
+mod tests;
+
+pub use cores::CoreStats;
+pub use error::{AllocError, SpecError};
+pub use ids::{CoreId, KthreadIndex, RuntimeId};
+pub use queues::{QueueCounters, QueueFault, QueueKind, QueueSnapshot};
+pub use runtime::{KthreadPlace, MAX_KTHREADS, MAX_QUEUE_CAPACITY, RuntimeSpec, RuntimeStats};
+pub use topology::{MAX_CORES, Topology, TopologyError};
+
+use cores::{Core, CoreSet, CoreState};
+use runtime::Runtime;
+
+/// Most runtimes registered at once.
+pub const MAX_RUNTIMES: usize = 1 << 16;
+
+/// What the daemon must do. Decisions are emitted in the order they must be carried out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Pin `kthread` to `core` and wake it. Nothing else runs on the core.
+    Wake {
+        runtime: RuntimeId,
+        kthread: KthreadIndex,
+        core: CoreId,
+    },
+    /// Ask `victim_kthread` to park (signal it). The core is promised to `for_runtime`; a
+    /// [`Decision::Wake`] for it follows once the victim reports that it parked.
+    Preempt {
+        victim_runtime: RuntimeId,
+        victim_kthread: KthreadIndex,
+        core: CoreId,
+        for_runtime: RuntimeId,
+    },
+    /// A preempted kthread has not parked within [`AllocatorConfig::preemption_timeout`]:
+    /// move it off the managed cores, then report [`Allocator::preemption_completed`].
+    /// Emitted once per preemption.
+    PreemptionOverdue {
+        victim_runtime: RuntimeId,
+        victim_kthread: KthreadIndex,
+        core: CoreId,
+    },
+}
+
+/// Which bursting runtimes a runtime that is itself at or above its guarantee may take a core
+/// from, when no core is idle.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BurstSharing {
+    /// Only from a runtime that would still burst at least as much as the taker after the
+    /// transfer. Two congested bursting runtimes then settle on an even split of the burstable
+    /// cores instead of preempting each other every pass. A runtime below its guarantee, or
+    /// holding no core at all, may still take from any bursting runtime.
+    #[default]
+    Balanced,
+    /// From any bursting runtime, as in the paper.
+    AnyBursting,
+}
+
+/// Tunables.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AllocatorConfig {
+    pub burst_sharing: BurstSharing,
+    /// How long (in the caller's time unit) a preempted kthread may keep its core before
+    /// [`Decision::PreemptionOverdue`]; `None` never reports.
+    pub preemption_timeout: Option<u64>,
+}
+
+impl Default for AllocatorConfig {
+    fn default() -> Self {
+        Self {
+            burst_sharing: BurstSharing::Balanced,
+            // 1 ms in nanoseconds: two hundred allocation intervals.
+            preemption_timeout: Some(1_000_000),
+        }
+    }
+}
+
+/// Who is on a core.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CoreOccupancy {
+    Idle,
+    Running {
+        runtime: RuntimeId,
+        kthread: KthreadIndex,
+    },
+    /// `kthread` still runs here but has been asked to park; the core then goes to `to`, or
+    /// back to the idle pool if `to` is `None`.
+    HandingOver {
+        runtime: RuntimeId,
+        kthread: KthreadIndex,
+        to: Option<RuntimeId>,
+        since: u64,
+    },
+}
+
+impl CoreOccupancy {
+    /// The runtime whose kthread occupies the core.
+    pub fn owner(&self) -> Option<RuntimeId> {
+        match *self {
+            Self::Idle => None,
+            Self::Running { runtime, .. } | Self::HandingOver { runtime, .. } => Some(runtime),
+        }
+    }
+}
+
+/// A core's state and history.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CoreView {
+    pub occupancy: CoreOccupancy,
+    pub sibling: Option<CoreId>,
+    /// The kthread that ran here most recently (possibly still running).
+    pub last_user: Option<(RuntimeId, KthreadIndex)>,
+    pub stats: CoreStats,
+}
+
+/// A runtime's allocation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RuntimeView {
+    pub id: RuntimeId,
+    pub spec: RuntimeSpec,
+    /// Cores its kthreads occupy, including those being preempted.
+    pub running_cores: u32,
+    /// Of `running_cores`, those it has been asked to give up.
+    pub cores_handing_over: u32,
+    /// Cores promised to it, handed over when the kthreads on them park.
+    pub cores_reserved: u32,
+    /// The core it gave up most recently.
+    pub most_recent_core: Option<CoreId>,
+    /// It asked for a core and none could be had yet.
+    pub waiting: bool,
+    /// It has work and no core; it will be granted one as soon as one can be had.
+    pub has_pending_work: bool,
+    pub stats: RuntimeStats,
+}
+
+impl RuntimeView {
+    /// Cores it will hold once pending handovers settle.
+    pub fn committed_cores(&self) -> u32 {
+        self.running_cores - self.cores_handing_over + self.cores_reserved
+    }
+}
+
+/// A kthread's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KthreadView {
+    pub place: KthreadPlace,
+    pub last_core: Option<CoreId>,
+}
+
+/// The allocator. See the module documentation.
+#[derive(Clone, Debug)]
+pub struct Allocator {
+    config: AllocatorConfig,
+    topology: Topology,
+    cores: Vec<Core>,
+    idle: CoreSet,
+    /// Idle cores whose sibling is idle too (or that have none): granting one of these puts the
+    /// runtime on a physical core it shares with nobody.
+    idle_whole: CoreSet,
+    idle_count: usize,
+    /// Cores being handed over, for the overdue check.
+    handovers: Vec<CoreId>,
+    runtimes: Vec<Runtime>,
+    guaranteed_total: u32,
+    waiting_count: u32,
+    /// The pass that observations currently feed, counted from 1 so that 0 means "never".
+    pass: u64,
+    now: u64,
+    /// Reused by every grant round: (priority, slot) of the runtimes asking for a core.
+    requesters: Vec<(u64, u32)>,
+    /// Bursting runtimes, most bursting first; built on the first preemption of a call and kept
+    /// ordered as victims lose cores, so picking a victim stays O(log runtimes).
+    victim_rank: Vec<u32>,
+    victim_rank_position: Vec<u32>,
+    victim_rank_valid: bool,
+}
+
+impl Allocator {
+    /// All cores start idle.
+    pub fn new(topology: Topology, config: AllocatorConfig) -> Self {
+        let core_count = topology.core_count();
+        let cores = topology
+            .cores()
+            .map(|core| Core {
+                state: CoreState::Idle,
+                sibling: topology.sibling(core),
+                list_position: 0,
+                last_user: None,
+                stats: CoreStats::default(),
+            })
+            .collect();
+        let mut allocator = Self {
+            config,
+            cores,
+            idle: CoreSet::new(core_count),
+            idle_whole: CoreSet::new(core_count),
+            idle_count: 0,
+            handovers: Vec::with_capacity(core_count),
+            runtimes: Vec::new(),
+            guaranteed_total: 0,
+            waiting_count: 0,
+            pass: 1,
+            now: 0,
+            requesters: Vec::new(),
+            victim_rank: Vec::new(),
+            victim_rank_position: Vec::new(),
+            victim_rank_valid: false,
+            topology,
+        };
+        for index in 0..core_count {
+            allocator.mark_idle(CoreId(index as u16));
+        }
+        allocator
+    }
+
+    /// Registers a runtime with all its kthreads parked. It gets a core when it shows demand
+    /// ([`Allocator::pending_work`] or congestion).
+    pub fn register(&mut self, spec: RuntimeSpec, now: u64) -> Result<RuntimeId, AllocError> {
+        self.check_clock(now)?;
+        spec.validate()?;
+        let core_count = self.topology.core_count();
+        if self.guaranteed_total + u32::from(spec.guaranteed_cores) > core_count as u32 {
+            return Err(SpecError::GuaranteesOversubscribed {
+                requested: spec.guaranteed_cores,
+                already_guaranteed: self.guaranteed_total,
+                cores: core_count,
+            }
+            .into());
+        }
+        let slot = match self.runtimes.iter().position(|runtime| !runtime.live) {
+            Some(slot) => slot,
+            None if self.runtimes.len() < MAX_RUNTIMES => {
+                let slot = self.runtimes.len();
+                self.runtimes
+                    .push(Runtime::vacant(RuntimeId::from_parts(slot as u32, 0)));
+                // Grown with the slot table so that grant rounds never reallocate.
+                self.requesters
+                    .reserve(self.runtimes.len() - self.requesters.len());
+                self.victim_rank
+                    .reserve(self.runtimes.len() - self.victim_rank.len());
+                self.victim_rank_position.push(u32::MAX);
+                slot
+            }
+            None => return Err(AllocError::TooManyRuntimes),
+        };
+        self.now = now;
+        let id = self.runtimes[slot].id;
+        self.runtimes[slot].occupy(id, spec, now, core_count);
+        self.guaranteed_total += u32::from(spec.guaranteed_cores);
+        self.victim_rank_valid = false;
+        Ok(id)
+    }
+
+    /// Removes a runtime (its connection closed). Every core it occupied is reclaimed: handed
+    /// to the runtime it was promised to, or to a waiting runtime, or left idle. The daemon must
+    /// already have stopped its kthreads.
+    pub fn unregister(
+        &mut self,
+        runtime: RuntimeId,
+        out: &mut Vec<Decision>,
+    ) -> Result<(), AllocError> {
+        let slot = self.slot_of(runtime)?;
+        self.victim_rank_valid = false;
+        self.reclaim_everything_of(slot, out);
+        self.serve_waiters(out);
+        Ok(())
+    }
+
+    /// Records one active kthread's queue counters for the coming pass and applies Algorithm
+    /// 1's test against the previous pass's counters.
+    ///
+    /// Counters that cannot be true (see [`QueueFault`]) are refused with
+    /// [`AllocError::ImpossibleQueue`]; the observation is dropped and the rest of the pass is
+    /// unaffected.
+    #[inline]
+    pub fn observe_queues(
+        &mut self,
+        runtime: RuntimeId,
+        kthread: KthreadIndex,
+        queues: QueueSnapshot,
+    ) -> Result<(), AllocError> {
+        let slot = self.slot_of(runtime)?;
+        let pass = self.pass;
+        let owner = &self.runtimes[slot];
+        let Some(entry) = owner.kthreads.get(kthread.index()) else {
+            return Err(AllocError::NoSuchKthread {
+                runtime,
+                kthread,
+                kthreads: owner.spec.kthreads,
+            });
+        };
+        if !matches!(entry.place, KthreadPlace::Active { .. }) {
+            return Err(AllocError::KthreadNotActive { runtime, kthread });
+        }
+        if entry.observed_in_pass == pass {
+            return Err(AllocError::AlreadyObserved { runtime, kthread });
+        }
+        let observed_last_pass = entry.observed_in_pass.wrapping_add(1) == pass;
+        let previous = observed_last_pass.then_some(entry.queues_last_seen);
+        let impossible = |queue, fault| AllocError::ImpossibleQueue {
+            runtime,
+            kthread,
+            queue,
+            fault,
+        };
+        queues::check(
+            previous.map(|seen| seen.run_queue),
+            queues.run_queue,
+            owner.spec.run_queue_capacity,
+        )
+        .map_err(|fault| impossible(QueueKind::RunQueue, fault))?;
+        queues::check(
+            previous.map(|seen| seen.ingress),
+            queues.ingress,
+            owner.spec.ingress_capacity,
+        )
+        .map_err(|fault| impossible(QueueKind::Ingress, fault))?;
+
+        let congested = previous.is_some_and(|seen| {
+            queues::item_outlived_interval(seen.run_queue, queues.run_queue)
+                || queues::item_outlived_interval(seen.ingress, queues.ingress)
+        });
+        let owner = &mut self.runtimes[slot];
+        let entry = &mut owner.kthreads[kthread.index()];
+        entry.queues_last_seen = queues;
+        entry.observed_in_pass = pass;
+        if congested && owner.congested_in_pass != pass {
+            owner.congested_in_pass = pass;
+            owner.stats.congestion_detections += 1;
+        }
+        Ok(())
+    }
+
+    /// Ends a pass: grants one core to each runtime found congested since the previous pass or
+    /// waiting with pending work, neediest first (furthest below its guarantee, then least
+    /// bursting). Also reports preemptions that are overdue.
+    pub fn run_pass(&mut self, now: u64, out: &mut Vec<Decision>) -> Result<(), AllocError> {
+        self.check_clock(now)?;
+        self.now = now;
+        self.victim_rank_valid = false;
+
+        let pass = self.pass;
+        let rotation = self.grant_rotation();
+        self.requesters.clear();
+        for slot in 0..self.runtimes.len() {
+            let runtime = &self.runtimes[slot];
+            let has_pending_work = runtime.has_pending_work;
+            // Waiting is re-derived every pass: congestion that went away is no claim on the
+            // next freed core.
+            if runtime.waiting != has_pending_work {
+                self.set_waiting(slot, has_pending_work);
+            }
+            let runtime = &self.runtimes[slot];
+            let asks = runtime.congested_in_pass == pass || has_pending_work;
+            if asks && runtime.live && runtime.can_grow() {
+                let priority = self.grant_priority(slot, rotation);
+                self.requesters.push((priority, slot as u32));
+            }
+        }
+        self.requesters.sort_unstable();
+        for position in 0..self.requesters.len() {
+            let slot = self.requesters[position].1 as usize;
+            if !self.grant_one_core(slot, false, out) {
+                self.set_waiting(slot, true);
+            }
+        }
+
+        self.report_overdue_handovers(out);
+        self.pass += 1;
+        Ok(())
+    }
+
+    /// A kthread parked: on its own because it found no work, or because it was preempted.
+    /// Its core goes to the runtime it was promised to, else to a waiting runtime, else idle.
+    pub fn kthread_parked(
+        &mut self,
+        runtime: RuntimeId,
+        kthread: KthreadIndex,
+        now: u64,
+        out: &mut Vec<Decision>,
+    ) -> Result<(), AllocError> {
+        self.check_clock(now)?;
+        let slot = self.slot_of(runtime)?;
+        let core = self.active_core_of(slot, kthread)?;
+        self.now = now;
+        self.victim_rank_valid = false;
+        match self.cores[core.index()].state {
+            CoreState::HandingOver { .. } => self.complete_handover(core, out),
+            // An active kthread's core is never idle.
+            CoreState::Idle => {}
+            CoreState::Running { .. } => {
+                self.park_from_running_core(slot, kthread, core);
+                // It ran out of work, so whatever congestion it showed is over.
+                self.set_waiting(slot, false);
+                self.mark_idle(core);
+                self.serve_waiters(out);
+            }
+        }
+        Ok(())
+    }
+
+    /// A preempted kthread reports that it parked; its core is handed over. Unlike
+    /// [`Allocator::kthread_parked`], refuses a kthread that was not being preempted.
+    pub fn preemption_completed(
+        &mut self,
+        runtime: RuntimeId,
+        kthread: KthreadIndex,
+        now: u64,
+        out: &mut Vec<Decision>,
+    ) -> Result<(), AllocError> {
+        self.check_clock(now)?;
+        let slot = self.slot_of(runtime)?;
+        let core = self.active_core_of(slot, kthread)?;
+        let CoreState::HandingOver { .. } = self.cores[core.index()].state else {
+            return Err(AllocError::NoPreemptionPending { runtime, kthread });
+        };
+        self.now = now;
+        self.victim_rank_valid = false;
+        self.complete_handover(core, out);
+        Ok(())
+    }
+
+    /// The runtime has work (a packet, an expired timer) and possibly no core to run it: if it
+    /// holds none, it is granted one at once, preempting a bursting runtime if no core is idle.
+    /// If none can be had, it gets the next one freed. A runtime that holds a core will find
+    /// the work itself, so then this does nothing.
+    pub fn pending_work(
+        &mut self,
+        runtime: RuntimeId,
+        now: u64,
+        out: &mut Vec<Decision>,
+    ) -> Result<(), AllocError> {
+        self.check_clock(now)?;
+        let slot = self.slot_of(runtime)?;
+        self.now = now;
+        if self.runtimes[slot].committed() > 0 {
+            return Ok(());
+        }
+        self.victim_rank_valid = false;
+        self.runtimes[slot].has_pending_work = true;
+        if !self.grant_one_core(slot, false, out) {
+            self.set_waiting(slot, true);
+        }
+        Ok(())
+    }
+
+    pub fn topology(&self) -> &Topology {
+        &self.topology
+    }
+
+    pub fn config(&self) -> &AllocatorConfig {
+        &self.config
+    }
+
+    /// The latest time the allocator was given.
+    pub fn now(&self) -> u64 {
+        self.now
+    }
+
+    /// Passes completed.
+    pub fn passes_run(&self) -> u64 {
+        self.pass - 1
+    }
+
+    pub fn idle_core_count(&self) -> usize {
+        self.idle_count
+    }
+
+    /// Registered runtimes, by slot.
+    pub fn runtime_ids(&self) -> impl Iterator<Item = RuntimeId> + '_ {
+        self.runtimes
+            .iter()
+            .filter(|runtime| runtime.live)
+            .map(|runtime| runtime.id)
+    }
+
+    pub fn core(&self, core: CoreId) -> Result<CoreView, AllocError> {
+        let entry = self
+            .cores
+            .get(core.index())
+            .ok_or(AllocError::NoSuchCore(core))?;
+        let occupancy = match entry.state {
+            CoreState::Idle => CoreOccupancy::Idle,
+            CoreState::Running { runtime, kthread } => CoreOccupancy::Running {
+                runtime: self.runtimes[runtime as usize].id,
+                kthread,
+            },
+            CoreState::HandingOver {
+                runtime,
+                kthread,
+                to,
+                since,
+                ..
+            } => CoreOccupancy::HandingOver {
+                runtime: self.runtimes[runtime as usize].id,
+                kthread,
+                to: to.map(|slot| self.runtimes[slot as usize].id),
+                since,
+            },
+        };
+        Ok(CoreView {
+            occupancy,
+            sibling: entry.sibling,
+            last_user: entry.last_user,
+            stats: entry.stats,
+        })
+    }
+
+    pub fn runtime(&self, runtime: RuntimeId) -> Result<RuntimeView, AllocError> {
+        let entry = &self.runtimes[self.slot_of(runtime)?];
+        Ok(RuntimeView {
+            id: entry.id,
+            spec: entry.spec,
+            running_cores: entry.running(),
+            cores_handing_over: entry.cores_handing_over,
+            cores_reserved: entry.cores_reserved,
+            most_recent_core: entry.most_recent_core,
+            waiting: entry.waiting,
+            has_pending_work: entry.has_pending_work,
+            stats: entry.stats,
+        })
+    }
+
+    pub fn kthread(
+        &self,
+        runtime: RuntimeId,
+        kthread: KthreadIndex,
+    ) -> Result<KthreadView, AllocError> {
+        let slot = self.slot_of(runtime)?;
+        self.check_kthread(slot, kthread)?;
+        let entry = &self.runtimes[slot].kthreads[kthread.index()];
+        Ok(KthreadView {
+            place: entry.place,
+            last_core: entry.last_core,
+        })
+    }
+
+    /// The runtime's parked kthreads, longest-parked first.
+    pub fn parked_kthreads(
+        &self,
+        runtime: RuntimeId,
+    ) -> Result<impl Iterator<Item = KthreadIndex> + '_, AllocError> {
+        let slot = self.slot_of(runtime)?;
+        Ok(self.runtimes[slot].parked_in_order())
+    }
+
+    fn check_clock(&self, now: u64) -> Result<(), AllocError> {
+        if now < self.now {
+            return Err(AllocError::ClockWentBackwards {
+                last: self.now,
+                now,
+            });
+        }
+        Ok(())
+    }
+
+    fn slot_of(&self, runtime: RuntimeId) -> Result<usize, AllocError> {
+        match self.runtimes.get(runtime.slot_index()) {
+            Some(entry) if entry.live && entry.id == runtime => Ok(runtime.slot_index()),
+            _ => Err(AllocError::UnknownRuntime(runtime)),
+        }
+    }
+
+    fn check_kthread(&self, slot: usize, kthread: KthreadIndex) -> Result<(), AllocError> {
+        let entry = &self.runtimes[slot];
+        if kthread.index() >= entry.kthreads.len() {
+            return Err(AllocError::NoSuchKthread {
+                runtime: entry.id,
+                kthread,
+                kthreads: entry.spec.kthreads,
+            });
+        }
+        Ok(())
+    }
+
+    fn active_core_of(&self, slot: usize, kthread: KthreadIndex) -> Result<CoreId, AllocError> {
+        self.check_kthread(slot, kthread)?;
+        match self.runtimes[slot].kthreads[kthread.index()].place {
+            KthreadPlace::Active { core } => Ok(core),
+            KthreadPlace::Parked { .. } => Err(AllocError::KthreadNotActive {
+                runtime: self.runtimes[slot].id,
+                kthread,
+            }),
+        }
+    }
+
+    /// Which slot goes first among equally needy runtimes; it moves every pass so that no slot
+    /// is always served first when cores run short.
+    fn grant_rotation(&self) -> usize {
+        (self.pass % self.runtimes.len().max(1) as u64) as usize
+    }
+
+    /// Sort key for grant rounds: furthest below guarantee first, then least bursting, then
+    /// the slot's turn in this pass's rotation.
+    fn grant_priority(&self, slot: usize, rotation: usize) -> u64 {
+        let runtime = &self.runtimes[slot];
+        let surplus = i64::from(runtime.committed()) - i64::from(runtime.spec.guaranteed_cores);
+        // Surplus lies within ±MAX_CORES, so the offset keeps it positive.
+        let need_rank = (surplus + MAX_CORES as i64) as u64;
+        let turn = if slot >= rotation {
+            slot - rotation
+        } else {
+            slot + self.runtimes.len() - rotation
+        };
+        (need_rank << 32) | turn as u64
+    }
+}

@@ -1,0 +1,3 @@
+//! iokerneld's building blocks: the core allocator (`alloc`).
+
+pub mod alloc;
