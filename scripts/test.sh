@@ -22,4 +22,8 @@ cargo bench --quiet --profile ci -p corral-iokernel --bench alloc_pass >/dev/nul
 echo "== workspace tests"
 # The C and C++ test programs link this static library (see crates/capi/Cargo.toml).
 cargo build --quiet --profile ci -p corral-capi --example corral_capi_testlib
-cargo test --profile ci --workspace --all-targets 2>&1 | tee target/test-output.txt
+cargo test --profile ci --workspace --lib --bins --tests --examples 2>&1 | tee target/test-output.txt
+
+# One closing line for the whole suite.
+awk '/^test result:/ { p += $4; f += $6 } END { printf "all tests: %d passed, %d failed\n", p, f }' \
+  target/test-output.txt
