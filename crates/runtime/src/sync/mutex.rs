@@ -1,120 +1,147 @@
-//! A blocking mutex. Uncontended lock and unlock are one compare-exchange each, inlined;
-//! contended unlock hands the lock straight to the oldest waiter.
+//! A blocking mutex. The uncontended lock is one compare-exchange and the uncontended unlock
+//! is a plain store followed by a load, both inlined.
+//!
+//! An unlock without a locked instruction races with a waiter that announces itself: on x86
+//! the unlocker's load of the "contended" flag may be satisfied before its store releasing the
+//! lock is visible, so neither side would see the other. The waiter closes that race with an
+//! asymmetric fence, `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`, which makes every thread
+//! of the process that is running execute a full barrier: after it, either the unlocker saw the
+//! flag (and wakes the waiter) or its release is visible (and the waiter takes the lock instead
+//! of sleeping). The cost moves to the contended path, which is about to sleep anyway. Where
+//! the kernel lacks membarrier, unlock uses a locked exchange and both sides are plain Dekker.
+//!
+//! Unlock does not hand the lock over: it wakes the oldest waiter, which competes for it again.
 
 use core::cell::UnsafeCell;
 use core::fmt;
 use core::ops::{Deref, DerefMut};
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::sync::atomic::{AtomicU8, Ordering, compiler_fence};
+use std::sync::OnceLock;
 
 use crate::sync::waitq::{WaitNode, WaitQueue, WaitRef, block_with};
 
-const UNLOCKED: u32 = 0;
-const LOCKED: u32 = 1;
-/// Locked, and the wait queue may be non-empty: unlock must take the slow path.
-const CONTENDED: u32 = 2;
+const UNLOCKED: u8 = 0;
+const LOCKED: u8 = 1;
+
+const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_int = 1 << 3;
+const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_int = 1 << 4;
+
+/// Whether this process may use the expedited private membarrier; decided once, before the
+/// first unlock or wait of any mutex relies on it.
+#[inline]
+fn asymmetric_fences() -> bool {
+    static AVAILABLE: OnceLock<bool> = OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        // SAFETY: membarrier registration takes no pointers.
+        unsafe {
+            libc::syscall(
+                libc::SYS_membarrier,
+                MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED,
+                0,
+                0,
+            ) == 0
+        }
+    })
+}
+
+/// A full barrier on every running thread of this process.
+fn process_wide_barrier() {
+    // SAFETY: registered in asymmetric_fences; the command takes no pointers.
+    let rc = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) };
+    assert_eq!(rc, 0, "membarrier failed after registration");
+}
 
 /// The lock word and wait queue without data; also used by [`crate::Condvar`].
 pub(crate) struct RawMutex {
-    state: AtomicU32,
+    locked: AtomicU8,
+    /// Set (under the wait queue's lock) while a waiter may be queued; tells unlock to wake.
+    contended: AtomicU8,
     waiters: WaitQueue,
 }
 
 impl RawMutex {
     pub const fn new() -> Self {
         RawMutex {
-            state: AtomicU32::new(UNLOCKED),
+            locked: AtomicU8::new(UNLOCKED),
+            contended: AtomicU8::new(0),
             waiters: WaitQueue::new(),
         }
     }
 
     #[inline]
     pub fn lock(&self) {
-        if self
-            .state
-            .compare_exchange(UNLOCKED, LOCKED, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
+        if !self.try_lock() {
             self.lock_slow();
         }
     }
 
     #[inline]
     pub fn try_lock(&self) -> bool {
-        self.state
+        self.locked
             .compare_exchange(UNLOCKED, LOCKED, Ordering::Acquire, Ordering::Relaxed)
             .is_ok()
     }
 
     #[cold]
     fn lock_slow(&self) {
-        let node = WaitNode::for_current();
-        block_with(&node, || {
-            self.waiters.with(|list| {
-                loop {
-                    match self.state.load(Ordering::Relaxed) {
-                        UNLOCKED => {
-                            if self
-                                .state
-                                .compare_exchange(
-                                    UNLOCKED,
-                                    LOCKED,
-                                    Ordering::Acquire,
-                                    Ordering::Relaxed,
-                                )
-                                .is_ok()
-                            {
-                                return false;
-                            }
-                        }
-                        LOCKED => {
-                            if self
-                                .state
-                                .compare_exchange(
-                                    LOCKED,
-                                    CONTENDED,
-                                    Ordering::Relaxed,
-                                    Ordering::Relaxed,
-                                )
-                                .is_ok()
-                            {
-                                list.push(WaitRef::Stack(&node));
-                                return true;
-                            }
-                        }
-                        _ => {
-                            list.push(WaitRef::Stack(&node));
-                            return true;
-                        }
+        loop {
+            let node = WaitNode::for_current();
+            let mut acquired = false;
+            block_with(&node, || {
+                self.waiters.with(|list| {
+                    if self.try_lock() {
+                        acquired = true;
+                        return false;
                     }
-                }
-            })
-        });
-        // Either we took it, or the unlocker handed it to us (its release of the wait queue
-        // lock and our wake-up order its writes before ours).
+                    // Announce ourselves, then make sure an unlock that missed the
+                    // announcement has its release visible before we look again.
+                    self.contended.swap(1, Ordering::SeqCst);
+                    if asymmetric_fences() {
+                        process_wide_barrier();
+                    }
+                    if self.try_lock() {
+                        if list.is_empty() {
+                            self.contended.store(0, Ordering::Relaxed);
+                        }
+                        acquired = true;
+                        return false;
+                    }
+                    list.push(WaitRef::Stack(&node));
+                    true
+                })
+            });
+            if acquired {
+                return;
+            }
+            // Woken by an unlock, which released the lock rather than handing it over.
+            if self.try_lock() {
+                return;
+            }
+        }
     }
 
     /// # Safety
     /// The caller holds the lock.
     #[inline]
     pub unsafe fn unlock(&self) {
-        // One locked subtract: LOCKED becomes UNLOCKED. CONTENDED becomes LOCKED, which keeps
-        // the lock held (by us) until the slow path hands it to a waiter.
-        if self.state.fetch_sub(1, Ordering::Release) != LOCKED {
+        if asymmetric_fences() {
+            self.locked.store(UNLOCKED, Ordering::Release);
+            // The hardware may still satisfy the load below first: see the module comment.
+            compiler_fence(Ordering::SeqCst);
+        } else {
+            self.locked.swap(UNLOCKED, Ordering::SeqCst);
+        }
+        if self.contended.load(Ordering::Relaxed) != 0 {
             self.unlock_slow();
         }
     }
 
-    /// The lock was CONTENDED and is now LOCKED, still ours: hand it to the oldest waiter.
     #[cold]
     fn unlock_slow(&self) {
         let next = self.waiters.with(|list| {
             let next = list.pop();
-            match &next {
-                // Waiters that queued after our subtract set CONTENDED again under this lock;
-                // with none left the lock is simply released.
-                None => self.state.store(UNLOCKED, Ordering::Release),
-                Some(_) if list.is_empty() => self.state.store(LOCKED, Ordering::Release),
-                Some(_) => self.state.store(CONTENDED, Ordering::Release),
+            if list.is_empty() {
+                self.contended.store(0, Ordering::Relaxed);
             }
             next
         });
