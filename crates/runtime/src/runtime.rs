@@ -26,6 +26,7 @@ impl Runtime {
         if config.preemption {
             crate::signal::install_preemption_handler();
         }
+        crate::sync::mutex::asymmetric_fences();
         let shared = Box::into_raw(Shared::new(config));
         // SAFETY: just allocated; freed only in drop, after every kthread stopped.
         let rt: &'static Shared = unsafe { &*shared };

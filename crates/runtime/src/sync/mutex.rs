@@ -27,9 +27,10 @@ const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_int = 1 << 3;
 const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_int = 1 << 4;
 
 /// Whether this process may use the expedited private membarrier; decided once, before the
-/// first unlock or wait of any mutex relies on it.
+/// first unlock or wait of any mutex relies on it. `Runtime::new` decides it up front, so no
+/// uthread is ever preempted in the middle of the one-time initialization.
 #[inline]
-fn asymmetric_fences() -> bool {
+pub(crate) fn asymmetric_fences() -> bool {
     static AVAILABLE: OnceLock<bool> = OnceLock::new();
     *AVAILABLE.get_or_init(|| {
         // SAFETY: membarrier registration takes no pointers.
