@@ -16,20 +16,12 @@ const WARMUP_PASSES: usize = 20_000;
 /// `ALLOC_PASS_PASSES` overrides this, e.g. to run under a profiler.
 const TIMED_PASSES: usize = 200_000;
 
-/// splitmix64, so every run replays the same load.
-struct Rng(u64);
+/// Seeded, so every run replays the same load.
+struct Rng(fastrand::Rng);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
     fn percent(&mut self, chance: u64) -> bool {
-        self.next() % 100 < chance
+        self.0.u64(..100) < chance
     }
 }
 
@@ -63,7 +55,7 @@ impl Load {
             .collect();
         Self {
             alloc,
-            rng: Rng(0x5eed),
+            rng: Rng(fastrand::Rng::with_seed(0x5eed)),
             now: 0,
             occupant: vec![None; cores],
             preempting: Vec::new(),

@@ -9,20 +9,16 @@ use corral_iokernel::alloc::{
     KthreadIndex, QueueCounters, QueueSnapshot, RuntimeId, RuntimeSpec, SpecError, Topology,
 };
 
-/// splitmix64: tiny, seedable, and good enough to pick events.
-struct Rng(u64);
+/// Seeded, so a failing seed replays exactly.
+struct Rng(fastrand::Rng);
 
 impl Rng {
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.0.u64(..)
     }
 
     fn below(&mut self, bound: usize) -> usize {
-        (self.next() % bound as u64) as usize
+        self.0.usize(..bound)
     }
 
     fn percent(&mut self, chance: usize) -> bool {
@@ -211,7 +207,7 @@ impl Daemon {
 
 /// Returns how many preemptions the run made.
 fn run_one(seed: u64, steps: usize) -> u64 {
-    let mut rng = Rng(seed);
+    let mut rng = Rng(fastrand::Rng::with_seed(seed));
     let topology = random_topology(&mut rng);
     let cores = topology.core_count();
     let config = AllocatorConfig {
