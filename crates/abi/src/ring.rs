@@ -195,16 +195,9 @@ impl<'a> Producer<'a> {
         tail_cell: *const AtomicU32,
         head_cell: *const AtomicU32,
     ) -> Result<Self, RingError> {
-        check_capacity(capacity)?;
-        // SAFETY: the caller promises the pointers are valid, aligned and only accessed through
-        // atomics for 'a; shared references to atomics permit the other side's writes.
-        let (slots, tail_cell, head_cell) = unsafe {
-            (
-                core::slice::from_raw_parts(slots, capacity),
-                &*tail_cell,
-                &*head_cell,
-            )
-        };
+        // SAFETY: forwarded from our caller, who makes the same promises.
+        let (slots, tail_cell, head_cell) =
+            unsafe { ring_from_raw(slots, capacity, tail_cell, head_cell)? };
         Producer::new(slots, tail_cell, head_cell)
     }
 
@@ -357,16 +350,9 @@ impl<'a> Consumer<'a> {
         head_cell: *const AtomicU32,
         tail_cell: *const AtomicU32,
     ) -> Result<Self, RingError> {
-        check_capacity(capacity)?;
-        // SAFETY: the caller promises the pointers are valid, aligned and only accessed through
-        // atomics for 'a; shared references to atomics permit the other side's writes.
-        let (slots, head_cell, tail_cell) = unsafe {
-            (
-                core::slice::from_raw_parts(slots, capacity),
-                &*head_cell,
-                &*tail_cell,
-            )
-        };
+        // SAFETY: forwarded from our caller, who makes the same promises.
+        let (slots, head_cell, tail_cell) =
+            unsafe { ring_from_raw(slots, capacity, head_cell, tail_cell)? };
         Consumer::new(slots, head_cell, tail_cell)
     }
 
@@ -648,4 +634,28 @@ mod tests {
             .has_waited_since(wrapped)
         );
     }
+}
+
+/// Borrows a ring's slots and its two position cells from raw shared memory.
+///
+/// # Safety
+///
+/// As for [`Producer::from_raw`]: for all of `'a` the pointers are valid, aligned, mapped
+/// readable and writable, and only ever accessed atomically.
+unsafe fn ring_from_raw<'a>(
+    slots: *const SlotCell,
+    capacity: usize,
+    own_cell: *const AtomicU32,
+    peer_cell: *const AtomicU32,
+) -> Result<(&'a [SlotCell], &'a AtomicU32, &'a AtomicU32), RingError> {
+    check_capacity(capacity)?;
+    // SAFETY: the caller promises the pointers are valid, aligned and only accessed through
+    // atomics for 'a; shared references to atomics permit the other side's writes.
+    Ok(unsafe {
+        (
+            core::slice::from_raw_parts(slots, capacity),
+            &*own_cell,
+            &*peer_cell,
+        )
+    })
 }
