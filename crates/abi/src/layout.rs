@@ -800,11 +800,11 @@ mod tests {
         assert_eq!(err(&h), E::BadMagic { found: MAGIC ^ 1 });
 
         let mut h = base;
-        h.version = 2;
-        assert_eq!(err(&h), E::UnsupportedVersion { found: 2 });
+        h.version = 1;
+        assert_eq!(err(&h), E::UnsupportedVersion { found: 1 });
         assert_eq!(
             err(&h).to_string(),
-            "header.version = 2: unsupported (this build speaks layout version 1)"
+            "header.version = 1: unsupported (this build speaks layout version 2)"
         );
 
         let mut h = base;

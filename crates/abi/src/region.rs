@@ -30,6 +30,12 @@ pub struct QueuePositions {
     pub runq_head: AtomicU32,
     /// Run queue tail (items added), published by the runtime.
     pub runq_tail: AtomicU32,
+    /// Items ever added to the queue the runtime's kthreads share for work handed in from
+    /// outside them. Meaningful in kthread 0's line only; iokerneld reads it even while every
+    /// kthread is parked, which is how a runtime with no core asks for one.
+    pub shared_tail: AtomicU32,
+    /// Items ever taken from that shared queue (kthread 0's line only).
+    pub shared_head: AtomicU32,
 }
 
 impl QueuePositions {
@@ -44,6 +50,14 @@ impl QueuePositions {
     pub fn publish_runq(&self, head: u32, tail: u32) {
         self.runq_tail.store(tail, Ordering::Release);
         self.runq_head.store(head, Ordering::Release);
+    }
+
+    /// The shared queue's positions (kthread 0's line). Untrusted when read by iokerneld.
+    #[inline]
+    pub fn shared_queue(&self) -> RingPositions {
+        let consumed = self.shared_head.load(Ordering::Acquire);
+        let produced = self.shared_tail.load(Ordering::Acquire);
+        RingPositions { produced, consumed }
     }
 
     /// The run queue's published positions. Untrusted when read by iokerneld.
@@ -91,6 +105,8 @@ const _: () = {
     assert!(offset_of!(KthreadControl, positions) + offset_of!(QueuePositions, ingress_head) == 0);
     assert!(offset_of!(QueuePositions, runq_head) == 4);
     assert!(offset_of!(QueuePositions, runq_tail) == 8);
+    assert!(offset_of!(QueuePositions, shared_tail) == 12);
+    assert!(offset_of!(QueuePositions, shared_head) == 16);
     assert!(offset_of!(KthreadControl, runtime) == 64);
     assert!(offset_of!(RuntimeLine, egress_packet_tail) == 0);
     assert!(offset_of!(RuntimeLine, egress_command_tail) == 4);

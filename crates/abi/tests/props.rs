@@ -6,6 +6,8 @@ use std::ptr::NonNull;
 
 use proptest::prelude::*;
 
+use corral_abi::control::{MAX_REGISTER_KTHREADS, Registration, Reply, Request};
+
 use corral_abi::{
     Command, Header, KthreadLayout, Layout, MAGIC, MAX_KTHREADS, OwnedRegion, PacketArea,
     RawRegion, RegionBuilder, RingKind, SLOT_SIZE, Slot, SlotCell,
@@ -291,6 +293,41 @@ proptest! {
                 }
             }
             Err(err) => prop_assert!(!err.to_string().is_empty()),
+        }
+    }
+
+    #[test]
+    fn control_decoder_never_panics_on_random_bytes(
+        bytes in proptest::collection::vec(any::<u8>(), 0..1200),
+        descriptors in 0usize..300,
+    ) {
+        if let Err(err) = Request::decode(&bytes, descriptors) {
+            prop_assert!(!err.to_string().is_empty());
+        }
+        let _ = Reply::decode(&bytes);
+    }
+
+    #[test]
+    fn valid_registrations_round_trip_and_corruptions_never_panic(
+        kthreads in 1usize..=MAX_REGISTER_KTHREADS,
+        name in "[a-z][a-z0-9-]{0,31}",
+        flip in any::<(usize, u8)>(),
+    ) {
+        let reg = Registration {
+            name,
+            guaranteed_cores: 0,
+            max_cores: kthreads as u16,
+            spinning_kthreads: 0,
+            run_queue_capacity: 256,
+            tids: (1..=kthreads as i32).collect(),
+        };
+        let request = Request::Register(reg);
+        let mut bytes = request.encode();
+        prop_assert_eq!(Request::decode(&bytes, kthreads + 1), Ok(request));
+        let at = flip.0 % bytes.len();
+        bytes[at] ^= flip.1 | 1;
+        if let Err(err) = Request::decode(&bytes, kthreads + 1) {
+            prop_assert!(!err.to_string().is_empty());
         }
     }
 }

@@ -407,9 +407,10 @@ impl Allocator {
             let runtime = &self.runtimes[slot];
             let has_pending_work = runtime.has_pending_work;
             // Waiting is re-derived every pass: congestion that went away is no claim on the
-            // next freed core.
-            if runtime.waiting != has_pending_work {
-                self.set_waiting(slot, has_pending_work);
+            // next freed core. Work stranded by a preemption is, until a core frees up.
+            let waiting = has_pending_work || runtime.has_stranded_work;
+            if runtime.waiting != waiting {
+                self.set_waiting(slot, waiting);
             }
             let runtime = &self.runtimes[slot];
             let asks = runtime.congested_in_pass == pass || has_pending_work;
@@ -503,6 +504,71 @@ impl Allocator {
             self.set_waiting(slot, true);
         }
         Ok(())
+    }
+
+    /// A preempted kthread parked with runnable work left on its queue. The runtime waits for
+    /// the next idle core without taking one from anybody: taking the core straight back
+    /// would undo the preemption, and the runtime that preempted it would take it back again.
+    /// A runtime that still holds a core finds the work itself, so then this does nothing.
+    pub fn parked_with_work(
+        &mut self,
+        runtime: RuntimeId,
+        now: u64,
+        out: &mut Vec<Decision>,
+    ) -> Result<(), AllocError> {
+        self.check_clock(now)?;
+        let slot = self.slot_of(runtime)?;
+        self.now = now;
+        if self.runtimes[slot].committed() > 0 {
+            return Ok(());
+        }
+        self.victim_rank_valid = false;
+        self.runtimes[slot].has_stranded_work = true;
+        if !self.grant_one_core(slot, true, out) {
+            self.set_waiting(slot, true);
+        }
+        Ok(())
+    }
+
+    /// Algorithm 1's finding for a queue the runtime shares among its kthreads (work handed in
+    /// from outside its kthreads): an item has waited there since the previous pass. Counts as
+    /// congestion in the current pass.
+    pub fn report_congestion(&mut self, runtime: RuntimeId) -> Result<(), AllocError> {
+        let slot = self.slot_of(runtime)?;
+        let pass = self.pass;
+        let entry = &mut self.runtimes[slot];
+        if entry.congested_in_pass != pass {
+            entry.congested_in_pass = pass;
+            entry.stats.congestion_detections += 1;
+        }
+        Ok(())
+    }
+
+    /// Grants cores until the runtime holds or is promised `cores` (capped at its guarantee),
+    /// preempting bursting runtimes if it must. For runtimes whose spinning kthreads hold
+    /// their guaranteed cores from the start. Returns how many were granted or promised.
+    pub fn grant_guaranteed(
+        &mut self,
+        runtime: RuntimeId,
+        cores: u16,
+        now: u64,
+        out: &mut Vec<Decision>,
+    ) -> Result<u32, AllocError> {
+        self.check_clock(now)?;
+        let slot = self.slot_of(runtime)?;
+        self.now = now;
+        let target = u32::from(cores.min(self.runtimes[slot].spec.guaranteed_cores));
+        let mut granted = 0;
+        while self.runtimes[slot].committed() < target {
+            self.victim_rank_valid = false;
+            // One promised core at a time (see `can_grow`); the next waits for the handover.
+            if !self.grant_one_core(slot, false, out) || self.runtimes[slot].cores_reserved > 0 {
+                granted += u32::from(self.runtimes[slot].cores_reserved > 0);
+                break;
+            }
+            granted += 1;
+        }
+        Ok(granted)
     }
 
     pub fn topology(&self) -> &Topology {

@@ -162,6 +162,9 @@ pub(super) struct Runtime {
     /// It has work but no core to run it on (a packet or timer for an idle runtime). Stays set
     /// until it is granted a core, since with no kthread running there is nothing to observe.
     pub(super) has_pending_work: bool,
+    /// A preempted kthread of its parked with runnable work left: it waits for an idle core
+    /// (never preempting for it) until it is granted one.
+    pub(super) has_stranded_work: bool,
     /// It asked for a core and none could be had; a core freed by a park goes to it first.
     pub(super) waiting: bool,
     pub(super) stats: RuntimeStats,
@@ -183,6 +186,7 @@ impl Runtime {
             most_recent_core: None,
             congested_in_pass: 0,
             has_pending_work: false,
+            has_stranded_work: false,
             waiting: false,
             stats: RuntimeStats::default(),
         }

@@ -1187,3 +1187,126 @@ fn steady_state_passes_do_not_grow_any_buffer() {
     }
     assert_eq!(capacities(&sim.alloc), before);
 }
+
+// ---- Work stranded by preemption, shared queues, spinning kthreads ----
+
+#[test]
+fn work_stranded_by_a_preemption_waits_for_an_idle_core_without_preempting() {
+    let mut sim = Sim::flat(1);
+    let latency_critical = sim.register(0, 1);
+    let batch = sim.register(0, 1);
+    grow(&mut sim, batch, 1);
+    let (victim, victim_kthread, core, _) = only_preempt(&sim.pending_work(latency_critical));
+    assert_eq!(victim, batch);
+    let (runtime, _, woken) = only_wake(&sim.preemption_completed(batch, victim_kthread));
+    assert_eq!((runtime, woken), (latency_critical, core));
+
+    // The batch runtime left work behind: it must not take the core straight back.
+    let now = sim.tick();
+    let mut out = Vec::new();
+    sim.alloc.parked_with_work(batch, now, &mut out).unwrap();
+    assert!(out.is_empty(), "stranded work preempted: {out:?}");
+    assert!(sim.view(batch).waiting);
+    // Passes keep it waiting, without preempting either.
+    for _ in 0..3 {
+        assert!(sim.pass().is_empty());
+        assert!(sim.view(batch).waiting);
+    }
+    // When the latency-critical runtime parks, the batch runtime gets the core back.
+    let (runtime, _, woken) = only_wake(&sim.park_core(CoreId(core)));
+    assert_eq!((runtime, woken), (batch, core));
+    assert!(!sim.view(batch).waiting);
+    assert!(sim.pass().is_empty());
+}
+
+#[test]
+fn stranded_work_takes_an_idle_core_at_once_and_is_ignored_while_holding_one() {
+    let mut sim = Sim::flat(2);
+    let app = sim.register(0, 2);
+    let now = sim.tick();
+    let mut out = Vec::new();
+    sim.alloc.parked_with_work(app, now, &mut out).unwrap();
+    only_wake(&out);
+    out.clear();
+    sim.alloc.parked_with_work(app, now, &mut out).unwrap();
+    assert!(out.is_empty());
+    assert!(!sim.view(app).waiting);
+}
+
+#[test]
+fn reported_congestion_grants_a_core_in_that_pass() {
+    let mut sim = Sim::flat(4);
+    let app = sim.register(0, 4);
+    grow(&mut sim, app, 1);
+    let before = sim.view(app).stats.congestion_detections;
+    sim.alloc.report_congestion(app).unwrap();
+    // A second report in the same pass counts once.
+    sim.alloc.report_congestion(app).unwrap();
+    let decisions = sim.pass();
+    assert_eq!(beneficiary(&decisions[0]), Some(app));
+    assert_eq!(sim.view(app).stats.congestion_detections, before + 1);
+    assert_eq!(sim.view(app).running_cores, 2);
+    // Without a report (and with drained queues) nothing more is granted.
+    assert!(sim.pass().is_empty());
+}
+
+#[test]
+fn spinning_kthreads_get_their_guaranteed_cores_at_once() {
+    for cores in [2, 4, 16, 64] {
+        let mut sim = Sim::paired(cores);
+        let burster = sim.register(0, cores as u16);
+        grow(&mut sim, burster, cores);
+        let spinner = sim.register(2, 2);
+        let now = sim.tick();
+        let mut out = Vec::new();
+        // The first preemption promises a core; the next waits for the handover.
+        let granted = sim
+            .alloc
+            .grant_guaranteed(spinner, 2, now, &mut out)
+            .unwrap();
+        assert_eq!(granted, 1, "{cores} cores");
+        let (_, victim_kthread, _, taker) = only_preempt(&out);
+        assert_eq!(taker, spinner);
+        let woken = sim.preemption_completed(burster, victim_kthread);
+        only_wake(&woken);
+        let now = sim.tick();
+        out.clear();
+        let granted = sim
+            .alloc
+            .grant_guaranteed(spinner, 2, now, &mut out)
+            .unwrap();
+        assert_eq!(granted, 1);
+        let (_, victim_kthread, _, _) = only_preempt(&out);
+        only_wake(&sim.preemption_completed(burster, victim_kthread));
+        assert_eq!(sim.view(spinner).running_cores, 2);
+        // At its guarantee, asking again grants nothing.
+        let now = sim.tick();
+        out.clear();
+        assert_eq!(
+            sim.alloc
+                .grant_guaranteed(spinner, 2, now, &mut out)
+                .unwrap(),
+            0
+        );
+        assert!(out.is_empty());
+        sim.audit();
+    }
+}
+
+#[test]
+fn spinning_kthreads_take_idle_cores_without_preempting() {
+    let mut sim = Sim::flat(4);
+    let spinner = sim.register(3, 4);
+    let now = sim.tick();
+    let mut out = Vec::new();
+    // Asking for more than the guarantee is capped at the guarantee.
+    assert_eq!(
+        sim.alloc
+            .grant_guaranteed(spinner, 4, now, &mut out)
+            .unwrap(),
+        3
+    );
+    assert_eq!(out.len(), 3);
+    assert!(out.iter().all(|d| matches!(d, Decision::Wake { .. })));
+    sim.audit();
+}

@@ -128,6 +128,7 @@ impl Allocator {
 
     fn note_demand_met(&mut self, slot: usize) {
         self.runtimes[slot].has_pending_work = false;
+        self.runtimes[slot].has_stranded_work = false;
         self.set_waiting(slot, false);
     }
 
@@ -303,6 +304,7 @@ impl Allocator {
         runtime.cores_handing_over = 0;
         runtime.cores_reserved = 0;
         runtime.has_pending_work = false;
+        runtime.has_stranded_work = false;
         let next = super::RuntimeId::from_parts(
             runtime.id.slot(),
             runtime.id.generation().wrapping_add(1),

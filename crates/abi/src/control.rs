@@ -1,0 +1,682 @@
+//! Messages on iokerneld's control socket (a unix `SOCK_SEQPACKET` socket, so every message
+//! arrives whole or not at all).
+//!
+//! A runtime sends one [`Request::Register`] with its shared-memory region (a sealed memfd)
+//! and one eventfd per kthread attached as `SCM_RIGHTS`, in that order, and gets one
+//! [`Reply`]. It then keeps the connection open for as long as it lives: iokerneld takes the
+//! closing of the connection as the runtime's exit and reclaims its cores at once. Any client
+//! may instead send [`Request::Stats`] and get the daemon's counters as JSON text.
+//!
+//! Every message starts with a 16-byte [`MessageHeader`]. All integers are little-endian.
+//! [`Request::decode`] checks every field of what a runtime sent, and its errors name the field
+//! and the value, because they travel back to the runtime as the reason for a refusal.
+
+use core::fmt;
+
+/// The bytes `CRLC`, little-endian: first word of every control message.
+pub const CONTROL_MAGIC: u32 = u32::from_le_bytes(*b"CRLC");
+
+/// Bumped whenever any control message changes; iokerneld refuses any other version.
+pub const CONTROL_VERSION: u16 = 1;
+
+/// Bytes of a runtime's name on the wire (UTF-8, padded with NULs).
+pub const NAME_LEN: usize = 32;
+
+/// Most kthreads one registration may carry: the kernel passes at most 253 descriptors in one
+/// message (`SCM_MAX_FD`), and one of them is the region.
+pub const MAX_REGISTER_KTHREADS: usize = 252;
+
+/// Bytes of the common message header.
+pub const HEADER_LEN: usize = 16;
+
+/// Bytes of a registration body before its table of thread ids.
+pub const REGISTER_FIXED_LEN: usize = NAME_LEN + 16;
+
+/// Largest request: a registration with [`MAX_REGISTER_KTHREADS`] thread ids.
+pub const MAX_REQUEST_LEN: usize = HEADER_LEN + REGISTER_FIXED_LEN + 4 * MAX_REGISTER_KTHREADS;
+
+/// Largest reply iokerneld sends (a statistics dump may be long).
+pub const MAX_REPLY_LEN: usize = 1 << 20;
+
+/// Message kinds.
+pub mod kind {
+    /// Request: register a runtime.
+    pub const REGISTER: u16 = 1;
+    /// Request: dump statistics.
+    pub const STATS: u16 = 2;
+    /// Reply: the registration was accepted.
+    pub const REGISTERED: u16 = 0x81;
+    /// Reply: the request was refused.
+    pub const ERROR: u16 = 0x82;
+    /// Reply: statistics, as JSON text.
+    pub const STATS_REPLY: u16 = 0x83;
+}
+
+/// The first 16 bytes of every message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MessageHeader {
+    /// [`CONTROL_MAGIC`].
+    pub magic: u32,
+    /// [`CONTROL_VERSION`].
+    pub version: u16,
+    /// One of [`kind`].
+    pub kind: u16,
+    /// Bytes after the header.
+    pub body_len: u32,
+}
+
+impl MessageHeader {
+    fn encode(kind: u16, body_len: usize, out: &mut Vec<u8>) {
+        out.extend_from_slice(&CONTROL_MAGIC.to_le_bytes());
+        out.extend_from_slice(&CONTROL_VERSION.to_le_bytes());
+        out.extend_from_slice(&kind.to_le_bytes());
+        out.extend_from_slice(&(body_len as u32).to_le_bytes());
+        out.extend_from_slice(&0u32.to_le_bytes());
+    }
+
+    /// Checks magic, version and length and returns the header and the body.
+    pub fn decode(bytes: &[u8]) -> Result<(MessageHeader, &[u8]), ControlError> {
+        let mut r = Reader::new(bytes);
+        let header = MessageHeader {
+            magic: r.u32("header.magic")?,
+            version: r.u16("header.version")?,
+            kind: r.u16("header.kind")?,
+            body_len: r.u32("header.body_len")?,
+        };
+        let _reserved = r.u32("header.reserved")?;
+        if header.magic != CONTROL_MAGIC {
+            return Err(ControlError::BadMagic(header.magic));
+        }
+        if header.version != CONTROL_VERSION {
+            return Err(ControlError::UnsupportedVersion(header.version));
+        }
+        let body = r.rest();
+        if body.len() != header.body_len as usize {
+            return Err(ControlError::LengthMismatch {
+                declared: header.body_len,
+                actual: body.len(),
+            });
+        }
+        Ok((header, body))
+    }
+}
+
+/// What a runtime asks for when it registers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Registration {
+    /// Shown in logs and statistics: 1 to [`NAME_LEN`] bytes of printable UTF-8.
+    pub name: String,
+    /// Cores it may hold without ever being preempted.
+    pub guaranteed_cores: u16,
+    /// Most cores it may hold at once (at most its kthread count).
+    pub max_cores: u16,
+    /// Kthreads that never park once granted a core; they hold guaranteed cores, so there are
+    /// at most `guaranteed_cores` of them.
+    pub spinning_kthreads: u16,
+    /// Capacity of each kthread's run queue, a power of two; published positions further
+    /// apart than this are refused as impossible.
+    pub run_queue_capacity: u32,
+    /// Linux thread id of each kthread, in kthread order. Each must be a thread of the
+    /// registering process.
+    pub tids: Vec<i32>,
+}
+
+impl Registration {
+    /// Kthreads registered.
+    pub fn kthreads(&self) -> usize {
+        self.tids.len()
+    }
+
+    /// Descriptors that must accompany the message: the region, then one eventfd per kthread.
+    pub fn descriptor_count(&self) -> usize {
+        1 + self.tids.len()
+    }
+
+    /// Checks everything that does not need the descriptors or the daemon's state.
+    pub fn validate(&self) -> Result<(), ControlError> {
+        let bad = |field: &'static str, value: String, expected: &'static str| {
+            Err(ControlError::BadField {
+                field,
+                value,
+                expected,
+            })
+        };
+        if self.name.is_empty() || self.name.len() > NAME_LEN {
+            return bad(
+                "name",
+                format!("{:?}", self.name),
+                "1 to 32 bytes of printable UTF-8",
+            );
+        }
+        if self.name.chars().any(|c| c.is_control()) {
+            return bad("name", format!("{:?}", self.name), "no control characters");
+        }
+        let kthreads = self.tids.len();
+        if kthreads == 0 || kthreads > MAX_REGISTER_KTHREADS {
+            return bad("kthreads", kthreads.to_string(), "1 to 252");
+        }
+        if self.max_cores == 0 || usize::from(self.max_cores) > kthreads {
+            return bad(
+                "max_cores",
+                self.max_cores.to_string(),
+                "at least 1 and at most the number of kthreads",
+            );
+        }
+        if self.guaranteed_cores > self.max_cores {
+            return bad(
+                "guaranteed_cores",
+                self.guaranteed_cores.to_string(),
+                "at most max_cores",
+            );
+        }
+        if self.spinning_kthreads > self.guaranteed_cores {
+            return bad(
+                "spinning_kthreads",
+                self.spinning_kthreads.to_string(),
+                "at most guaranteed_cores",
+            );
+        }
+        if !self.run_queue_capacity.is_power_of_two() || self.run_queue_capacity > 1 << 31 {
+            return bad(
+                "run_queue_capacity",
+                self.run_queue_capacity.to_string(),
+                "a power of two up to 2^31",
+            );
+        }
+        for (index, &tid) in self.tids.iter().enumerate() {
+            if tid <= 0 {
+                return bad("tids", format!("[{index}] = {tid}"), "positive thread ids");
+            }
+            if self.tids[..index].contains(&tid) {
+                return bad(
+                    "tids",
+                    format!("[{index}] = {tid} (repeated)"),
+                    "distinct thread ids",
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A message from a client to iokerneld.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Request {
+    /// Register a runtime (descriptors attached, see the module documentation).
+    Register(Registration),
+    /// Dump statistics.
+    Stats,
+}
+
+impl Request {
+    /// The wire form. Encodes whatever it is given: [`Registration::validate`] is the
+    /// receiver's business (and tests send invalid requests on purpose).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        match self {
+            Request::Register(reg) => {
+                let body_len = REGISTER_FIXED_LEN + 4 * reg.tids.len();
+                MessageHeader::encode(kind::REGISTER, body_len, &mut out);
+                let mut name = [0u8; NAME_LEN];
+                let bytes = reg.name.as_bytes();
+                let n = bytes.len().min(NAME_LEN);
+                name[..n].copy_from_slice(&bytes[..n]);
+                out.extend_from_slice(&name);
+                out.extend_from_slice(&reg.guaranteed_cores.to_le_bytes());
+                out.extend_from_slice(&reg.max_cores.to_le_bytes());
+                out.extend_from_slice(&reg.spinning_kthreads.to_le_bytes());
+                out.extend_from_slice(&(reg.tids.len() as u16).to_le_bytes());
+                out.extend_from_slice(&reg.run_queue_capacity.to_le_bytes());
+                out.extend_from_slice(&0u32.to_le_bytes());
+                for tid in &reg.tids {
+                    out.extend_from_slice(&tid.to_le_bytes());
+                }
+            }
+            Request::Stats => MessageHeader::encode(kind::STATS, 0, &mut out),
+        }
+        out
+    }
+
+    /// Parses and validates a request that arrived with `descriptors` file descriptors.
+    pub fn decode(bytes: &[u8], descriptors: usize) -> Result<Request, ControlError> {
+        let (header, body) = MessageHeader::decode(bytes)?;
+        match header.kind {
+            kind::REGISTER => {
+                let mut r = Reader::new(body);
+                let name_bytes = r.take(NAME_LEN, "name")?;
+                let end = name_bytes.iter().position(|&b| b == 0).unwrap_or(NAME_LEN);
+                if name_bytes[end..].iter().any(|&b| b != 0) {
+                    return Err(ControlError::BadField {
+                        field: "name",
+                        value: "bytes after the terminating NUL".into(),
+                        expected: "NUL padding only",
+                    });
+                }
+                let name = core::str::from_utf8(&name_bytes[..end])
+                    .map_err(|_| ControlError::BadField {
+                        field: "name",
+                        value: format!("{:02x?}", &name_bytes[..end]),
+                        expected: "UTF-8",
+                    })?
+                    .to_owned();
+                let guaranteed_cores = r.u16("guaranteed_cores")?;
+                let max_cores = r.u16("max_cores")?;
+                let spinning_kthreads = r.u16("spinning_kthreads")?;
+                let kthreads = usize::from(r.u16("kthreads")?);
+                let run_queue_capacity = r.u32("run_queue_capacity")?;
+                let reserved = r.u32("reserved")?;
+                if reserved != 0 {
+                    return Err(ControlError::BadField {
+                        field: "reserved",
+                        value: reserved.to_string(),
+                        expected: "0",
+                    });
+                }
+                if kthreads == 0 || kthreads > MAX_REGISTER_KTHREADS {
+                    return Err(ControlError::BadField {
+                        field: "kthreads",
+                        value: kthreads.to_string(),
+                        expected: "1 to 252",
+                    });
+                }
+                let expected_len = REGISTER_FIXED_LEN + 4 * kthreads;
+                if body.len() != expected_len {
+                    return Err(ControlError::BodyLength {
+                        what: "registration",
+                        expected: expected_len,
+                        actual: body.len(),
+                    });
+                }
+                let mut tids = Vec::with_capacity(kthreads);
+                for _ in 0..kthreads {
+                    tids.push(r.u32("tids")? as i32);
+                }
+                let reg = Registration {
+                    name,
+                    guaranteed_cores,
+                    max_cores,
+                    spinning_kthreads,
+                    run_queue_capacity,
+                    tids,
+                };
+                reg.validate()?;
+                if descriptors != reg.descriptor_count() {
+                    return Err(ControlError::Descriptors {
+                        expected: reg.descriptor_count(),
+                        actual: descriptors,
+                    });
+                }
+                Ok(Request::Register(reg))
+            }
+            kind::STATS => {
+                if !body.is_empty() {
+                    return Err(ControlError::BodyLength {
+                        what: "statistics request",
+                        expected: 0,
+                        actual: body.len(),
+                    });
+                }
+                if descriptors != 0 {
+                    return Err(ControlError::Descriptors {
+                        expected: 0,
+                        actual: descriptors,
+                    });
+                }
+                Ok(Request::Stats)
+            }
+            other => Err(ControlError::UnknownKind(other)),
+        }
+    }
+}
+
+/// A message from iokerneld to a client.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reply {
+    /// Registration accepted. `runtime_id` names the runtime in logs and statistics.
+    Registered { runtime_id: u64 },
+    /// Request refused, with the reason.
+    Error { message: String },
+    /// Statistics as JSON text.
+    Stats { json: String },
+}
+
+impl Reply {
+    /// The wire form.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        match self {
+            Reply::Registered { runtime_id } => {
+                MessageHeader::encode(kind::REGISTERED, 8, &mut out);
+                out.extend_from_slice(&runtime_id.to_le_bytes());
+            }
+            Reply::Error { message } | Reply::Stats { json: message } => {
+                let kind = match self {
+                    Reply::Error { .. } => kind::ERROR,
+                    _ => kind::STATS_REPLY,
+                };
+                let text = &message.as_bytes()[..message.len().min(MAX_REPLY_LEN - HEADER_LEN)];
+                MessageHeader::encode(kind, text.len(), &mut out);
+                out.extend_from_slice(text);
+            }
+        }
+        out
+    }
+
+    /// Parses a reply.
+    pub fn decode(bytes: &[u8]) -> Result<Reply, ControlError> {
+        let (header, body) = MessageHeader::decode(bytes)?;
+        let text = |body: &[u8]| {
+            String::from_utf8(body.to_vec()).map_err(|_| ControlError::BadField {
+                field: "text",
+                value: "invalid UTF-8".into(),
+                expected: "UTF-8",
+            })
+        };
+        match header.kind {
+            kind::REGISTERED => {
+                let mut r = Reader::new(body);
+                let runtime_id = r.u64("runtime_id")?;
+                if !r.rest().is_empty() {
+                    return Err(ControlError::BodyLength {
+                        what: "registration reply",
+                        expected: 8,
+                        actual: body.len(),
+                    });
+                }
+                Ok(Reply::Registered { runtime_id })
+            }
+            kind::ERROR => Ok(Reply::Error {
+                message: text(body)?,
+            }),
+            kind::STATS_REPLY => Ok(Reply::Stats { json: text(body)? }),
+            other => Err(ControlError::UnknownKind(other)),
+        }
+    }
+}
+
+/// Why a control message was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ControlError {
+    /// The message ended inside `field`.
+    Truncated { field: &'static str },
+    /// The first word is not [`CONTROL_MAGIC`].
+    BadMagic(u32),
+    /// A protocol version this build does not speak.
+    UnsupportedVersion(u16),
+    /// The header's length does not match the bytes received.
+    LengthMismatch { declared: u32, actual: usize },
+    /// The body is the wrong size for its kind.
+    BodyLength {
+        what: &'static str,
+        expected: usize,
+        actual: usize,
+    },
+    /// A kind this build does not know.
+    UnknownKind(u16),
+    /// A field holds a value that cannot be right.
+    BadField {
+        field: &'static str,
+        value: String,
+        expected: &'static str,
+    },
+    /// The wrong number of descriptors came with the message.
+    Descriptors { expected: usize, actual: usize },
+}
+
+impl fmt::Display for ControlError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ControlError::Truncated { field } => {
+                write!(f, "message truncated: it ends inside {field}")
+            }
+            ControlError::BadMagic(magic) => write!(
+                f,
+                "bad magic 0x{magic:08x}: expected 0x{CONTROL_MAGIC:08x} (\"CRLC\")"
+            ),
+            ControlError::UnsupportedVersion(version) => write!(
+                f,
+                "unsupported control protocol version {version}: this iokerneld speaks version \
+                 {CONTROL_VERSION}"
+            ),
+            ControlError::LengthMismatch { declared, actual } => write!(
+                f,
+                "header says the body is {declared} bytes but {actual} arrived"
+            ),
+            ControlError::BodyLength {
+                what,
+                expected,
+                actual,
+            } => write!(f, "{what} body is {actual} bytes: expected {expected}"),
+            ControlError::UnknownKind(kind) => write!(f, "unknown message kind 0x{kind:04x}"),
+            ControlError::BadField {
+                field,
+                value,
+                expected,
+            } => write!(f, "invalid {field} = {value}: expected {expected}"),
+            ControlError::Descriptors { expected, actual } => write!(
+                f,
+                "{actual} file descriptors came with the message: expected {expected} (the \
+                 region, then one eventfd per kthread)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ControlError {}
+
+/// Little-endian field reader that names the field it ran out in.
+struct Reader<'a> {
+    bytes: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    fn new(bytes: &'a [u8]) -> Self {
+        Reader { bytes }
+    }
+
+    fn take(&mut self, n: usize, field: &'static str) -> Result<&'a [u8], ControlError> {
+        if self.bytes.len() < n {
+            return Err(ControlError::Truncated { field });
+        }
+        let (head, tail) = self.bytes.split_at(n);
+        self.bytes = tail;
+        Ok(head)
+    }
+
+    fn u16(&mut self, field: &'static str) -> Result<u16, ControlError> {
+        let b = self.take(2, field)?;
+        Ok(u16::from_le_bytes([b[0], b[1]]))
+    }
+
+    fn u32(&mut self, field: &'static str) -> Result<u32, ControlError> {
+        let b = self.take(4, field)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    fn u64(&mut self, field: &'static str) -> Result<u64, ControlError> {
+        let b = self.take(8, field)?;
+        let mut w = [0u8; 8];
+        w.copy_from_slice(b);
+        Ok(u64::from_le_bytes(w))
+    }
+
+    fn rest(&mut self) -> &'a [u8] {
+        core::mem::take(&mut self.bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn registration() -> Registration {
+        Registration {
+            name: "memcached".into(),
+            guaranteed_cores: 1,
+            max_cores: 2,
+            spinning_kthreads: 1,
+            run_queue_capacity: 256,
+            tids: vec![101, 102],
+        }
+    }
+
+    #[test]
+    fn registration_round_trips() {
+        let request = Request::Register(registration());
+        let bytes = request.encode();
+        assert_eq!(bytes.len(), HEADER_LEN + REGISTER_FIXED_LEN + 8);
+        assert_eq!(Request::decode(&bytes, 3), Ok(request));
+        assert_eq!(
+            Request::decode(&Request::Stats.encode(), 0),
+            Ok(Request::Stats)
+        );
+    }
+
+    #[test]
+    fn replies_round_trip() {
+        for reply in [
+            Reply::Registered { runtime_id: 7 },
+            Reply::Error {
+                message: "invalid kthreads = 0".into(),
+            },
+            Reply::Stats {
+                json: "{\"cores\":[]}".into(),
+            },
+        ] {
+            assert_eq!(Reply::decode(&reply.encode()), Ok(reply));
+        }
+    }
+
+    #[test]
+    fn every_truncation_is_refused_with_a_named_reason() {
+        let bytes = Request::Register(registration()).encode();
+        for len in 0..bytes.len() {
+            let err = Request::decode(&bytes[..len], 3).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    ControlError::Truncated { .. } | ControlError::LengthMismatch { .. }
+                ),
+                "length {len}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn wrong_version_and_magic_are_named() {
+        let mut bytes = Request::Stats.encode();
+        bytes[4] = 9;
+        let err = Request::decode(&bytes, 0).unwrap_err();
+        assert_eq!(err, ControlError::UnsupportedVersion(9));
+        assert!(err.to_string().contains("version 9"), "{err}");
+        let mut bytes = Request::Stats.encode();
+        bytes[0] = b'X';
+        assert!(matches!(
+            Request::decode(&bytes, 0),
+            Err(ControlError::BadMagic(_))
+        ));
+    }
+
+    #[test]
+    fn absurd_counts_are_refused_naming_the_field() {
+        let cases: Vec<(Registration, &str)> = vec![
+            (
+                Registration {
+                    tids: vec![],
+                    ..registration()
+                },
+                "kthreads",
+            ),
+            (
+                Registration {
+                    max_cores: 3,
+                    ..registration()
+                },
+                "max_cores",
+            ),
+            (
+                Registration {
+                    max_cores: 0,
+                    ..registration()
+                },
+                "max_cores",
+            ),
+            (
+                Registration {
+                    guaranteed_cores: 3,
+                    ..registration()
+                },
+                "guaranteed_cores",
+            ),
+            (
+                Registration {
+                    spinning_kthreads: 2,
+                    ..registration()
+                },
+                "spinning_kthreads",
+            ),
+            (
+                Registration {
+                    run_queue_capacity: 300,
+                    ..registration()
+                },
+                "run_queue_capacity",
+            ),
+            (
+                Registration {
+                    tids: vec![5, 5],
+                    ..registration()
+                },
+                "tids",
+            ),
+            (
+                Registration {
+                    tids: vec![5, -1],
+                    ..registration()
+                },
+                "tids",
+            ),
+            (
+                Registration {
+                    name: String::new(),
+                    ..registration()
+                },
+                "name",
+            ),
+            (
+                Registration {
+                    name: "a\nb".into(),
+                    ..registration()
+                },
+                "name",
+            ),
+        ];
+        for (reg, field) in cases {
+            let descriptors = reg.descriptor_count();
+            let err = Request::decode(&Request::Register(reg).encode(), descriptors).unwrap_err();
+            assert!(
+                matches!(&err, ControlError::BadField { field: f, .. } if *f == field),
+                "{field}: {err}"
+            );
+        }
+        // A kthread count larger than the table that follows.
+        let mut bytes = Request::Register(registration()).encode();
+        let kthreads_at = HEADER_LEN + NAME_LEN + 6;
+        bytes[kthreads_at..kthreads_at + 2].copy_from_slice(&60000u16.to_le_bytes());
+        let err = Request::decode(&bytes, 3).unwrap_err();
+        assert!(err.to_string().contains("kthreads = 60000"), "{err}");
+    }
+
+    #[test]
+    fn descriptor_count_must_match() {
+        let bytes = Request::Register(registration()).encode();
+        assert_eq!(
+            Request::decode(&bytes, 1),
+            Err(ControlError::Descriptors {
+                expected: 3,
+                actual: 1
+            })
+        );
+        assert!(Request::decode(&Request::Stats.encode(), 1).is_err());
+    }
+}
