@@ -330,6 +330,7 @@ impl Request {
 }
 
 /// A message from iokerneld to a client.
+#[allow(missing_docs)] // Each field is described by its variant.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Reply {
     /// Registration accepted. `runtime_id` names the runtime in logs and statistics.
@@ -395,6 +396,7 @@ impl Reply {
 }
 
 /// Why a control message was refused.
+#[allow(missing_docs)] // Each field is described by its variant.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ControlError {
     /// The message ended inside `field`.
