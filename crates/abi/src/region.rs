@@ -55,19 +55,33 @@ impl QueuePositions {
     /// The shared queue's positions (kthread 0's line). Untrusted when read by iokerneld.
     #[inline]
     pub fn shared_queue(&self) -> RingPositions {
-        let consumed = self.shared_head.load(Ordering::Acquire);
-        let produced = self.shared_tail.load(Ordering::Acquire);
-        RingPositions { produced, consumed }
+        snapshot(&self.shared_tail, &self.shared_head)
     }
 
     /// The run queue's published positions. Untrusted when read by iokerneld.
     #[inline]
     pub fn runq(&self) -> RingPositions {
-        // Head first, so that a runtime that publishes tail before head is never seen with
-        // more taken than added.
-        let consumed = self.runq_head.load(Ordering::Acquire);
-        let produced = self.runq_tail.load(Ordering::Acquire);
-        RingPositions { produced, consumed }
+        snapshot(&self.runq_tail, &self.runq_head)
+    }
+}
+
+/// A consistent-enough snapshot of a queue whose two ends move while it is read.
+///
+/// The tail is read first: the head read afterwards is at least the head at that moment, so
+/// the length can only come out smaller than the queue ever was, never longer than its
+/// capacity. Reading the head first could pair an old head with a tail pushed after later
+/// pops, and a correct runtime would look impossible. If consumers overtook the tail read in
+/// between, the queue was empty by then, and it is reported empty at the tail read. Both
+/// positions stay monotonic from one snapshot to the next.
+#[inline]
+fn snapshot(tail: &AtomicU32, head: &AtomicU32) -> RingPositions {
+    let produced = tail.load(Ordering::Acquire);
+    let consumed = head.load(Ordering::Acquire);
+    // Signed distance: the consumer is ahead when it is less than 2^31 past the producer.
+    let ahead = (consumed.wrapping_sub(produced) as i32) > 0;
+    RingPositions {
+        produced,
+        consumed: if ahead { produced } else { consumed },
     }
 }
 

@@ -70,6 +70,10 @@ void corral_config_default(struct corral_config *config);
 // uthread on it, and returns when `main_fn` returns, after shutting the runtime down. The
 // calling OS thread blocks meanwhile.
 //
+// When the environment variable `CORRAL_IOKERNELD` names iokerneld's control socket, the
+// runtime registers with iokerneld, which then grants and takes back its cores; `pin` must
+// then be 0.
+//
 // Join or wait for the uthreads you spawn before `main_fn` returns: at shutdown, uthreads that
 // can still run are run to completion, but ones blocked then are abandoned.
 //

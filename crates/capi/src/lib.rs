@@ -123,7 +123,7 @@ pub struct CorralConfig {
 
 impl CorralConfig {
     fn to_config(&self) -> Config {
-        let mut cfg = Config::default()
+        let mut cfg = Config::from_env()
             .kthreads(self.kthreads as usize)
             .stack_size(self.stack_size)
             .spin_before_park(Duration::from_nanos(self.spin_before_park_ns.into()));
@@ -163,6 +163,10 @@ pub unsafe extern "C" fn corral_config_default(config: *mut CorralConfig) {
 /// uthread on it, and returns when `main_fn` returns, after shutting the runtime down. The
 /// calling OS thread blocks meanwhile.
 ///
+/// When the environment variable `CORRAL_IOKERNELD` names iokerneld's control socket, the
+/// runtime registers with iokerneld, which then grants and takes back its cores; `pin` must
+/// then be 0.
+///
 /// Join or wait for the uthreads you spawn before `main_fn` returns: at shutdown, uthreads that
 /// can still run are run to completion, but ones blocked then are abandoned.
 ///
@@ -190,7 +194,7 @@ pub unsafe extern "C" fn corral_run(
         // SAFETY: NULL or valid per the contract.
         let cfg = match unsafe { config.as_ref() } {
             Some(c) => c.to_config(),
-            None => Config::default(),
+            None => Config::from_env(),
         };
         if let Err(e) = cfg.validate() {
             report(format_args!("corral_run: {e}"));

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::io;
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// Default usable stack size of a uthread.
@@ -11,17 +12,66 @@ pub const MAX_STACK_SIZE: usize = 1 << 30;
 /// Most kthreads one runtime may run.
 pub const MAX_KTHREADS: usize = 1024;
 
+/// Environment variable naming iokerneld's control socket; [`Config::from_env`] switches to
+/// [`Mode::Iokernel`] when it is set.
+pub const IOKERNELD_SOCKET_ENV: &str = "CORRAL_IOKERNELD";
+
+/// Default path of iokerneld's control socket.
+pub const DEFAULT_IOKERNELD_SOCKET: &str = "/run/corral/iokerneld.sock";
+
 /// How the runtime gets its cores.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Mode {
     /// A fixed set of kthreads that park on their own when idle; no iokerneld.
     Standalone,
+    /// iokerneld grants and takes back cores: kthreads start parked, are woken on the core
+    /// iokerneld picks, park by telling it so, and yield their core when it sends the
+    /// preemption signal.
+    Iokernel(IokernelSettings),
+}
+
+/// What a runtime asks iokerneld for when it registers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IokernelSettings {
+    /// iokerneld's control socket.
+    pub socket: PathBuf,
+    /// Shown in iokerneld's logs and statistics (1 to 32 bytes).
+    pub name: String,
+    /// Cores the runtime may hold without ever being preempted. At most the kthread count;
+    /// all runtimes' guarantees together must fit iokerneld's managed cores.
+    pub guaranteed_cores: usize,
+    /// Kthreads that never park once granted a core, so that work reaching them never waits
+    /// for a wake-up. They hold guaranteed cores: at most `guaranteed_cores`.
+    pub spinning_kthreads: usize,
+}
+
+impl IokernelSettings {
+    /// No guarantee, no spinning kthreads: every core is burstable.
+    pub fn new(socket: impl Into<PathBuf>, name: impl Into<String>) -> Self {
+        IokernelSettings {
+            socket: socket.into(),
+            name: name.into(),
+            guaranteed_cores: 0,
+            spinning_kthreads: 0,
+        }
+    }
+
+    pub fn guaranteed_cores(mut self, cores: usize) -> Self {
+        self.guaranteed_cores = cores;
+        self
+    }
+
+    pub fn spinning_kthreads(mut self, kthreads: usize) -> Self {
+        self.spinning_kthreads = kthreads;
+        self
+    }
 }
 
 impl fmt::Display for Mode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Mode::Standalone => f.write_str("standalone"),
+            Mode::Iokernel(s) => write!(f, "iokerneld ({})", s.socket.display()),
         }
     }
 }
@@ -90,6 +140,34 @@ impl Config {
         self
     }
 
+    /// Gets cores from iokerneld (which implies preemption).
+    pub fn iokernel(mut self, settings: IokernelSettings) -> Self {
+        self.mode = Mode::Iokernel(settings);
+        self.preemption = true;
+        self
+    }
+
+    /// The default configuration, switched to iokerneld mode when `CORRAL_IOKERNELD` names a
+    /// control socket; the runtime is then named after the program.
+    pub fn from_env() -> Self {
+        let config = Config::default();
+        match std::env::var_os(IOKERNELD_SOCKET_ENV) {
+            Some(socket) if !socket.is_empty() => {
+                let name = std::env::args()
+                    .next()
+                    .and_then(|arg0| {
+                        std::path::Path::new(&arg0)
+                            .file_name()
+                            .map(|n| n.to_string_lossy().into_owned())
+                    })
+                    .unwrap_or_else(|| "corral".into());
+                let name: String = name.chars().take(32).collect();
+                config.iokernel(IokernelSettings::new(socket, name))
+            }
+            _ => config,
+        }
+    }
+
     /// Checks every value; the error names the offending setting and value.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.kthreads == 0 {
@@ -113,6 +191,9 @@ impl Config {
                 "at most 1s",
             ));
         }
+        if let Mode::Iokernel(settings) = &self.mode {
+            settings.validate(self)?;
+        }
         if let Some(cpus) = &self.cpus {
             if cpus.is_empty() {
                 return Err(ConfigError::new(
@@ -129,6 +210,58 @@ impl Config {
                     format!("a CPU this process may run on ({allowed:?})"),
                 ));
             }
+        }
+        Ok(())
+    }
+}
+
+impl IokernelSettings {
+    fn validate(&self, config: &Config) -> Result<(), ConfigError> {
+        const MAX_REGISTERED: usize = 252;
+        if config.kthreads > MAX_REGISTERED {
+            return Err(ConfigError::new(
+                "kthreads",
+                config.kthreads,
+                format!("at most {MAX_REGISTERED} under iokerneld"),
+            ));
+        }
+        if config.cpus.is_some() {
+            return Err(ConfigError::new(
+                "cpus",
+                format!("{:?}", config.cpus.as_deref().unwrap_or_default()),
+                "none under iokerneld, which picks each kthread's core",
+            ));
+        }
+        if !config.preemption {
+            return Err(ConfigError::new(
+                "preemption",
+                "false",
+                "true under iokerneld, which takes cores back with the preemption signal",
+            ));
+        }
+        if self.name.is_empty() || self.name.len() > 32 || self.name.chars().any(char::is_control) {
+            return Err(ConfigError::new(
+                "iokernel.name",
+                format!("{:?}", self.name),
+                "1 to 32 bytes without control characters",
+            ));
+        }
+        if self.guaranteed_cores > config.kthreads {
+            return Err(ConfigError::new(
+                "iokernel.guaranteed_cores",
+                self.guaranteed_cores,
+                format!("at most kthreads ({})", config.kthreads),
+            ));
+        }
+        if self.spinning_kthreads > self.guaranteed_cores {
+            return Err(ConfigError::new(
+                "iokernel.spinning_kthreads",
+                self.spinning_kthreads,
+                format!(
+                    "at most iokernel.guaranteed_cores ({})",
+                    self.guaranteed_cores
+                ),
+            ));
         }
         Ok(())
     }

@@ -29,6 +29,8 @@ mod arch;
 #[cfg(not(loom))]
 mod config;
 #[cfg(not(loom))]
+mod iokernel;
+#[cfg(not(loom))]
 mod malloc;
 #[cfg(not(loom))]
 pub mod preempt;
@@ -45,9 +47,12 @@ mod timer;
 
 #[cfg(not(loom))]
 pub use {
-    config::{Config, ConfigError, DEFAULT_STACK_SIZE, Mode, allowed_cpus},
+    config::{
+        Config, ConfigError, DEFAULT_IOKERNELD_SOCKET, DEFAULT_STACK_SIZE, IOKERNELD_SOCKET_ENV,
+        IokernelSettings, Mode, allowed_cpus,
+    },
     malloc::PreemptSafeAlloc,
-    runtime::{Runtime, run},
+    runtime::{IokernelKthreadStats, Runtime, run},
     sched::uthread::{
         Builder, JoinHandle, ThreadId, current_id, current_name, kthread_index, spawn,
         spawn_detached,

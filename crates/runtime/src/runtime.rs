@@ -27,7 +27,14 @@ impl Runtime {
             crate::signal::install_preemption_handler();
         }
         crate::sync::mutex::asymmetric_fences();
-        let shared = Box::into_raw(Shared::new(config));
+        let (iok, memfd) = match &config.mode {
+            Mode::Standalone => (None, None),
+            Mode::Iokernel(_) => {
+                let (shared, kthreads, memfd) = crate::iokernel::prepare(&config)?;
+                (Some((shared, kthreads)), Some(memfd))
+            }
+        };
+        let shared = Box::into_raw(Shared::new(config, iok));
         // SAFETY: just allocated; freed only in drop, after every kthread stopped.
         let rt: &'static Shared = unsafe { &*shared };
         let mut runtime = Runtime {
@@ -47,7 +54,34 @@ impl Runtime {
                 })?;
             runtime.threads.push(t);
         }
+        if let (Some(iok), Mode::Iokernel(settings), Some(memfd)) =
+            (&rt.iok, &rt.config.mode, memfd)
+        {
+            // On failure, dropping `runtime` wakes the parked kthreads and stops them.
+            crate::iokernel::register(iok, &rt.kthreads, settings, memfd)?;
+        }
         Ok(runtime)
+    }
+
+    /// The id iokerneld gave this runtime (iokerneld mode only).
+    pub fn iokernel_runtime_id(&self) -> Option<u64> {
+        self.shared().iok.as_ref().map(|iok| iok.runtime_id())
+    }
+
+    /// Per kthread: the core iokerneld last granted it (`None` before any grant), and how
+    /// many grants and preemption requests it has received. Empty in standalone mode.
+    pub fn iokernel_kthread_stats(&self) -> Vec<IokernelKthreadStats> {
+        use core::sync::atomic::Ordering::Relaxed;
+        self.shared()
+            .kthreads
+            .iter()
+            .filter_map(|k| k.iok.as_ref())
+            .map(|iok| IokernelKthreadStats {
+                cpu: Some(iok.cpu.load(Relaxed)).filter(|&c| c != u32::MAX),
+                grants: iok.grants.load(Relaxed),
+                preemptions: iok.preemptions.load(Relaxed),
+            })
+            .collect()
     }
 
     fn shared(&self) -> &Shared {
@@ -59,8 +93,9 @@ impl Runtime {
         &self.shared().config
     }
 
-    pub fn mode(&self) -> Mode {
-        self.config().mode
+    /// How this runtime gets its cores.
+    pub fn mode(&self) -> &Mode {
+        &self.config().mode
     }
 
     /// Spawns a uthread from outside the runtime.
@@ -111,11 +146,22 @@ impl Runtime {
     }
 }
 
+/// What one kthread has seen of iokerneld.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IokernelKthreadStats {
+    pub cpu: Option<u32>,
+    pub grants: u64,
+    pub preemptions: u64,
+}
+
 impl Drop for Runtime {
     fn drop(&mut self) {
         self.shared().begin_shutdown();
         for t in self.threads.drain(..) {
             let _ = t.join();
+        }
+        if let Some(iok) = &self.shared().iok {
+            iok.disconnect();
         }
         if self.shared().live_uthreads() == 0 {
             // SAFETY: every kthread has stopped and no uthread refers to the runtime.

@@ -11,8 +11,9 @@ use core::ptr::NonNull;
 use core::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::arch;
+use crate::iokernel::IokKthread;
 use crate::sched::Shared;
-use crate::sched::runqueue::RunQueue;
+use crate::sched::runqueue::{RUNQ_CAPACITY, RunQueue};
 use crate::sched::uthread::UThread;
 use crate::sync::spin::RawSpinLock;
 use crate::timer::TimerQueue;
@@ -76,6 +77,9 @@ pub(crate) struct KThread {
     pub ticks: Cell<u32>,
     next_id: Cell<u64>,
     id_limit: Cell<u64>,
+
+    /// This kthread's end of the shared region under iokerneld.
+    pub iok: Option<IokKthread>,
 }
 
 pub(crate) const OFF_SELF: usize = offset_of!(KThread, self_ptr);
@@ -96,7 +100,14 @@ unsafe impl Sync for KThread {}
 unsafe impl Send for KThread {}
 
 impl KThread {
-    pub fn new(index: usize, rt: *const Shared) -> Box<KThread> {
+    pub fn new(index: usize, rt: *const Shared, iok: Option<IokKthread>) -> Box<KThread> {
+        let rq = match &iok {
+            Some(iok) => {
+                let (head, tail) = crate::iokernel::runq_counters(iok);
+                RunQueue::with_counters(RUNQ_CAPACITY, head, tail)
+            }
+            None => RunQueue::new(),
+        };
         let mut k = Box::new(KThread {
             self_ptr: core::ptr::null(),
             preempt: UnsafeCell::new(PREEMPT_NOT_PENDING),
@@ -106,7 +117,7 @@ impl KThread {
             index,
             rt,
             lock: RawSpinLock::new(),
-            rq: RunQueue::new(),
+            rq,
             timers: TimerQueue::new(),
             state: AtomicU8::new(state::RUNNING),
             park_word: AtomicU32::new(0),
@@ -123,6 +134,7 @@ impl KThread {
             ticks: Cell::new(0),
             next_id: Cell::new(0),
             id_limit: Cell::new(0),
+            iok,
         });
         k.self_ptr = &*k;
         k
@@ -162,6 +174,13 @@ impl KThread {
     pub fn shared(&self) -> &Shared {
         // SAFETY: the runtime outlives its kthreads' bindings (unbound before it is freed).
         unsafe { &*self.rt }
+    }
+
+    /// This kthread's iokerneld state. Only for runtimes in iokerneld mode.
+    pub fn iok(&self) -> &IokKthread {
+        self.iok
+            .as_ref()
+            .expect("iokerneld state of a kthread in standalone mode")
     }
 
     pub fn next_random(&self) -> u64 {

@@ -27,6 +27,7 @@ use std::collections::VecDeque;
 
 use crate::arch;
 use crate::config::Config;
+use crate::iokernel::{IokKthread, IokShared};
 use crate::preempt;
 use crate::sync::spin::RawSpinLock;
 use crate::timer;
@@ -53,6 +54,8 @@ pub(crate) struct Shared {
     pub shutdown: AtomicBool,
     /// Uthreads spawned from threads that are not this runtime's kthreads.
     pub foreign_spawned: core::sync::atomic::AtomicU64,
+    /// Set in iokerneld mode, where iokerneld decides which kthreads run.
+    pub iok: Option<IokShared>,
 }
 
 // SAFETY: the UnsafeCells are guarded by the spinlocks next to them.
@@ -61,7 +64,12 @@ unsafe impl Sync for Shared {}
 unsafe impl Send for Shared {}
 
 impl Shared {
-    pub fn new(config: Config) -> Box<Shared> {
+    pub fn new(config: Config, iok: Option<(IokShared, Vec<IokKthread>)>) -> Box<Shared> {
+        let (iok, mut iok_kthreads) = match iok {
+            Some((shared, kthreads)) => (Some(shared), kthreads.into_iter().map(Some).collect()),
+            None => (None, Vec::new()),
+        };
+        iok_kthreads.resize_with(config.kthreads, || None);
         let mut shared = Box::new(Shared {
             kthreads: Box::new([]),
             stacks: stack::StackPool::new(config.stack_size),
@@ -75,12 +83,15 @@ impl Shared {
             inject_len: AtomicUsize::new(0),
             shutdown: AtomicBool::new(false),
             foreign_spawned: core::sync::atomic::AtomicU64::new(0),
+            iok,
         });
         let rt: *const Shared = &*shared;
         // KThreads are leaked on purpose: an OS thread created by a kthread inherits its %gs
         // base, and `current_kthread` reads through it, so that memory must stay valid.
-        shared.kthreads = (0..shared.config.kthreads)
-            .map(|i| &*Box::leak(KThread::new(i, rt)))
+        shared.kthreads = iok_kthreads
+            .into_iter()
+            .enumerate()
+            .map(|(i, iok)| &*Box::leak(KThread::new(i, rt, iok)))
             .collect();
         shared
     }
@@ -96,6 +107,9 @@ impl Shared {
         // SAFETY: inject_lock held.
         unsafe { (*self.inject.get()).push_back(th) };
         self.inject_len.fetch_add(1, Ordering::Relaxed);
+        if let Some(iok) = &self.iok {
+            iok.shared_added(1);
+        }
         // SAFETY: we hold the lock.
         unsafe { self.inject_lock.unlock() };
         preempt::enable();
@@ -120,6 +134,9 @@ impl Shared {
             taken += 1;
         }
         self.inject_len.fetch_sub(taken, Ordering::Relaxed);
+        if let Some(iok) = &self.iok {
+            iok.shared_taken(taken);
+        }
         // SAFETY: we hold the lock.
         unsafe { self.inject_lock.unlock() };
         first
@@ -128,6 +145,10 @@ impl Shared {
     /// Wakes a parked kthread if work was just published and nobody is looking for it.
     #[inline]
     pub fn wake_if_idle(&self) {
+        if self.iok.is_some() {
+            // iokerneld watches the queues and grants a core when work waits.
+            return;
+        }
         // Pairs with the fence implied by the RMWs in `park`: either the parker sees our
         // work, or we see it parked.
         fence(Ordering::SeqCst);
@@ -181,6 +202,10 @@ impl Shared {
 
     /// A timer was added: if every parked kthread sleeps past it, wake one to watch it.
     pub fn timer_added(&self, deadline: u64) {
+        if self.iok.is_some() {
+            // Timers are added by running kthreads, and the last one to park reports them.
+            return;
+        }
         // Pairs with the publish-then-recheck in `park`.
         fence(Ordering::SeqCst);
         if self.n_parked.load(Ordering::SeqCst) == 0 {
@@ -226,6 +251,9 @@ impl Shared {
         for k in self.kthreads.iter() {
             k.park_word.store(1, Ordering::Release);
             futex_wake(&k.park_word);
+            if let Some(iok) = &k.iok {
+                iok.kick();
+            }
         }
     }
 }
@@ -236,6 +264,19 @@ pub(crate) fn kthread_main(k: &'static KThread) {
     crate::signal::on_kthread_start();
     crate::sync::rcu::register_kthread(k);
     let rt = k.shared();
+    if rt.iok.is_some() {
+        // Under iokerneld a kthread starts parked and runs only once granted a core.
+        k.state.store(state::PARKED, Ordering::SeqCst);
+        rt.n_parked.fetch_add(1, Ordering::SeqCst);
+        k.iok().wait();
+        rt.n_parked.fetch_sub(1, Ordering::SeqCst);
+        if let Some(iok) = &rt.iok {
+            iok.active.fetch_add(1, Ordering::SeqCst);
+        }
+        // SAFETY: this kthread's own state; the scheduler context runs with preemption
+        // disabled.
+        unsafe { k.iok().poll_ingress() };
+    }
     rt.n_spinning.fetch_add(1, Ordering::SeqCst);
     k.state.store(state::SPINNING, Ordering::SeqCst);
     sched_main(k);
@@ -251,6 +292,18 @@ fn sched_main(k: &'static KThread) {
     let mut spinning = true;
     let mut spin_start = timer::now_ns();
     loop {
+        // SAFETY: our own ingress ring, in the scheduler context (preemption disabled).
+        if k.iok.is_some() && unsafe { k.iok().poll_ingress() } {
+            // iokerneld wants the core back, whatever work is queued.
+            if !spinning {
+                spinning = true;
+                k.state.store(state::SPINNING, Ordering::Relaxed);
+                rt.n_spinning.fetch_add(1, Ordering::SeqCst);
+            }
+            iok_park(k, true);
+            spin_start = timer::now_ns();
+            continue;
+        }
         if let Some(th) = find_work(k) {
             if spinning {
                 spinning = false;
@@ -279,8 +332,14 @@ fn sched_main(k: &'static KThread) {
             spin_start = now;
             k.state.store(state::SPINNING, Ordering::Relaxed);
             rt.n_spinning.fetch_add(1, Ordering::SeqCst);
-        } else if now.saturating_sub(spin_start) >= rt.config.spin_before_park.as_nanos() as u64 {
-            park(k);
+        } else if now.saturating_sub(spin_start) >= rt.config.spin_before_park.as_nanos() as u64
+            && rt.iok.as_ref().is_none_or(|iok| k.index >= iok.spinning)
+        {
+            if rt.iok.is_some() {
+                iok_park(k, false);
+            } else {
+                park(k);
+            }
             // Parking returns with this kthread counted as spinning again.
             spin_start = timer::now_ns();
         } else {
@@ -403,6 +462,47 @@ fn park(k: &'static KThread) {
     k.state.store(state::SPINNING, Ordering::SeqCst);
 }
 
+/// Parks `k` under iokerneld: reports it and blocks on the eventfd until iokerneld grants a
+/// core again. `preempted`: iokerneld asked for the core. Returns with `k` counted as spinning.
+fn iok_park(k: &'static KThread, preempted: bool) {
+    let rt = k.shared();
+    let iok = rt.iok.as_ref().expect("iokerneld mode");
+    let kio = k.iok();
+    // Hand our timers to a kthread that still holds a core; if none does, the last kthread to
+    // park reports the earliest timer of all to iokerneld.
+    if k.timers.next_deadline() != u64::MAX {
+        for other in rt.kthreads.iter() {
+            if !ptr::eq(*other, k)
+                && other.state.load(Ordering::SeqCst) != state::PARKED
+                && k.timers.move_all_to(&other.timers)
+            {
+                break;
+            }
+        }
+    }
+    k.timers.stop_accepting();
+    k.state.store(state::PARKED, Ordering::SeqCst);
+    rt.n_parked.fetch_add(1, Ordering::SeqCst);
+    rt.n_spinning.fetch_sub(1, Ordering::SeqCst);
+    let last = iok.active.fetch_sub(1, Ordering::SeqCst) == 1;
+    if last {
+        // SAFETY: our own command ring, scheduler context.
+        unsafe { crate::iokernel::send_timer_deadline(kio, rt.earliest_timer()) };
+    }
+    // SAFETY: as above.
+    unsafe { kio.send_park(preempted, !k.rq.is_empty()) };
+    if !rt.shutdown.load(Ordering::SeqCst) {
+        kio.wait();
+    }
+    // SAFETY: as above.
+    unsafe { kio.poll_ingress() };
+    iok.active.fetch_add(1, Ordering::SeqCst);
+    rt.n_parked.fetch_sub(1, Ordering::SeqCst);
+    rt.n_spinning.fetch_add(1, Ordering::SeqCst);
+    k.timers.start_accepting();
+    k.state.store(state::SPINNING, Ordering::SeqCst);
+}
+
 /// Leaves the parked list if a waker did not already take us off it.
 fn unpark_self(k: &KThread) {
     let rt = k.shared();
@@ -513,6 +613,9 @@ pub(crate) fn push_local(k: &KThread, th: usize) {
     }
     q.push_back(th);
     rt.inject_len.fetch_add(moved + 1, Ordering::Relaxed);
+    if let Some(iok) = &rt.iok {
+        iok.shared_added(moved + 1);
+    }
     // SAFETY: we hold both locks.
     unsafe {
         rt.inject_lock.unlock();
@@ -574,7 +677,27 @@ unsafe fn yield_locked() {
 pub(crate) fn yield_from_signal() {
     // SAFETY: the signal handler runs on the interrupted uthread's kthread and disabled
     // preemption once.
-    unsafe { yield_locked() };
+    unsafe { preempted_locked() };
+}
+
+/// What the preemption signal does: under iokerneld, return to the scheduler, which reads why
+/// (a `Preempt` command) and parks; standalone, yield to the next uthread.
+///
+/// # Safety
+/// In a uthread on a kthread, with preemption disabled once.
+unsafe fn preempted_locked() {
+    // SAFETY: on a kthread (caller's contract).
+    let k = unsafe { this_kthread() };
+    if k.iok.is_none() {
+        // SAFETY: forwarded.
+        unsafe { yield_locked() };
+        return;
+    }
+    let cur = k.current();
+    push_local(k, cur as usize);
+    k.set_current(ptr::null_mut());
+    // SAFETY: cur is running and now queued; the scheduler context is suspended.
+    unsafe { arch::switch_context((*cur).rsp_slot(), k.sched_rsp.get(), &(*cur).running) };
 }
 
 /// A pending preemption became due (the counter dropped to zero): yield the core.
@@ -589,7 +712,7 @@ pub(crate) fn preempt_pending() {
         // SAFETY: on a kthread, in a uthread, preemption enabled (count just reached zero).
         unsafe {
             preempt::disable_on_kthread();
-            yield_locked();
+            preempted_locked();
             preempt::enable_on_kthread();
         }
     }

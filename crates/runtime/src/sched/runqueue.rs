@@ -1,7 +1,13 @@
 //! The per-kthread run queue: a bounded ring that only its owner pushes to, so that readying a
 //! uthread costs two plain stores and no atomic read-modify-write. Popping and stealing move the
 //! head; both happen under the owning kthread's lock, which the caller holds.
+//!
+//! Under iokerneld the head and tail counters live in the kthread's shared cache line, where
+//! the core allocator reads them every pass to tell whether a uthread has waited a whole
+//! interval. They are the queue's own counters, not copies, so what iokerneld sees is never
+//! more than the queue held.
 
+use core::ptr::NonNull;
 #[cfg(not(loom))]
 use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 #[cfg(loom)]
@@ -16,12 +22,20 @@ struct CacheLine<T>(T);
 /// Entries are nonzero `usize`s (pointers to uthreads in the runtime).
 pub struct RunQueue {
     /// Next entry to take. Written only under the owner's lock.
-    head: CacheLine<AtomicU32>,
+    head: NonNull<AtomicU32>,
     /// Next free slot. Written only by the owner.
-    tail: CacheLine<AtomicU32>,
+    tail: NonNull<AtomicU32>,
+    /// Where `head` and `tail` point unless they were placed elsewhere.
+    _own: Option<Box<[CacheLine<AtomicU32>; 2]>>,
     slots: Box<[AtomicUsize]>,
     mask: usize,
 }
+
+// SAFETY: `head` and `tail` point to atomics that live as long as the queue (its own box, or
+// `'static` memory given to `with_counters`); everything else is atomic.
+unsafe impl Send for RunQueue {}
+// SAFETY: as for Send: all shared access is through atomics.
+unsafe impl Sync for RunQueue {}
 
 impl Default for RunQueue {
     fn default() -> Self {
@@ -40,12 +54,46 @@ impl RunQueue {
             capacity.is_power_of_two() && capacity <= 1 << 30,
             "run queue capacity {capacity}"
         );
+        let own = Box::new([CacheLine(AtomicU32::new(0)), CacheLine(AtomicU32::new(0))]);
         RunQueue {
-            head: CacheLine(AtomicU32::new(0)),
-            tail: CacheLine(AtomicU32::new(0)),
+            head: NonNull::from(&own[0].0),
+            tail: NonNull::from(&own[1].0),
+            _own: Some(own),
             slots: (0..capacity).map(|_| AtomicUsize::new(0)).collect(),
             mask: capacity - 1,
         }
+    }
+
+    /// A queue of `capacity` entries whose counters are `head` and `tail`, which must start
+    /// equal and be written by nothing but this queue.
+    #[cfg(not(loom))]
+    pub fn with_counters(
+        capacity: usize,
+        head: &'static AtomicU32,
+        tail: &'static AtomicU32,
+    ) -> Self {
+        let mut queue = Self::with_capacity(capacity);
+        assert_eq!(
+            head.load(Ordering::Relaxed),
+            tail.load(Ordering::Relaxed),
+            "run queue counters must start empty"
+        );
+        queue.head = NonNull::from(head);
+        queue.tail = NonNull::from(tail);
+        queue._own = None;
+        queue
+    }
+
+    #[inline]
+    fn head(&self) -> &AtomicU32 {
+        // SAFETY: see the Send impl: the pointee outlives the queue.
+        unsafe { self.head.as_ref() }
+    }
+
+    #[inline]
+    fn tail(&self) -> &AtomicU32 {
+        // SAFETY: as for `head`.
+        unsafe { self.tail.as_ref() }
     }
 
     #[cfg(loom)]
@@ -63,36 +111,36 @@ impl RunQueue {
     #[inline]
     pub fn push(&self, item: usize) -> Result<(), usize> {
         debug_assert_ne!(item, 0);
-        let tail = self.tail.0.load(Ordering::Relaxed);
+        let tail = self.tail().load(Ordering::Relaxed);
         // Acquire pairs with the head store of a thief that finished reading the slot we may
         // be about to overwrite.
-        let head = self.head.0.load(Ordering::Acquire);
+        let head = self.head().load(Ordering::Acquire);
         if tail.wrapping_sub(head) as usize > self.mask {
             return Err(item);
         }
         self.slot(tail).store(item, Ordering::Relaxed);
-        self.tail.0.store(tail.wrapping_add(1), Ordering::Release);
+        self.tail().store(tail.wrapping_add(1), Ordering::Release);
         Ok(())
     }
 
     /// Takes the oldest entry. The caller holds the owner's lock.
     #[inline]
     pub fn pop(&self) -> Option<usize> {
-        let head = self.head.0.load(Ordering::Relaxed);
-        let tail = self.tail.0.load(Ordering::Acquire);
+        let head = self.head().load(Ordering::Relaxed);
+        let tail = self.tail().load(Ordering::Acquire);
         if head == tail {
             return None;
         }
         let item = self.slot(head).load(Ordering::Relaxed);
-        self.head.0.store(head.wrapping_add(1), Ordering::Release);
+        self.head().store(head.wrapping_add(1), Ordering::Release);
         Some(item)
     }
 
     /// Moves half (rounded up) of this queue's entries into `into`, which must be the caller's own,
     /// empty queue. The caller holds this queue's owner's lock. Returns how many moved.
     pub fn steal_half_into(&self, into: &RunQueue) -> usize {
-        let head = self.head.0.load(Ordering::Relaxed);
-        let tail = self.tail.0.load(Ordering::Acquire);
+        let head = self.head().load(Ordering::Relaxed);
+        let tail = self.tail().load(Ordering::Acquire);
         let available = tail.wrapping_sub(head) as usize;
         if available == 0 {
             return 0;
@@ -108,8 +156,7 @@ impl RunQueue {
             }
             moved += 1;
         }
-        self.head
-            .0
+        self.head()
             .store(head.wrapping_add(moved as u32), Ordering::Release);
         moved
     }
@@ -117,8 +164,8 @@ impl RunQueue {
     /// A racy length: exact when called by the owner with its lock held.
     #[inline]
     pub fn len(&self) -> usize {
-        let head = self.head.0.load(Ordering::Acquire);
-        let tail = self.tail.0.load(Ordering::Acquire);
+        let head = self.head().load(Ordering::Acquire);
+        let tail = self.tail().load(Ordering::Acquire);
         tail.wrapping_sub(head) as usize
     }
 
