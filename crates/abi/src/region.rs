@@ -99,6 +99,10 @@ struct IokernelLine {
     ingress_tail: AtomicU32,
     egress_packet_head: AtomicU32,
     egress_command_head: AtomicU32,
+    _pad: u32,
+    /// When iokerneld decided to give this kthread its current core (`CLOCK_MONOTONIC`
+    /// nanoseconds): the runtime measures its wake-up latency from it.
+    wake_decision_ns: AtomicU64,
 }
 
 /// The control lines at the start of every kthread area.
@@ -128,6 +132,7 @@ const _: () = {
     assert!(offset_of!(IokernelLine, ingress_tail) == 0);
     assert!(offset_of!(IokernelLine, egress_packet_head) == 4);
     assert!(offset_of!(IokernelLine, egress_command_head) == 8);
+    assert!(offset_of!(IokernelLine, wake_decision_ns) == 16);
 };
 
 /// A mapping of a region: base and length, with the promise that it stays valid for `'a`.
@@ -298,6 +303,20 @@ impl<'a> KthreadView<'a> {
     /// The allocator's cache line.
     pub fn positions(&self) -> &'a QueuePositions {
         &self.control.positions
+    }
+
+    /// iokerneld side: records when it decided to give this kthread a core (the decision to
+    /// preempt another runtime for it, or the grant itself), before waking it.
+    pub fn publish_wake_decision(&self, monotonic_ns: u64) {
+        self.control
+            .iokernel
+            .wake_decision_ns
+            .store(monotonic_ns, Ordering::Release);
+    }
+
+    /// Runtime side: when iokerneld decided to give this kthread its current core (0: never).
+    pub fn wake_decision(&self) -> &'a AtomicU64 {
+        &self.control.iokernel.wake_decision_ns
     }
 
     /// Both published positions of a ring, read from shared memory: consumer first, then

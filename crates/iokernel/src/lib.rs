@@ -1,3 +1,12 @@
-//! iokerneld's building blocks: the core allocator (`alloc`).
+//! iokerneld's building blocks: the core allocator (`alloc`), its settings (`config`), the
+//! machine's CPUs (`cpus`), the control socket (`control`), the daemon loop (`daemon`), and a
+//! client that speaks the shared-memory ABI directly (`client`, for tests and benchmarks).
 
 pub mod alloc;
+pub mod client;
+pub mod config;
+pub mod control;
+pub mod cpus;
+pub mod daemon;
+pub mod logger;
+pub mod sys;

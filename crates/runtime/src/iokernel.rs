@@ -67,6 +67,8 @@ pub(crate) struct IokKthread {
     commands: UnsafeCell<Producer<'static>>,
     /// The counters iokerneld reads; the run queue's live here.
     pub positions: &'static QueuePositions,
+    /// When iokerneld decided to give this kthread its current core.
+    wake_decision: &'static AtomicU64,
     /// A `Preempt` arrived after the latest `Grant`.
     preempt_requested: Cell<bool>,
     /// The core iokerneld last granted (`u32::MAX` before the first grant).
@@ -151,6 +153,7 @@ pub(crate) fn prepare(config: &Config) -> io::Result<(IokShared, Vec<IokKthread>
             ingress: UnsafeCell::new(view.ingress_consumer()),
             commands: UnsafeCell::new(view.egress_command_producer()),
             positions: view.positions(),
+            wake_decision: view.wake_decision(),
             preempt_requested: Cell::new(false),
             cpu: AtomicU32::new(u32::MAX),
             grants: AtomicU64::new(0),
@@ -455,20 +458,25 @@ impl IokKthread {
     }
 
     /// Blocks until the eventfd is written (by iokerneld, or by the runtime at shutdown).
+    ///
+    /// iokerneld makes the eventfd non-blocking (so that no runtime can ever block its
+    /// write), and the flag is shared with this copy: sleep in `poll`, then read.
     pub fn wait(&self) {
+        let fd = self.eventfd.as_raw_fd();
         let mut value = 0u64;
         loop {
             // SAFETY: reading 8 bytes into a u64 from our own eventfd.
-            let n =
-                unsafe { libc::read(self.eventfd.as_raw_fd(), (&mut value as *mut u64).cast(), 8) };
+            let n = unsafe { libc::read(fd, (&mut value as *mut u64).cast(), 8) };
             if n == 8 {
                 return;
             }
-            // EINTR: a stale preemption signal; anything else cannot happen to an eventfd we
-            // own, but must not spin either way.
-            if io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-                std::thread::sleep(Duration::from_millis(1));
-            }
+            let mut pfd = libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd. EINTR (a stale preemption signal) just loops.
+            unsafe { libc::poll(&mut pfd, 1, -1) };
         }
     }
 
@@ -478,6 +486,17 @@ impl IokKthread {
         // SAFETY: writing 8 bytes to our own eventfd.
         unsafe { libc::write(self.eventfd.as_raw_fd(), (&one as *const u64).cast(), 8) };
     }
+}
+
+/// When iokerneld decided to give the calling uthread's kthread its current core, in
+/// `CLOCK_MONOTONIC` nanoseconds (comparable with [`crate::now_ns`]): for measuring how long a
+/// wake-up or a preemption took to reach a uthread. `None` outside a runtime in iokerneld mode
+/// or before iokerneld recorded a decision.
+pub fn core_granted_at_ns() -> Option<u64> {
+    let _guard = crate::preempt::PreemptGuard::new();
+    let k = crate::sched::kthread::current_kthread()?;
+    let ns = k.iok.as_ref()?.wake_decision.load(Ordering::Acquire);
+    (ns != 0).then_some(ns)
 }
 
 /// The shared counters behind a kthread's run queue.

@@ -51,6 +51,7 @@ pub use {
         Config, ConfigError, DEFAULT_IOKERNELD_SOCKET, DEFAULT_STACK_SIZE, IOKERNELD_SOCKET_ENV,
         IokernelSettings, Mode, allowed_cpus,
     },
+    iokernel::core_granted_at_ns,
     malloc::PreemptSafeAlloc,
     runtime::{IokernelKthreadStats, Runtime, run},
     sched::uthread::{

@@ -482,15 +482,26 @@ fn iok_park(k: &'static KThread, preempted: bool) {
     }
     k.timers.stop_accepting();
     k.state.store(state::PARKED, Ordering::SeqCst);
+    let last = iok.active.fetch_sub(1, Ordering::SeqCst) == 1;
+    // iokerneld watches only the run queues of kthreads that hold a core. The last one must
+    // not leave runnable work on a parked kthread's queue unannounced: it takes it instead
+    // (find_work steals from every kthread), unless iokerneld is taking the core, in which
+    // case the park is flagged as leaving work behind.
+    let work_left = rt.kthreads.iter().any(|other| !other.rq.is_empty());
+    if last && !preempted && (work_left || rt.inject_len.load(Ordering::SeqCst) > 0) {
+        iok.active.fetch_add(1, Ordering::SeqCst);
+        k.timers.start_accepting();
+        k.state.store(state::SPINNING, Ordering::SeqCst);
+        return;
+    }
     rt.n_parked.fetch_add(1, Ordering::SeqCst);
     rt.n_spinning.fetch_sub(1, Ordering::SeqCst);
-    let last = iok.active.fetch_sub(1, Ordering::SeqCst) == 1;
     if last {
         // SAFETY: our own command ring, scheduler context.
         unsafe { crate::iokernel::send_timer_deadline(kio, rt.earliest_timer()) };
     }
     // SAFETY: as above.
-    unsafe { kio.send_park(preempted, !k.rq.is_empty()) };
+    unsafe { kio.send_park(preempted, work_left) };
     if !rt.shutdown.load(Ordering::SeqCst) {
         kio.wait();
     }

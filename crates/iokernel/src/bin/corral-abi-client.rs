@@ -1,0 +1,89 @@
+//! `corral-abi-client`: registers with iokerneld as a runtime made of plain OS threads and
+//! behaves according to `--mode`, printing one line per event (`registered ID`,
+//! `grant K CPU running-on C since-decision-ns N`, `preempt K`, `park K`, `yielded K`, and
+//! finally `evicted: REASON` or `disconnected`). For tests and packet benchmarks that need a
+//! runtime without the runtime library.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use corral_iokernel::client::{ClientError, Ending, Mode, Options, Runtime};
+
+/// Register with iokerneld as a runtime whose kthreads are plain threads.
+#[derive(Debug, Parser)]
+#[command(name = "corral-abi-client", version, about)]
+struct Cli {
+    /// iokerneld's control socket.
+    #[arg(long, default_value = corral_iokernel::config::DEFAULT_SOCKET)]
+    socket: PathBuf,
+    /// Name shown in iokerneld's logs and statistics.
+    #[arg(long, default_value = "abi-client")]
+    name: String,
+    /// Number of kthreads (one OS thread each).
+    #[arg(long, default_value_t = 1)]
+    kthreads: usize,
+    /// Guaranteed cores.
+    #[arg(long, default_value_t = 0)]
+    guaranteed: u16,
+    /// Most cores held at once [default: the number of kthreads].
+    #[arg(long)]
+    max_cores: Option<u16>,
+    /// Kthreads (the first N) that spin once granted a core instead of parking.
+    #[arg(long, default_value_t = 0)]
+    spinning: u16,
+    /// idle: park at once; busy: spin until preempted, then yield with work left;
+    /// block-sigusr1: block SIGUSR1 and never yield; garbage: overwrite the region with
+    /// random bytes after registering.
+    #[arg(long, default_value = "idle")]
+    mode: Mode,
+    /// Report a timer due this many milliseconds after registering (0: due at once).
+    #[arg(long, value_name = "MS")]
+    timer_after_ms: Option<u64>,
+    /// Add one item to the shared queue this many milliseconds after registering.
+    #[arg(long, value_name = "MS")]
+    work_after_ms: Option<u64>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let mut options = Options::new(&cli.socket, cli.name);
+    options.kthreads = cli.kthreads;
+    options.guaranteed_cores = cli.guaranteed;
+    options.max_cores = cli
+        .max_cores
+        .unwrap_or(u16::try_from(cli.kthreads).unwrap_or(u16::MAX));
+    options.spinning_kthreads = cli.spinning;
+    options.mode = cli.mode;
+    options.timer_after = cli.timer_after_ms.map(Duration::from_millis);
+    options.work_after = cli.work_after_ms.map(Duration::from_millis);
+    options.events = Some(Arc::new(|line| println!("{line}")));
+    let runtime = match Runtime::start(options) {
+        Ok(runtime) => runtime,
+        Err(ClientError::Refused(message)) => {
+            println!("refused: {message}");
+            return ExitCode::from(2);
+        }
+        Err(ClientError::Io(e)) => {
+            eprintln!("corral-abi-client: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("registered {}", runtime.id);
+    match runtime.wait_ending(None) {
+        Ok(Ending::Evicted(message)) => {
+            println!("evicted: {message}");
+            ExitCode::from(3)
+        }
+        Ok(_) => {
+            println!("disconnected");
+            ExitCode::from(4)
+        }
+        Err(e) => {
+            eprintln!("corral-abi-client: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,510 @@
+//! iokerneld's settings: a TOML file (`--config FILE`) overridden by command-line flags, checked
+//! against the machine before anything starts.
+//!
+//! Every refusal names the setting and the value it was given, so that a typo in a config file
+//! can be fixed from the message alone.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use clap::{Args, Parser, Subcommand};
+use serde::Deserialize;
+
+use crate::cpus::{Sysfs, format_cpu_list, parse_cpu_list};
+
+/// Default control socket.
+pub const DEFAULT_SOCKET: &str = "/run/corral/iokerneld.sock";
+pub const DEFAULT_INTERVAL_US: u64 = 5;
+pub const DEFAULT_PREEMPTION_TIMEOUT_US: u64 = 1000;
+pub const DEFAULT_CONTROL_POLL_US: u64 = 50;
+pub const DEFAULT_LOG_LEVEL: &str = "info";
+
+/// iokerneld: allocates the managed cores among Corral runtimes every few microseconds.
+///
+/// Settings come from the TOML file given with --config (keys named as below, e.g.
+/// `managed_cores = "1-3"`), and each flag overrides the file.
+#[derive(Debug, Parser)]
+#[command(name = "iokerneld", version, about, long_about = None)]
+pub struct Cli {
+    #[command(flatten)]
+    pub settings: SettingArgs,
+
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Connect to a running iokerneld, ask for its statistics and print them as JSON.
+    Stats {
+        /// Control socket to connect to [default: the `socket` setting].
+        #[arg(long, value_name = "PATH")]
+        socket: Option<PathBuf>,
+    },
+}
+
+/// The settings, as flags. Each has a TOML key of the same name with `_` for `-`.
+#[derive(Debug, Default, Args)]
+pub struct SettingArgs {
+    /// TOML file with any of the settings below; flags override it.
+    #[arg(long, value_name = "FILE", global = true)]
+    pub config: Option<PathBuf>,
+
+    /// `core`: the CPU iokerneld pins itself to and busy-polls on [default: 0].
+    #[arg(long, value_name = "CPU")]
+    pub core: Option<usize>,
+
+    /// `managed_cores`: CPUs iokerneld hands out to runtimes, as a list such as "1-3,5" (in
+    /// TOML also an array such as [1, 2, 3]) [default: every online CPU but `core`].
+    #[arg(long, value_name = "LIST")]
+    pub managed_cores: Option<String>,
+
+    /// `socket`: path of the control socket that runtimes register on; its directory is
+    /// created if missing [default: /run/corral/iokerneld.sock].
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+
+    /// `interval_us`: microseconds between allocation passes (congestion checks) [default: 5].
+    #[arg(long, value_name = "MICROSECONDS")]
+    pub interval_us: Option<u64>,
+
+    /// `preemption_timeout_us`: microseconds a preempted kthread may keep its core before it
+    /// is demoted off the managed cores [default: 1000].
+    #[arg(long, value_name = "MICROSECONDS")]
+    pub preemption_timeout_us: Option<u64>,
+
+    /// `control_poll_us`: microseconds between polls of the control socket for registrations,
+    /// statistics requests and hang-ups [default: 50].
+    #[arg(long, value_name = "MICROSECONDS")]
+    pub control_poll_us: Option<u64>,
+
+    /// `log_level`: one of off, error, warn, info, debug, trace [default: info].
+    #[arg(long, value_name = "LEVEL")]
+    pub log_level: Option<String>,
+
+    /// `log_file`: append the log to this file instead of standard error.
+    #[arg(long, value_name = "PATH")]
+    pub log_file: Option<PathBuf>,
+
+    /// Root of the sysfs CPU tree (for tests).
+    #[arg(long, value_name = "DIR", hide = true)]
+    pub sysfs_root: Option<PathBuf>,
+}
+
+/// `managed_cores` in TOML: an array of CPU numbers or a list string.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+pub enum CoreList {
+    Numbers(Vec<i64>),
+    Text(String),
+}
+
+/// The config file. Unknown keys are refused so that a misspelt setting is not silently
+/// ignored.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub core: Option<i64>,
+    pub managed_cores: Option<CoreList>,
+    pub socket: Option<PathBuf>,
+    pub interval_us: Option<i64>,
+    pub preemption_timeout_us: Option<i64>,
+    pub control_poll_us: Option<i64>,
+    pub log_level: Option<String>,
+    pub log_file: Option<PathBuf>,
+}
+
+/// A refused setting or config file.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ConfigError {
+    /// `invalid KEY = VALUE: REASON`.
+    Invalid {
+        key: &'static str,
+        value: String,
+        reason: String,
+    },
+    /// The file could not be read or parsed.
+    File { path: PathBuf, problem: String },
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Invalid { key, value, reason } => {
+                write!(f, "invalid {key} = {value}: {reason}")
+            }
+            Self::File { path, problem } => {
+                write!(f, "config file {}: {problem}", path.display())
+            }
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+fn invalid(key: &'static str, value: impl fmt::Display, reason: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key,
+        value: value.to_string(),
+        reason: reason.into(),
+    }
+}
+
+/// Log verbosity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogLevel(pub log::LevelFilter);
+
+impl LogLevel {
+    fn parse(text: &str) -> Option<Self> {
+        let level = match text.to_ascii_lowercase().as_str() {
+            "off" => log::LevelFilter::Off,
+            "error" => log::LevelFilter::Error,
+            "warn" | "warning" => log::LevelFilter::Warn,
+            "info" => log::LevelFilter::Info,
+            "debug" => log::LevelFilter::Debug,
+            "trace" => log::LevelFilter::Trace,
+            _ => return None,
+        };
+        Some(Self(level))
+    }
+}
+
+/// Checked settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    pub core: usize,
+    /// Allocator core `i` is CPU `managed_cores[i]`.
+    pub managed_cores: Vec<usize>,
+    /// Online CPUs that are neither `core` nor managed: where a kthread that ignores
+    /// preemption is sent.
+    pub spare_cpus: Vec<usize>,
+    pub socket: PathBuf,
+    pub interval_us: u64,
+    pub preemption_timeout_us: u64,
+    pub control_poll_us: u64,
+    pub log_level: LogLevel,
+    pub log_file: Option<PathBuf>,
+    pub sysfs_root: PathBuf,
+}
+
+/// Reads and parses a config file.
+pub fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|e| ConfigError::File {
+        path: path.to_owned(),
+        problem: e.to_string(),
+    })?;
+    parse_file(&text).map_err(|problem| ConfigError::File {
+        path: path.to_owned(),
+        problem,
+    })
+}
+
+/// Parses config file text.
+pub fn parse_file(text: &str) -> Result<FileConfig, String> {
+    toml::from_str(text).map_err(|e| e.to_string().trim_end().replace('\n', " | "))
+}
+
+fn non_negative(key: &'static str, value: i64) -> Result<u64, ConfigError> {
+    u64::try_from(value).map_err(|_| invalid(key, value, "must not be negative"))
+}
+
+fn positive_us(key: &'static str, value: u64) -> Result<u64, ConfigError> {
+    // An hour is far past any sensible interval and keeps nanosecond arithmetic from
+    // overflowing.
+    if value == 0 || value > 3_600_000_000 {
+        return Err(invalid(
+            key,
+            value,
+            "must be at least 1 and at most 3600000000 (one hour)",
+        ));
+    }
+    Ok(value)
+}
+
+impl Config {
+    /// Merges the file named by `--config` (if any) with the flags and checks the result
+    /// against the machine.
+    pub fn resolve(args: &SettingArgs) -> Result<Config, ConfigError> {
+        let file = match &args.config {
+            Some(path) => read_file(path)?,
+            None => FileConfig::default(),
+        };
+        Self::merge(&file, args)
+    }
+
+    /// Merges `file` with `args` (flags win) and checks the result.
+    pub fn merge(file: &FileConfig, args: &SettingArgs) -> Result<Config, ConfigError> {
+        let sysfs_root = args
+            .sysfs_root
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(crate::cpus::SYSFS_CPU_ROOT));
+        let sysfs = Sysfs::new(&sysfs_root);
+        let online = sysfs.online().map_err(|e| ConfigError::File {
+            path: sysfs_root.join("online"),
+            problem: e.problem,
+        })?;
+
+        let core = match (args.core, file.core) {
+            (Some(core), _) => core,
+            (None, Some(core)) => {
+                usize::try_from(core).map_err(|_| invalid("core", core, "must not be negative"))?
+            }
+            (None, None) => 0,
+        };
+        check_cpu(&sysfs, &online, "core", core, core)?;
+
+        let (managed_cores, shown) = match (&args.managed_cores, &file.managed_cores) {
+            (Some(text), _) | (None, Some(CoreList::Text(text))) => {
+                let shown = format!("{text:?}");
+                let cpus = parse_cpu_list(text)
+                    .map_err(|reason| invalid("managed_cores", &shown, reason))?;
+                (cpus, shown)
+            }
+            (None, Some(CoreList::Numbers(numbers))) => {
+                let shown = format!("{numbers:?}");
+                let cpus = numbers
+                    .iter()
+                    .map(|&n| {
+                        usize::try_from(n)
+                            .ok()
+                            .filter(|&n| n <= crate::cpus::MAX_CPU)
+                            .ok_or_else(|| {
+                                invalid("managed_cores", &shown, format!("{n} is not a CPU number"))
+                            })
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                (cpus, shown)
+            }
+            (None, None) => {
+                let cpus: Vec<usize> = online.iter().copied().filter(|&c| c != core).collect();
+                let shown = format!("{:?} (every online CPU but core)", format_cpu_list(&cpus));
+                (cpus, shown)
+            }
+        };
+        if managed_cores.is_empty() {
+            return Err(invalid("managed_cores", &shown, "no CPUs to manage"));
+        }
+        for (i, &cpu) in managed_cores.iter().enumerate() {
+            if cpu == core {
+                return Err(invalid(
+                    "managed_cores",
+                    &shown,
+                    format!("iokerneld's own core {core} cannot also be managed"),
+                ));
+            }
+            if managed_cores[..i].contains(&cpu) {
+                return Err(invalid(
+                    "managed_cores",
+                    &shown,
+                    format!("CPU {cpu} is listed twice"),
+                ));
+            }
+            check_cpu(&sysfs, &online, "managed_cores", &shown, cpu)?;
+        }
+        if managed_cores.len() > crate::alloc::MAX_CORES {
+            return Err(invalid(
+                "managed_cores",
+                &shown,
+                format!("more than {} CPUs", crate::alloc::MAX_CORES),
+            ));
+        }
+        let spare_cpus = online
+            .iter()
+            .copied()
+            .filter(|c| *c != core && !managed_cores.contains(c))
+            .collect();
+
+        let socket = args
+            .socket
+            .clone()
+            .or_else(|| file.socket.clone())
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_SOCKET));
+        if socket.as_os_str().is_empty() || socket.file_name().is_none() {
+            return Err(invalid(
+                "socket",
+                format!("{:?}", socket.display().to_string()),
+                "must name a file",
+            ));
+        }
+        // sockaddr_un holds 108 bytes including the terminating NUL.
+        if socket.as_os_str().len() > 107 {
+            return Err(invalid(
+                "socket",
+                format!("{:?}", socket.display().to_string()),
+                "longer than the 107 bytes a unix socket path may have",
+            ));
+        }
+
+        let number = |key: &'static str, flag: Option<u64>, file: Option<i64>, default: u64| {
+            let value = match (flag, file) {
+                (Some(v), _) => v,
+                (None, Some(v)) => non_negative(key, v)?,
+                (None, None) => default,
+            };
+            positive_us(key, value)
+        };
+        let interval_us = number(
+            "interval_us",
+            args.interval_us,
+            file.interval_us,
+            DEFAULT_INTERVAL_US,
+        )?;
+        let preemption_timeout_us = number(
+            "preemption_timeout_us",
+            args.preemption_timeout_us,
+            file.preemption_timeout_us,
+            DEFAULT_PREEMPTION_TIMEOUT_US,
+        )?;
+        let control_poll_us = number(
+            "control_poll_us",
+            args.control_poll_us,
+            file.control_poll_us,
+            DEFAULT_CONTROL_POLL_US,
+        )?;
+
+        let level_text = args
+            .log_level
+            .clone()
+            .or_else(|| file.log_level.clone())
+            .unwrap_or_else(|| DEFAULT_LOG_LEVEL.to_owned());
+        let log_level = LogLevel::parse(&level_text).ok_or_else(|| {
+            invalid(
+                "log_level",
+                format!("{level_text:?}"),
+                "expected one of off, error, warn, info, debug, trace",
+            )
+        })?;
+        let log_file = args.log_file.clone().or_else(|| file.log_file.clone());
+
+        Ok(Config {
+            core,
+            managed_cores,
+            spare_cpus,
+            socket,
+            interval_us,
+            preemption_timeout_us,
+            control_poll_us,
+            log_level,
+            log_file,
+            sysfs_root,
+        })
+    }
+}
+
+fn check_cpu(
+    sysfs: &Sysfs,
+    online: &[usize],
+    key: &'static str,
+    shown: impl fmt::Display,
+    cpu: usize,
+) -> Result<(), ConfigError> {
+    if !sysfs.exists(cpu) {
+        return Err(invalid(
+            key,
+            shown,
+            format!("CPU {cpu} does not exist on this machine"),
+        ));
+    }
+    if !online.contains(&cpu) {
+        return Err(invalid(key, shown, format!("CPU {cpu} is offline")));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fake_sysfs(online: &str, cpus: usize) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("online"), format!("{online}\n")).unwrap();
+        for cpu in 0..cpus {
+            let topo = dir.path().join(format!("cpu{cpu}/topology"));
+            std::fs::create_dir_all(&topo).unwrap();
+            std::fs::write(topo.join("thread_siblings_list"), format!("{cpu}\n")).unwrap();
+        }
+        dir
+    }
+
+    fn args(root: &Path) -> SettingArgs {
+        SettingArgs {
+            sysfs_root: Some(root.to_owned()),
+            ..SettingArgs::default()
+        }
+    }
+
+    #[test]
+    fn defaults_manage_every_other_online_cpu() {
+        let sys = fake_sysfs("0-2,4", 5);
+        let config = Config::merge(&FileConfig::default(), &args(sys.path())).unwrap();
+        assert_eq!(config.core, 0);
+        assert_eq!(config.managed_cores, vec![1, 2, 4]);
+        assert!(config.spare_cpus.is_empty());
+        assert_eq!(config.socket, PathBuf::from(DEFAULT_SOCKET));
+        assert_eq!(config.interval_us, 5);
+        assert_eq!(config.preemption_timeout_us, 1000);
+        assert_eq!(config.control_poll_us, 50);
+        assert_eq!(config.log_level, LogLevel(log::LevelFilter::Info));
+    }
+
+    #[test]
+    fn flags_override_the_file() {
+        let sys = fake_sysfs("0-3", 4);
+        let file = parse_file(
+            "core = 1\nmanaged_cores = [2, 3]\ninterval_us = 10\nlog_level = \"debug\"\n",
+        )
+        .unwrap();
+        let config = Config::merge(&file, &args(sys.path())).unwrap();
+        assert_eq!((config.core, config.managed_cores.clone()), (1, vec![2, 3]));
+        assert_eq!(config.spare_cpus, vec![0]);
+        assert_eq!(config.interval_us, 10);
+        let mut a = args(sys.path());
+        a.managed_cores = Some("3".into());
+        a.interval_us = Some(7);
+        let config = Config::merge(&file, &a).unwrap();
+        assert_eq!(config.managed_cores, vec![3]);
+        assert_eq!(config.spare_cpus, vec![0, 2]);
+        assert_eq!(config.interval_us, 7);
+    }
+
+    #[test]
+    fn bad_values_name_the_key_and_value() {
+        let sys = fake_sysfs("0-2", 4);
+        let check = |toml: &str, expected: &str| {
+            let err = match parse_file(toml) {
+                Ok(file) => Config::merge(&file, &args(sys.path()))
+                    .unwrap_err()
+                    .to_string(),
+                Err(e) => e,
+            };
+            assert!(err.contains(expected), "{toml:?}: {err}");
+        };
+        check(
+            "managed_cores = [0]",
+            "invalid managed_cores = [0]: iokerneld's own core 0 cannot also be managed",
+        );
+        check(
+            "managed_cores = \"1-2,1\"",
+            "invalid managed_cores = \"1-2,1\": CPU 1 is listed twice",
+        );
+        check(
+            "managed_cores = [9]",
+            "invalid managed_cores = [9]: CPU 9 does not exist",
+        );
+        check("managed_cores = [3]", "CPU 3 is offline");
+        check("managed_cores = \"1-x\"", "invalid managed_cores = \"1-x\"");
+        check("managed_cores = []", "invalid managed_cores = []: no CPUs");
+        check("core = 7", "invalid core = 7: CPU 7 does not exist");
+        check("core = -1", "invalid core = -1");
+        check("interval_us = 0", "invalid interval_us = 0");
+        check("control_poll_us = -5", "invalid control_poll_us = -5");
+        check(
+            "preemption_timeout_us = 0",
+            "invalid preemption_timeout_us = 0",
+        );
+        check("log_level = \"loud\"", "invalid log_level = \"loud\"");
+        check("socket = \"\"", "invalid socket");
+        check("interval = 5", "unknown field `interval`");
+        check("interval_us = \"5\"", "interval_us");
+    }
+}

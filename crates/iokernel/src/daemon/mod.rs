@@ -1,0 +1,288 @@
+//! The iokerneld daemon: one busy-polling thread that drains the runtimes' command rings, runs
+//! the core allocator every interval, carries out its decisions, and every `control_poll_us`
+//! serves the control socket (registrations, statistics, hang-ups).
+//!
+//! Everything a runtime wrote is untrusted: a bad command, impossible queue counters or a
+//! kthread that cannot be woken evicts that runtime (its threads are moved off the managed
+//! cores, its cores reclaimed) and nothing else. All per-runtime state lives in tables that
+//! are allocated at registration; a pass and a loop iteration allocate nothing.
+
+mod control_plane;
+mod dataplane;
+mod stats;
+
+use std::collections::HashMap;
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+use corral_abi::{Consumer, KthreadView, Producer, QueuePositions, RingPositions};
+use rustix::event::epoll;
+
+use crate::alloc::{Allocator, Decision, RuntimeId};
+use crate::config::Config;
+use crate::control::RecvBuffers;
+use crate::sys::{Mapping, now_ns};
+
+pub use stats::Stats;
+
+/// The wire form of a runtime id: slot in the low half, generation in the high half.
+pub fn encode_runtime_id(id: RuntimeId) -> u64 {
+    u64::from(id.slot()) | u64::from(id.generation()) << 32
+}
+
+/// Inverse of [`encode_runtime_id`].
+pub fn decode_runtime_id(wire: u64) -> RuntimeId {
+    RuntimeId::from_parts(wire as u32, (wire >> 32) as u32)
+}
+
+/// One registered kthread as iokerneld sees it.
+struct Kthread {
+    tid: i32,
+    eventfd: OwnedFd,
+    view: KthreadView<'static>,
+    positions: &'static QueuePositions,
+    /// iokerneld's end of the ingress ring, kept for the runtime's life so that its position
+    /// stays in step with the kthread's consumer.
+    ingress: Producer<'static>,
+    commands: Consumer<'static>,
+    /// The CPU it was last pinned to by a wake, `None` if it has not been or was moved since.
+    pinned: Option<usize>,
+    /// It was demoted to `SCHED_IDLE` and must be restored before it runs on a managed core.
+    idle_policy: bool,
+    /// When it was last asked to give up its core, for the preemption latency statistic.
+    preempt_sent_at: Option<u64>,
+}
+
+/// Counters the allocator does not keep.
+#[derive(Clone, Copy, Debug, Default)]
+struct RuntimeCounters {
+    timer_wakeups: u64,
+    demotions: u64,
+    stale_commands: u64,
+    rx_buffer_posts: u64,
+    preempt_signals: u64,
+    preemption_latency_last_ns: u64,
+    preemption_latency_max_ns: u64,
+}
+
+/// A registered runtime.
+struct Runtime {
+    id: RuntimeId,
+    name: String,
+    pid: i32,
+    /// Its connection's slot in the connection table.
+    conn: usize,
+    /// Earliest timer it reported (`CLOCK_MONOTONIC` ns), `u64::MAX` for none.
+    timer_deadline: u64,
+    /// Kthread 0's shared queue as seen at the previous pass.
+    shared_last: RingPositions,
+    /// Marked for eviction; ignored until the eviction is carried out.
+    doomed: bool,
+    counters: RuntimeCounters,
+    /// Declared before `mapping`, so the views into the region are dropped first.
+    kthreads: Vec<Kthread>,
+    mapping: Mapping,
+}
+
+impl Runtime {
+    fn label(&self) -> String {
+        format!("{} ({:?}, pid {})", self.id, self.name, self.pid)
+    }
+}
+
+/// A control connection.
+struct Conn {
+    fd: OwnedFd,
+    generation: u32,
+    pid: i32,
+    runtime: Option<RuntimeId>,
+}
+
+/// Global counters.
+#[derive(Clone, Debug, Default)]
+struct Counters {
+    loop_iterations: u64,
+    registrations: u64,
+    refused_registrations: u64,
+    last_refusal: Option<String>,
+    evictions: u64,
+    disconnects: u64,
+    demotions: u64,
+    stale_commands: u64,
+    wakes: u64,
+    preemptions_signalled: u64,
+    timer_wakeups: u64,
+}
+
+/// The allocator and what feeds it, apart from the runtime table so that both can be
+/// borrowed at once.
+struct Sched {
+    alloc: Allocator,
+    decisions: Vec<Decision>,
+    /// Latest time handed to the allocator, which refuses time going back.
+    clock: u64,
+    counters: Counters,
+}
+
+impl Sched {
+    fn now(&mut self) -> u64 {
+        self.clock = self.clock.max(now_ns());
+        self.clock
+    }
+}
+
+/// The daemon. See the module documentation.
+pub struct Daemon {
+    config: Config,
+    sched: Sched,
+    runtimes: Vec<Option<Box<Runtime>>>,
+    tids: HashMap<i32, RuntimeId>,
+    conns: Vec<Option<Conn>>,
+    free_conns: Vec<usize>,
+    conn_generation: u32,
+    listener: OwnedFd,
+    epoll: OwnedFd,
+    events: Vec<epoll::Event>,
+    recv: RecvBuffers,
+    executing: Vec<Decision>,
+    evictions: Vec<(RuntimeId, String)>,
+    /// Per managed core: the runtime it was promised to by a preemption, and when. The wake
+    /// that completes the handover tells the kthread this time as the moment its core was
+    /// decided, so that the runtime can measure the whole preemption.
+    promised: Vec<Option<(RuntimeId, u64)>>,
+    started: Instant,
+}
+
+/// Token of the listening socket in the epoll set; connection tokens have a generation in
+/// their high half and so never equal it.
+const LISTENER_TOKEN: u64 = u64::MAX;
+
+/// Most control connections open at once; more are closed as soon as they are accepted.
+const MAX_CONNECTIONS: usize = 4096;
+
+impl Daemon {
+    /// A daemon serving `listener` with `alloc` over `config.managed_cores`.
+    pub fn new(config: Config, alloc: Allocator, listener: OwnedFd) -> std::io::Result<Self> {
+        let epoll_fd = epoll::create(epoll::CreateFlags::CLOEXEC)?;
+        epoll::add(
+            &epoll_fd,
+            &listener,
+            epoll::EventData::new_u64(LISTENER_TOKEN),
+            epoll::EventFlags::IN,
+        )?;
+        let clock = now_ns().max(alloc.now());
+        let promised = vec![None; config.managed_cores.len()];
+        Ok(Self {
+            config,
+            sched: Sched {
+                alloc,
+                decisions: Vec::with_capacity(64),
+                clock,
+                counters: Counters::default(),
+            },
+            runtimes: Vec::new(),
+            tids: HashMap::new(),
+            conns: Vec::new(),
+            free_conns: Vec::new(),
+            conn_generation: 0,
+            listener,
+            epoll: epoll_fd,
+            events: Vec::with_capacity(64),
+            recv: RecvBuffers::default(),
+            executing: Vec::with_capacity(64),
+            evictions: Vec::new(),
+            promised,
+            started: Instant::now(),
+        })
+    }
+
+    /// Busy-polls until `stop` is set.
+    pub fn run(&mut self, stop: &AtomicBool) {
+        let interval = self.config.interval_us * 1000;
+        let poll = self.config.control_poll_us * 1000;
+        let mut next_pass = now_ns() + interval;
+        let mut next_poll = 0;
+        while !stop.load(Ordering::Relaxed) {
+            self.sched.counters.loop_iterations += 1;
+            self.drain_commands();
+            self.execute();
+            let now = now_ns();
+            if now >= next_pass {
+                self.pass();
+                self.execute();
+                next_pass += interval;
+                if next_pass <= now {
+                    // Fell behind (descheduled, say): do not run a burst of passes to catch up.
+                    next_pass = now + interval;
+                }
+            }
+            if now >= next_poll {
+                self.poll_control();
+                self.execute();
+                next_poll = now + poll;
+            }
+            core::hint::spin_loop();
+        }
+    }
+
+    fn runtime_mut(&mut self, id: RuntimeId) -> Option<&mut Runtime> {
+        self.runtimes
+            .get_mut(id.slot() as usize)?
+            .as_deref_mut()
+            .filter(|r| r.id == id)
+    }
+
+    fn runtime(&self, id: RuntimeId) -> Option<&Runtime> {
+        self.runtimes
+            .get(id.slot() as usize)?
+            .as_deref()
+            .filter(|r| r.id == id)
+    }
+
+    /// Marks a runtime for eviction; it is carried out by [`Daemon::execute`].
+    fn doom(&mut self, id: RuntimeId, reason: String) {
+        if let Some(runtime) = self.runtime_mut(id)
+            && !runtime.doomed
+        {
+            runtime.doomed = true;
+            self.evictions.push((id, reason));
+        }
+    }
+
+    /// Carries out the allocator's decisions and pending evictions, including whatever they
+    /// lead to, in order.
+    fn execute(&mut self) {
+        loop {
+            if !self.sched.decisions.is_empty() {
+                std::mem::swap(&mut self.sched.decisions, &mut self.executing);
+                for i in 0..self.executing.len() {
+                    let decision = self.executing[i];
+                    self.carry_out(decision);
+                }
+                self.executing.clear();
+            } else if let Some((id, reason)) = self.evictions.pop() {
+                self.evict(id, &reason, true);
+            } else {
+                break;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runtime_ids_round_trip_through_the_wire_form() {
+        for id in [
+            RuntimeId::from_parts(0, 0),
+            RuntimeId::from_parts(7, 3),
+            RuntimeId::from_parts(u32::MAX, u32::MAX),
+        ] {
+            assert_eq!(decode_runtime_id(encode_runtime_id(id)), id);
+        }
+        assert_eq!(encode_runtime_id(RuntimeId::from_parts(5, 1)), 5 | 1 << 32);
+    }
+}

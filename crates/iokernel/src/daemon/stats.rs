@@ -1,0 +1,185 @@
+//! Live statistics, served as JSON on the control socket (`iokerneld stats`).
+//!
+//! The same types deserialize, so that tests and tools can read a dump back.
+
+use serde::{Deserialize, Serialize};
+
+use super::{Daemon, encode_runtime_id};
+use crate::alloc::{CoreId, CoreOccupancy};
+
+/// Everything `iokerneld stats` prints.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Stats {
+    pub global: GlobalStats,
+    pub runtimes: Vec<RuntimeStats>,
+    pub cores: Vec<CoreStats>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct GlobalStats {
+    pub pid: u32,
+    pub core: usize,
+    pub managed_cores: Vec<usize>,
+    pub interval_us: u64,
+    pub preemption_timeout_us: u64,
+    pub uptime_s: f64,
+    pub passes: u64,
+    pub loop_iterations: u64,
+    pub runtimes_registered: usize,
+    pub registrations: u64,
+    pub refused_registrations: u64,
+    pub last_refusal: Option<String>,
+    /// Runtimes removed for breaking the contract.
+    pub evictions: u64,
+    /// Runtimes that closed their connection (exited or crashed).
+    pub disconnects: u64,
+    pub demotions: u64,
+    pub stale_commands: u64,
+    pub wakes: u64,
+    pub preemptions_signalled: u64,
+    pub timer_wakeups: u64,
+    pub idle_cores: usize,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RuntimeStats {
+    /// As in the registration reply.
+    pub id: u64,
+    pub name: String,
+    pub pid: i32,
+    pub kthreads: usize,
+    pub guaranteed_cores: u16,
+    pub max_cores: u16,
+    /// Cores its kthreads run on now (including any being taken back).
+    pub cores_held: u32,
+    pub cores_handing_over: u32,
+    pub waiting: bool,
+    pub grants: u64,
+    pub preemptions_suffered: u64,
+    pub preempt_signals: u64,
+    pub preemption_latency_last_ns: u64,
+    pub preemption_latency_max_ns: u64,
+    pub parks: u64,
+    pub congestion_detections: u64,
+    pub timer_wakeups: u64,
+    pub demotions: u64,
+    pub stale_commands: u64,
+    pub rx_buffer_posts: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CoreOwner {
+    pub id: u64,
+    pub name: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CoreStats {
+    pub cpu: usize,
+    /// `idle`, `running` or `handing_over`.
+    pub state: String,
+    pub owner: Option<CoreOwner>,
+    pub kthread: Option<u16>,
+    pub grants: u64,
+    pub reallocations: u64,
+}
+
+impl Daemon {
+    /// A snapshot of every counter.
+    pub fn stats(&self) -> Stats {
+        let c = &self.sched.counters;
+        let alloc = &self.sched.alloc;
+        let global = GlobalStats {
+            pid: std::process::id(),
+            core: self.config.core,
+            managed_cores: self.config.managed_cores.clone(),
+            interval_us: self.config.interval_us,
+            preemption_timeout_us: self.config.preemption_timeout_us,
+            uptime_s: self.started.elapsed().as_secs_f64(),
+            passes: alloc.passes_run(),
+            loop_iterations: c.loop_iterations,
+            runtimes_registered: self.runtimes.iter().flatten().count(),
+            registrations: c.registrations,
+            refused_registrations: c.refused_registrations,
+            last_refusal: c.last_refusal.clone(),
+            evictions: c.evictions,
+            disconnects: c.disconnects,
+            demotions: c.demotions,
+            stale_commands: c.stale_commands,
+            wakes: c.wakes,
+            preemptions_signalled: c.preemptions_signalled,
+            timer_wakeups: c.timer_wakeups,
+            idle_cores: alloc.idle_core_count(),
+        };
+        let runtimes = self
+            .runtimes
+            .iter()
+            .flatten()
+            .filter_map(|r| {
+                let view = alloc.runtime(r.id).ok()?;
+                Some(RuntimeStats {
+                    id: encode_runtime_id(r.id),
+                    name: r.name.clone(),
+                    pid: r.pid,
+                    kthreads: r.kthreads.len(),
+                    guaranteed_cores: view.spec.guaranteed_cores,
+                    max_cores: view.spec.max_cores,
+                    cores_held: view.running_cores,
+                    cores_handing_over: view.cores_handing_over,
+                    waiting: view.waiting,
+                    grants: view.stats.grants,
+                    preemptions_suffered: view.stats.preemptions_suffered,
+                    preempt_signals: r.counters.preempt_signals,
+                    preemption_latency_last_ns: r.counters.preemption_latency_last_ns,
+                    preemption_latency_max_ns: r.counters.preemption_latency_max_ns,
+                    parks: view.stats.parks,
+                    congestion_detections: view.stats.congestion_detections,
+                    timer_wakeups: r.counters.timer_wakeups,
+                    demotions: r.counters.demotions,
+                    stale_commands: r.counters.stale_commands,
+                    rx_buffer_posts: r.counters.rx_buffer_posts,
+                })
+            })
+            .collect();
+        let cores = self
+            .config
+            .managed_cores
+            .iter()
+            .enumerate()
+            .filter_map(|(index, &cpu)| {
+                let view = alloc.core(CoreId(index as u16)).ok()?;
+                let (state, owner, kthread) = match view.occupancy {
+                    CoreOccupancy::Idle => ("idle", None, None),
+                    CoreOccupancy::Running { runtime, kthread } => {
+                        ("running", Some(runtime), Some(kthread.0))
+                    }
+                    CoreOccupancy::HandingOver {
+                        runtime, kthread, ..
+                    } => ("handing_over", Some(runtime), Some(kthread.0)),
+                };
+                let owner = owner.map(|id| CoreOwner {
+                    id: encode_runtime_id(id),
+                    name: self.runtime(id).map(|r| r.name.clone()).unwrap_or_default(),
+                });
+                Some(CoreStats {
+                    cpu,
+                    state: state.into(),
+                    owner,
+                    kthread,
+                    grants: view.stats.grants,
+                    reallocations: view.stats.reallocations,
+                })
+            })
+            .collect();
+        Stats {
+            global,
+            runtimes,
+            cores,
+        }
+    }
+
+    /// [`Daemon::stats`] as JSON text.
+    pub fn stats_json(&self) -> String {
+        serde_json::to_string(&self.stats()).unwrap_or_else(|e| format!("{{\"error\":\"{e}\"}}"))
+    }
+}

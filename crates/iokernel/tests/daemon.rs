@@ -1,0 +1,792 @@
+//! End-to-end tests of the real `iokerneld` binary: configuration errors, registrations good
+//! and bad, many runtimes, crashed, garbage-writing and signal-blocking runtimes, and a
+//! preemption round trip between two `corral-abi-client` processes.
+//!
+//! Every daemon runs on CPU 0 and manages CPU 1, with its socket in a fresh temporary
+//! directory. The daemon tests share CPU 1, so they hold `SERIAL` while they run. Every wait
+//! is bounded and fails with what was seen so far.
+
+use std::io::{BufRead, BufReader};
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use corral_abi::control::{Registration, Reply, Request};
+use corral_iokernel::client::{self, Options, RegionFile, Runtime};
+use corral_iokernel::control;
+use corral_iokernel::daemon::Stats;
+
+const IOKERNELD: &str = env!("CARGO_BIN_EXE_iokerneld");
+const CLIENT: &str = env!("CARGO_BIN_EXE_corral-abi-client");
+const WAIT: Duration = Duration::from_secs(10);
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A running iokerneld, killed on drop.
+struct Daemon {
+    child: Child,
+    dir: tempfile::TempDir,
+    socket: PathBuf,
+}
+
+impl Daemon {
+    fn start(extra: &[&str]) -> Daemon {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("run/iokerneld.sock");
+        let log = std::fs::File::create(dir.path().join("iokerneld.log")).unwrap();
+        let child = Command::new(IOKERNELD)
+            .args(["--core", "0", "--managed-cores", "1", "--socket"])
+            .arg(&socket)
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let mut daemon = Daemon { child, dir, socket };
+        let deadline = Instant::now() + WAIT;
+        while control::connect(&daemon.socket).is_err() {
+            if let Ok(Some(status)) = daemon.child.try_wait() {
+                panic!("iokerneld exited with {status}: {}", daemon.log());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "iokerneld did not open {} within {WAIT:?}: {}",
+                daemon.socket.display(),
+                daemon.log()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        daemon
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("iokerneld.log")).unwrap_or_default()
+    }
+
+    fn stats(&self) -> Stats {
+        let conn = control::connect(&self.socket).unwrap();
+        let reply = control::request_on(conn.as_fd(), &Request::Stats.encode(), &[], WAIT).unwrap();
+        match reply {
+            Reply::Stats { json } => serde_json::from_str(&json).unwrap(),
+            other => panic!("expected statistics, got {other:?}"),
+        }
+    }
+
+    /// Polls the statistics until `check` holds.
+    fn wait_for(&self, what: &str, check: impl Fn(&Stats) -> bool) -> Stats {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let stats = self.stats();
+            if check(&stats) {
+                return stats;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}; last statistics: {stats:#?}\nlog:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn client(&self, name: &str, args: &[&str]) -> Client {
+        let mut client = Client::start(&self.socket, name, args);
+        client.daemon_log = Some(self.dir.path().join("iokerneld.log"));
+        client
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A `corral-abi-client` process whose output lines are collected; killed on drop.
+struct Client {
+    child: Child,
+    lines: Receiver<String>,
+    /// Lines taken by `expect`.
+    seen: Vec<String>,
+    /// Lines received and not taken yet.
+    pending: Vec<String>,
+    /// Shown when an expected line does not come.
+    daemon_log: Option<PathBuf>,
+}
+
+impl Client {
+    fn start(socket: &Path, name: &str, args: &[&str]) -> Client {
+        let mut child = Command::new(CLIENT)
+            .arg("--socket")
+            .arg(socket)
+            .args(["--name", name])
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Client {
+            child,
+            lines,
+            seen: Vec::new(),
+            pending: Vec::new(),
+            daemon_log: None,
+        }
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Takes the earliest line starting with `prefix` that no earlier call took, waiting for
+    /// it if need be. Lines from different kthreads and the main thread may interleave in any
+    /// order, so other lines are kept for later calls rather than skipped.
+    fn expect(&mut self, prefix: &str) -> String {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(at) = self.pending.iter().position(|l| l.starts_with(prefix)) {
+                let line = self.pending.remove(at);
+                self.seen.push(line.clone());
+                return line;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => self.pending.push(line),
+                Err(RecvTimeoutError::Timeout) => panic!(
+                    "no line starting with {prefix:?} within {WAIT:?}; taken so far: {:?}, \
+                     not taken: {:?}\niokerneld's log:\n{}",
+                    self.seen,
+                    self.pending,
+                    self.daemon_log
+                        .as_ref()
+                        .and_then(|p| std::fs::read_to_string(p).ok())
+                        .unwrap_or_default()
+                ),
+                Err(RecvTimeoutError::Disconnected) => panic!(
+                    "client exited before printing {prefix:?}; taken: {:?}, not taken: {:?}",
+                    self.seen, self.pending
+                ),
+            }
+        }
+    }
+
+    /// The runtime id from the `registered ID` line.
+    fn registered(&mut self) -> u64 {
+        let line = self.expect("registered ");
+        line["registered ".len()..].parse().unwrap()
+    }
+
+    /// The tid of kthread `index`, found by thread name.
+    fn kthread_tid(&self, index: usize) -> i32 {
+        let task = format!("/proc/{}/task", self.pid());
+        for entry in std::fs::read_dir(&task).unwrap() {
+            let path = entry.unwrap().path();
+            let comm = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
+            if comm.trim() == format!("kthread-{index}") {
+                return path.file_name().unwrap().to_str().unwrap().parse().unwrap();
+            }
+        }
+        panic!("no thread kthread-{index} in {task}");
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `grant K CPU running-on C since-decision-ns N`: the CPU granted and the CPU the kthread ran
+/// on when it read the grant. Also checks that iokerneld recorded when it decided the grant,
+/// and that it did so before the kthread saw it.
+fn grant_cpus(line: &str) -> (u64, i64) {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(words.len(), 7, "{line}");
+    let since: i64 = words[6].parse().unwrap();
+    assert!(
+        (0..WAIT.as_nanos() as i64).contains(&since),
+        "no plausible decision time: {line}"
+    );
+    (words[2].parse().unwrap(), words[4].parse().unwrap())
+}
+
+fn run_iokerneld(args: &[&str]) -> (i32, String) {
+    let out = Command::new(IOKERNELD)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), text)
+}
+
+#[test]
+fn bad_settings_are_refused_naming_the_setting() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("never.sock");
+    let socket = socket.to_str().unwrap();
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["--core", "0", "--managed-cores", "0"],
+            "invalid managed_cores = \"0\": iokerneld's own core 0 cannot also be managed",
+        ),
+        (
+            &["--managed-cores", "1-x"],
+            "invalid managed_cores = \"1-x\"",
+        ),
+        (&["--managed-cores", "4095"], "CPU 4095 does not exist"),
+        (&["--core", "4000"], "invalid core = 4000"),
+        (&["--interval-us", "0"], "invalid interval_us = 0"),
+        (
+            &["--preemption-timeout-us", "0"],
+            "invalid preemption_timeout_us = 0",
+        ),
+        (&["--control-poll-us", "0"], "invalid control_poll_us = 0"),
+        (&["--log-level", "loud"], "invalid log_level = \"loud\""),
+        (&["--interval-us", "fast"], "--interval-us"),
+        (&["--no-such-flag"], "--no-such-flag"),
+    ];
+    for (args, expected) in cases {
+        let mut all = vec!["--socket", socket];
+        all.extend_from_slice(args);
+        let (code, text) = run_iokerneld(&all);
+        assert_ne!(code, 0, "{args:?} was accepted");
+        assert!(text.contains(expected), "{args:?}: {text}");
+    }
+    assert!(!Path::new(socket).exists());
+
+    let files: &[(&str, &str)] = &[
+        ("interval = 5\n", "unknown field `interval`"),
+        (
+            "managed_cores = [0]\n",
+            "invalid managed_cores = [0]: iokerneld's own core 0",
+        ),
+        ("managed_cores = [1, 1]\n", "CPU 1 is listed twice"),
+        ("interval_us = -3\n", "invalid interval_us = -3"),
+        ("interval_us = \"5\"\n", "interval_us"),
+        ("log_level = \"chatty\"\n", "invalid log_level = \"chatty\""),
+        ("core = [\n", "config file"),
+    ];
+    for (i, (toml, expected)) in files.iter().enumerate() {
+        let path = dir.path().join(format!("bad{i}.toml"));
+        std::fs::write(&path, toml).unwrap();
+        let (code, text) = run_iokerneld(&["--socket", socket, "--config", path.to_str().unwrap()]);
+        assert_ne!(code, 0, "{toml:?} was accepted");
+        assert!(text.contains(expected), "{toml:?}: {text}");
+    }
+    // A flag overrides the bad file value.
+    let path = dir.path().join("override.toml");
+    std::fs::write(&path, "managed_cores = [0]\ninterval_us = 0\n").unwrap();
+    let (code, text) = run_iokerneld(&[
+        "--socket",
+        socket,
+        "--config",
+        path.to_str().unwrap(),
+        "--managed-cores",
+        "0",
+    ]);
+    assert_ne!(code, 0);
+    assert!(text.contains("invalid managed_cores = \"0\""), "{text}");
+}
+
+#[test]
+fn help_explains_every_setting() {
+    let (code, text) = run_iokerneld(&["--help"]);
+    assert_eq!(code, 0, "{text}");
+    for setting in [
+        "--config",
+        "--core",
+        "`core`",
+        "--managed-cores",
+        "`managed_cores`",
+        "--socket",
+        "`socket`",
+        "--interval-us",
+        "`interval_us`",
+        "--preemption-timeout-us",
+        "`preemption_timeout_us`",
+        "--control-poll-us",
+        "`control_poll_us`",
+        "--log-level",
+        "`log_level`",
+        "--log-file",
+        "`log_file`",
+        "stats",
+    ] {
+        assert!(
+            text.contains(setting),
+            "--help does not mention {setting}:\n{text}"
+        );
+    }
+    let (code, text) = run_iokerneld(&["stats", "--help"]);
+    assert_eq!(code, 0, "{text}");
+    assert!(text.contains("--socket"), "{text}");
+}
+
+#[test]
+fn config_file_settings_are_used() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("from-file.sock");
+    let log = dir.path().join("logs/iokerneld.log");
+    let config = dir.path().join("iokerneld.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "core = 0\nmanaged_cores = \"1\"\nsocket = {:?}\ninterval_us = 20\n\
+             log_level = \"debug\"\nlog_file = {:?}\n",
+            socket.to_str().unwrap(),
+            log.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(IOKERNELD)
+        .args(["--config", config.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + WAIT;
+    while control::connect(&socket).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "no socket at {}",
+            socket.display()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let out = Command::new(IOKERNELD)
+        .args(["stats", "--config", config.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let stats: Stats = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(stats.global.interval_us, 20);
+    assert_eq!(stats.global.managed_cores, vec![1]);
+    // SIGTERM stops it cleanly and removes the socket.
+    // SAFETY: kill takes two integers; the child is ours and not yet reaped.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let deadline = Instant::now() + WAIT;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "iokerneld ignored SIGTERM");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(status.success(), "{status}");
+    assert!(!socket.exists(), "socket left behind");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("managing CPUs 1"), "{text}");
+}
+
+#[test]
+fn a_good_registration_is_listed_in_stats() {
+    let _serial = serial();
+    let daemon = Daemon::start(&[]);
+    let mut client = daemon.client("good-one", &["--kthreads", "2", "--max-cores", "1"]);
+    let id = client.registered();
+    let out = Command::new(IOKERNELD)
+        .arg("stats")
+        .arg("--socket")
+        .arg(&daemon.socket)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.contains("\n  \"global\""),
+        "not pretty-printed: {text}"
+    );
+    let stats: Stats = serde_json::from_str(&text).unwrap();
+    assert_eq!(stats.global.registrations, 1);
+    assert_eq!(stats.runtimes.len(), 1);
+    let runtime = &stats.runtimes[0];
+    assert_eq!(runtime.id, id);
+    assert_eq!(runtime.name, "good-one");
+    assert_eq!(runtime.pid, client.pid());
+    assert_eq!((runtime.kthreads, runtime.max_cores), (2, 1));
+    assert_eq!(stats.cores.len(), 1);
+    assert_eq!(stats.cores[0].cpu, 1);
+}
+
+fn good_registration(tids: Vec<i32>) -> Registration {
+    Registration {
+        name: "malformed".into(),
+        guaranteed_cores: 0,
+        max_cores: 1,
+        spinning_kthreads: 0,
+        run_queue_capacity: 256,
+        tids,
+    }
+}
+
+/// Sends `bytes` with `fds` and expects a refusal whose message contains `expected`.
+fn expect_refusal(
+    daemon: &Daemon,
+    bytes: &[u8],
+    fds: &[std::os::fd::BorrowedFd<'_>],
+    expected: &str,
+) {
+    let (conn, reply) = client::request(&daemon.socket, bytes, fds).unwrap();
+    match reply {
+        Reply::Error { message } => {
+            assert!(
+                message.contains(expected),
+                "expected {expected:?} in {message:?}"
+            )
+        }
+        other => panic!("expected a refusal naming {expected:?}, got {other:?}"),
+    }
+    // Refused connections are closed.
+    let mut buf = [0u8; 64];
+    let deadline = Instant::now() + WAIT;
+    loop {
+        match rustix::net::recv(&conn, &mut buf, rustix::net::RecvFlags::DONTWAIT) {
+            Ok((0, _)) => break,
+            Err(rustix::io::Errno::AGAIN) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "connection left open after {expected:?}"
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            other => panic!("unexpected {other:?} after the refusal"),
+        }
+    }
+}
+
+#[test]
+fn malformed_registrations_are_refused_naming_the_problem() {
+    let _serial = serial();
+    let daemon = Daemon::start(&[]);
+    let me = corral_iokernel::sys::gettid();
+    let region = RegionFile::new(1, true).unwrap();
+    let eventfd = client::eventfd().unwrap();
+    let fds = [region.memfd.as_fd(), eventfd.as_fd()];
+    let good = Request::Register(good_registration(vec![me])).encode();
+
+    expect_refusal(
+        &daemon,
+        &good[..good.len() - 3],
+        &fds,
+        "header says the body is 52 bytes but 49 arrived",
+    );
+    expect_refusal(&daemon, &good[..10], &fds, "message truncated");
+    let mut wrong_version = good.clone();
+    wrong_version[4] = 9;
+    expect_refusal(&daemon, &wrong_version, &fds, "version 9");
+    let absurd = Request::Register(Registration {
+        max_cores: 7,
+        ..good_registration(vec![me])
+    })
+    .encode();
+    expect_refusal(&daemon, &absurd, &fds, "invalid max_cores = 7");
+    let mut huge = good.clone();
+    let kthreads_at = corral_abi::control::HEADER_LEN + corral_abi::control::NAME_LEN + 6;
+    huge[kthreads_at..kthreads_at + 2].copy_from_slice(&60000u16.to_le_bytes());
+    expect_refusal(&daemon, &huge, &fds, "kthreads = 60000");
+    expect_refusal(
+        &daemon,
+        &good,
+        &fds[..1],
+        "1 file descriptors came with the message",
+    );
+
+    let unsealed = RegionFile::new(1, false).unwrap();
+    expect_refusal(
+        &daemon,
+        &good,
+        &[unsealed.memfd.as_fd(), eventfd.as_fd()],
+        "not sealed against shrinking",
+    );
+    let (pipe_read, _pipe_write) = std::io::pipe().unwrap();
+    expect_refusal(
+        &daemon,
+        &good,
+        &[pipe_read.as_fd(), eventfd.as_fd()],
+        "descriptor 0 (the region): it is not a memfd",
+    );
+    expect_refusal(
+        &daemon,
+        &good,
+        &[region.memfd.as_fd(), pipe_read.as_fd()],
+        "descriptor 1 (eventfd of kthread 0): it is not an eventfd but pipe:",
+    );
+    let two = RegionFile::new(2, true).unwrap();
+    expect_refusal(
+        &daemon,
+        &good,
+        &[two.memfd.as_fd(), eventfd.as_fd()],
+        "kthreads = 2 but the registration has 1",
+    );
+    let other_process = Request::Register(good_registration(vec![1])).encode();
+    expect_refusal(
+        &daemon,
+        &other_process,
+        &fds,
+        "invalid tids[0] = 1: not a thread of the registering process",
+    );
+    let guaranteed_too_much = Request::Register(Registration {
+        guaranteed_cores: 1,
+        max_cores: 1,
+        ..good_registration(vec![me])
+    });
+    // One managed core: a guarantee of 1 fits, a second one does not.
+    let (held, reply) =
+        client::request(&daemon.socket, &guaranteed_too_much.encode(), &fds).unwrap();
+    assert!(matches!(reply, Reply::Registered { .. }), "{reply:?}");
+    let region2 = RegionFile::new(1, true).unwrap();
+    let eventfd2 = client::eventfd().unwrap();
+    let bytes = Request::Register(good_registration(vec![me])).encode();
+    expect_refusal(
+        &daemon,
+        &bytes,
+        &[region2.memfd.as_fd(), eventfd2.as_fd()],
+        &format!("invalid tids[0] = {me}: already registered by runtime"),
+    );
+    let scoped = std::thread::scope(|s| {
+        s.spawn(|| {
+            let tid = corral_iokernel::sys::gettid();
+            let bytes = Request::Register(Registration {
+                guaranteed_cores: 1,
+                max_cores: 1,
+                ..good_registration(vec![tid])
+            })
+            .encode();
+            client::request(
+                &daemon.socket,
+                &bytes,
+                &[region2.memfd.as_fd(), eventfd2.as_fd()],
+            )
+            .unwrap()
+            .1
+        })
+        .join()
+        .unwrap()
+    });
+    match scoped {
+        Reply::Error { message } => assert!(
+            message.contains("guaranteeing 1 more cores on top of 1 exceeds the 1 managed cores"),
+            "{message}"
+        ),
+        other => panic!("oversubscribed guarantee accepted: {other:?}"),
+    }
+    drop(held);
+
+    let stats = daemon.wait_for("the guaranteed runtime to leave", |s| s.runtimes.is_empty());
+    assert_eq!(stats.global.refused_registrations, 13);
+    assert!(
+        stats
+            .global
+            .last_refusal
+            .as_deref()
+            .is_some_and(|r| r.contains("guaranteeing")),
+        "{:?}",
+        stats.global.last_refusal
+    );
+
+    // The daemon still serves a good registration.
+    let runtime = Runtime::start(Options::new(&daemon.socket, "after-the-bad-ones")).unwrap();
+    let stats = daemon.stats();
+    assert_eq!(stats.runtimes.len(), 1);
+    assert_eq!(stats.runtimes[0].id, runtime.id);
+    assert_eq!(stats.runtimes[0].name, "after-the-bad-ones");
+}
+
+#[test]
+fn sixty_four_runtimes_at_once() {
+    let _serial = serial();
+    let daemon = Daemon::start(&[]);
+    let runtimes: Vec<Runtime> = (0..64)
+        .map(|i| {
+            let mut options = Options::new(&daemon.socket, format!("many-{i}"));
+            options.kthreads = 2;
+            Runtime::start(options).unwrap_or_else(|e| panic!("runtime {i}: {e}"))
+        })
+        .collect();
+    let mut ids: Vec<u64> = runtimes.iter().map(|r| r.id).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), 64);
+    let stats = daemon.stats();
+    assert_eq!(stats.global.runtimes_registered, 64);
+    assert_eq!(stats.runtimes.len(), 64);
+    assert!(stats.runtimes.iter().all(|r| r.kthreads == 2));
+    drop(runtimes);
+    let stats = daemon.wait_for("all 64 runtimes to leave", |s| s.runtimes.is_empty());
+    assert_eq!(stats.global.disconnects, 64);
+    assert_eq!(stats.global.evictions, 0);
+}
+
+#[test]
+fn a_killed_runtime_frees_its_core() {
+    let _serial = serial();
+    let daemon = Daemon::start(&[]);
+    let mut holder = daemon.client("holder", &["--mode", "busy", "--timer-after-ms", "0"]);
+    let id = holder.registered();
+    let (granted, ran_on) = grant_cpus(&holder.expect("grant 0 "));
+    assert_eq!((granted, ran_on), (1, 1));
+    let stats = daemon.stats();
+    assert_eq!(stats.cores[0].owner.as_ref().map(|o| o.id), Some(id));
+
+    holder.child.kill().unwrap();
+    holder.child.wait().unwrap();
+    let stats = daemon.wait_for("the killed runtime to be reclaimed", |s| {
+        s.runtimes.is_empty() && s.cores[0].owner.is_none()
+    });
+    assert_eq!(stats.cores[0].state, "idle");
+    assert_eq!(stats.global.disconnects, 1);
+
+    let mut next = daemon.client("next", &["--timer-after-ms", "0"]);
+    next.registered();
+    assert_eq!(grant_cpus(&next.expect("grant 0 ")), (1, 1));
+    next.expect("park 0");
+}
+
+#[test]
+fn a_runtime_writing_garbage_is_evicted() {
+    let _serial = serial();
+    let daemon = Daemon::start(&[]);
+    let mut vandal = daemon.client("vandal", &["--mode", "garbage", "--kthreads", "2"]);
+    vandal.registered();
+    // Whichever garbage iokerneld reads first (a command slot, queue counters) names the
+    // kthread it came from.
+    let line = vandal.expect("evicted: ");
+    assert!(line.contains("kthread"), "{line}");
+    let stats = daemon.wait_for("the eviction", |s| s.runtimes.is_empty());
+    assert_eq!(stats.global.evictions, 1);
+    assert!(
+        daemon.log().contains("evicting runtime"),
+        "{}",
+        daemon.log()
+    );
+
+    let mut next = daemon.client("next", &["--timer-after-ms", "0"]);
+    next.registered();
+    assert_eq!(grant_cpus(&next.expect("grant 0 ")), (1, 1));
+}
+
+#[test]
+fn a_kthread_blocking_preemption_is_demoted() {
+    let _serial = serial();
+    let daemon = Daemon::start(&["--preemption-timeout-us", "2000"]);
+    let mut stubborn = daemon.client(
+        "stubborn",
+        &["--mode", "block-sigusr1", "--timer-after-ms", "0"],
+    );
+    let stubborn_id = stubborn.registered();
+    assert_eq!(grant_cpus(&stubborn.expect("grant 0 ")), (1, 1));
+    let tid = stubborn.kthread_tid(0);
+    assert_eq!(
+        corral_iokernel::sys::sched_policy(tid).unwrap(),
+        libc::SCHED_OTHER
+    );
+
+    let mut needy = daemon.client("needy", &["--mode", "busy", "--timer-after-ms", "0"]);
+    let needy_id = needy.registered();
+    assert_eq!(grant_cpus(&needy.expect("grant 0 ")), (1, 1));
+
+    let stats = daemon.wait_for("the demotion", |s| s.global.demotions == 1);
+    assert_eq!(
+        corral_iokernel::sys::sched_policy(tid).unwrap(),
+        libc::SCHED_IDLE
+    );
+    let stubborn_stats = stats.runtimes.iter().find(|r| r.id == stubborn_id).unwrap();
+    assert_eq!(stubborn_stats.demotions, 1);
+    assert_eq!(stubborn_stats.cores_held, 0);
+    assert_eq!(stats.cores[0].owner.as_ref().map(|o| o.id), Some(needy_id));
+    assert!(
+        daemon.log().contains("ignored preemption"),
+        "{}",
+        daemon.log()
+    );
+}
+
+#[test]
+fn preemption_round_trip() {
+    let _serial = serial();
+    // A timeout far above any scheduling hiccup, so that the busy kthread is never demoted
+    // for answering late on a loaded machine.
+    let daemon = Daemon::start(&["--log-level", "debug", "--preemption-timeout-us", "2000000"]);
+    let mut busy = daemon.client("busy", &["--mode", "busy", "--timer-after-ms", "0"]);
+    let busy_id = busy.registered();
+    assert_eq!(grant_cpus(&busy.expect("grant 0 ")), (1, 1));
+
+    // Work handed in through the shared queue of a runtime with no core.
+    let mut idle = daemon.client("idle", &["--work-after-ms", "200"]);
+    let idle_id = idle.registered();
+    busy.expect("preempt 0");
+    busy.expect("yielded 0");
+    assert_eq!(grant_cpus(&idle.expect("grant 0 ")), (1, 1));
+    idle.expect("park 0");
+    // The busy runtime left work behind and gets the core back once it is free.
+    assert_eq!(grant_cpus(&busy.expect("grant 0 ")), (1, 1));
+
+    let stats = daemon.wait_for("the core to return", |s| {
+        s.cores[0].owner.as_ref().map(|o| o.id) == Some(busy_id)
+    });
+    let busy_stats = stats.runtimes.iter().find(|r| r.id == busy_id).unwrap();
+    assert_eq!(busy_stats.preemptions_suffered, 1);
+    assert_eq!(busy_stats.preempt_signals, 1);
+    assert!(busy_stats.preemption_latency_last_ns > 0);
+    assert_eq!(busy_stats.grants, 2);
+    let idle_stats = stats.runtimes.iter().find(|r| r.id == idle_id).unwrap();
+    assert_eq!(idle_stats.grants, 1);
+    assert_eq!(idle_stats.parks, 1);
+    assert_eq!(stats.global.demotions, 0);
+    assert_eq!(stats.cores[0].reallocations, 3);
+}
+
+#[test]
+fn spinning_kthreads_hold_their_guaranteed_core() {
+    let _serial = serial();
+    let daemon = Daemon::start(&[]);
+    // No timer and no work: the spinning kthread is granted its core at registration.
+    let mut spinner = daemon.client("spinner", &["--guaranteed", "1", "--spinning", "1"]);
+    let spinner_id = spinner.registered();
+    assert_eq!(grant_cpus(&spinner.expect("grant 0 ")), (1, 1));
+
+    // A guaranteed core is never taken back, however much another runtime wants it.
+    let mut hopeful = daemon.client("hopeful", &["--timer-after-ms", "0"]);
+    let hopeful_id = hopeful.registered();
+    let stats = daemon.wait_for("the second runtime to wait", |s| {
+        s.runtimes.iter().any(|r| r.id == hopeful_id && r.waiting)
+    });
+    assert_eq!(stats.global.preemptions_signalled, 0);
+    assert_eq!(
+        stats.cores[0].owner.as_ref().map(|o| o.id),
+        Some(spinner_id)
+    );
+
+    // Once the guaranteed runtime is gone, the waiting one gets the core.
+    drop(spinner);
+    assert_eq!(grant_cpus(&hopeful.expect("grant 0 ")), (1, 1));
+    hopeful.expect("park 0");
+}

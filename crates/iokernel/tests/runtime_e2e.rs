@@ -1,0 +1,388 @@
+//! Corral runtimes under a real iokerneld: one managed core (CPU 1) shared by a
+//! latency-critical runtime and a batch runtime, iokerneld on CPU 0.
+//!
+//! These tests assert behaviour, not timing: every wait is bounded only so that a broken build
+//! fails instead of hanging.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use corral::{Config, IokernelSettings, Runtime};
+
+const IOKERNELD: &str = env!("CARGO_BIN_EXE_iokerneld");
+
+/// The tests share CPU 1, so they run one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A running iokerneld with its own socket; killed on drop.
+struct Daemon {
+    child: Child,
+    socket: PathBuf,
+    dir: PathBuf,
+}
+
+impl Daemon {
+    fn start(extra: &[&str]) -> Daemon {
+        let dir = std::env::temp_dir().join(format!(
+            "corral-e2e-{}-{}",
+            std::process::id(),
+            NEXT_DIR.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        let socket = dir.join("iokerneld.sock");
+        let child = Command::new(IOKERNELD)
+            .args(["--core", "0", "--managed-cores", "1", "--log-level", "warn"])
+            .arg("--socket")
+            .arg(&socket)
+            .args(extra)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("start iokerneld");
+        let daemon = Daemon { child, socket, dir };
+        let start = Instant::now();
+        while !daemon.socket.exists() {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "iokerneld did not create its socket"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        daemon
+    }
+
+    fn settings(&self, name: &str) -> IokernelSettings {
+        IokernelSettings::new(&self.socket, name)
+    }
+
+    fn runtime(&self, name: &str, kthreads: usize) -> Runtime {
+        Runtime::new(
+            Config::default()
+                .kthreads(kthreads)
+                .iokernel(self.settings(name)),
+        )
+        .expect("register with iokerneld")
+    }
+
+    fn stats(&self) -> serde_json::Value {
+        let out = Command::new(IOKERNELD)
+            .arg("stats")
+            .arg("--socket")
+            .arg(&self.socket)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run iokerneld stats");
+        assert!(
+            out.status.success(),
+            "iokerneld stats failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("stats are JSON")
+    }
+
+    fn runtime_stats(&self, name: &str) -> serde_json::Value {
+        let stats = self.stats();
+        stats["runtimes"]
+            .as_array()
+            .expect("runtimes array")
+            .iter()
+            .find(|r| r["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("runtime {name} not in {stats:#}"))
+    }
+
+    /// Asserts the daemon is still alive.
+    fn assert_alive(&mut self) {
+        assert!(self.child.try_wait().unwrap().is_none(), "iokerneld exited");
+    }
+}
+
+static NEXT_DIR: AtomicU64 = AtomicU64::new(0);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < limit, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Starts `uthreads` CPU-bound uthreads on `rt` that each count their iterations into
+/// `progress` until `stop` is set.
+fn start_batch(rt: &Runtime, uthreads: usize, stop: &Arc<AtomicBool>, progress: &Arc<AtomicU64>) {
+    for _ in 0..uthreads {
+        let stop = stop.clone();
+        let progress = progress.clone();
+        rt.spawn(move || {
+            let mut x = 1.0f64;
+            while !stop.load(Ordering::Relaxed) {
+                for _ in 0..1000 {
+                    x = x * 1.000_000_1 + 1e-9;
+                }
+                progress.fetch_add(1, Ordering::Relaxed);
+            }
+            std::hint::black_box(x);
+        });
+    }
+}
+
+#[test]
+fn a_runtime_registers_runs_work_and_reports_its_mode() {
+    let _serial = serial();
+    let daemon = Daemon::start(&[]);
+    let rt = daemon.runtime("solo", 1);
+    assert!(matches!(rt.mode(), corral::Mode::Iokernel(_)));
+    assert!(rt.iokernel_runtime_id().is_some());
+    let sum = rt.block_on(|| {
+        let handles: Vec<_> = (0..100u64).map(|i| corral::spawn(move || i * i)).collect();
+        handles.into_iter().map(|h| h.join().unwrap()).sum::<u64>()
+    });
+    assert_eq!(sum, 328_350);
+    // The kthread ran on the managed core.
+    let kthreads = rt.iokernel_kthread_stats();
+    assert_eq!(kthreads[0].cpu, Some(1));
+    assert!(kthreads[0].grants >= 1);
+    // It parks when idle, and a timer wakes it again.
+    wait_until("the runtime to park", Duration::from_secs(5), || {
+        daemon.runtime_stats("solo")["cores_held"] == 0
+    });
+    let slept = rt.block_on(|| {
+        let start = Instant::now();
+        corral::sleep(Duration::from_millis(2));
+        start.elapsed()
+    });
+    assert!(slept >= Duration::from_millis(2));
+    drop(rt);
+    wait_until(
+        "the runtime to be unregistered",
+        Duration::from_secs(5),
+        || daemon.stats()["runtimes"].as_array().unwrap().is_empty(),
+    );
+}
+
+#[test]
+fn a_refused_registration_is_an_error_naming_the_reason() {
+    let _serial = serial();
+    let daemon = Daemon::start(&[]);
+    // Two managed-core guarantees on a daemon that manages one core.
+    let err = Runtime::new(
+        Config::default()
+            .kthreads(2)
+            .iokernel(daemon.settings("greedy").guaranteed_cores(2)),
+    )
+    .err()
+    .expect("oversubscribed guarantee accepted");
+    let text = err.to_string();
+    assert!(text.contains("refused"), "{text}");
+    assert!(text.contains("guarantee"), "{text}");
+    let missing = Runtime::new(
+        Config::default()
+            .kthreads(1)
+            .iokernel(IokernelSettings::new(daemon.dir.join("nope.sock"), "lost")),
+    )
+    .err()
+    .expect("registered with no daemon");
+    assert!(missing.to_string().contains("nope.sock"), "{missing}");
+}
+
+/// The latency-critical runtime sleeps, so each of its wake-ups needs the core back from the
+/// busy batch runtime; the batch runtime must get it back each time the other parks.
+#[test]
+fn the_core_goes_back_and_forth_between_latency_critical_and_batch() {
+    const ROUNDS: usize = 2000;
+    let _serial = serial();
+    let mut daemon = Daemon::start(&[]);
+    let batch = daemon.runtime("batch", 1);
+    let lc = daemon.runtime("lc", 1);
+    let stop = Arc::new(AtomicBool::new(false));
+    let progress = Arc::new(AtomicU64::new(0));
+    start_batch(&batch, 4, &stop, &progress);
+    wait_until("batch to start", Duration::from_secs(10), || {
+        progress.load(Ordering::Relaxed) > 0
+    });
+
+    let seen = progress.clone();
+    let rounds_with_batch_progress = lc.block_on(move || {
+        let mut advanced = 0;
+        let mut last = seen.load(Ordering::Relaxed);
+        for _ in 0..ROUNDS {
+            corral::sleep(Duration::from_micros(500));
+            let now = seen.load(Ordering::Relaxed);
+            if now != last {
+                advanced += 1;
+            }
+            last = now;
+        }
+        advanced
+    });
+    stop.store(true, Ordering::Relaxed);
+    daemon.assert_alive();
+
+    // Every round the latency-critical runtime woke on the managed core, which it can only
+    // have done by taking it from the batch runtime.
+    let lc_stats = daemon.runtime_stats("lc");
+    let batch_stats = daemon.runtime_stats("batch");
+    let lc_grants = lc_stats["grants"].as_u64().unwrap();
+    let batch_preemptions = batch_stats["preemptions_suffered"].as_u64().unwrap();
+    assert!(
+        lc_grants >= ROUNDS as u64,
+        "lc was granted a core {lc_grants} times in {ROUNDS} rounds"
+    );
+    assert!(
+        batch_preemptions >= ROUNDS as u64 - 1,
+        "batch was preempted {batch_preemptions} times in {ROUNDS} rounds"
+    );
+    assert!(
+        lc_stats["timer_wakeups"].as_u64().unwrap() >= ROUNDS as u64 - 1,
+        "{lc_stats:#}"
+    );
+    // And between two wake-ups the batch runtime ran: it got the core back every time.
+    assert!(
+        rounds_with_batch_progress >= ROUNDS - 1,
+        "batch made progress in only {rounds_with_batch_progress} of {ROUNDS} rounds"
+    );
+}
+
+/// Thousands of reallocations while both runtimes spawn short uthreads: each runs exactly once.
+#[test]
+fn no_uthread_is_lost_or_run_twice_across_reallocations() {
+    const PER_RUNTIME: usize = 100_000;
+    let _serial = serial();
+    let mut daemon = Daemon::start(&[]);
+    let batch = daemon.runtime("batch", 1);
+    let lc = daemon.runtime("lc", 1);
+    let batch_runs: Arc<Vec<AtomicU64>> =
+        Arc::new((0..PER_RUNTIME).map(|_| AtomicU64::new(0)).collect());
+    let lc_runs: Arc<Vec<AtomicU64>> =
+        Arc::new((0..PER_RUNTIME).map(|_| AtomicU64::new(0)).collect());
+
+    let runs = batch_runs.clone();
+    let batch_done = batch.spawn(move || {
+        for chunk in 0..PER_RUNTIME / 100 {
+            let handles: Vec<_> = (0..100)
+                .map(|i| {
+                    let runs = runs.clone();
+                    corral::spawn(move || {
+                        let mut x = 0u64;
+                        for j in 0..2000u64 {
+                            x = x.wrapping_mul(31).wrapping_add(j);
+                        }
+                        std::hint::black_box(x);
+                        runs[chunk * 100 + i].fetch_add(1, Ordering::Relaxed);
+                    })
+                })
+                .collect();
+            for h in handles {
+                h.join().unwrap();
+            }
+        }
+    });
+    let runs = lc_runs.clone();
+    let lc_done = lc.spawn(move || {
+        for chunk in 0..PER_RUNTIME / 100 {
+            // Park between bursts, so the core changes hands.
+            corral::sleep(Duration::from_micros(200));
+            let handles: Vec<_> = (0..100)
+                .map(|i| {
+                    let runs = runs.clone();
+                    corral::spawn(move || {
+                        runs[chunk * 100 + i].fetch_add(1, Ordering::Relaxed);
+                    })
+                })
+                .collect();
+            for h in handles {
+                h.join().unwrap();
+            }
+        }
+    });
+    wait_until("both runtimes to finish", Duration::from_secs(120), || {
+        batch_done.is_finished() && lc_done.is_finished()
+    });
+    batch_done.join().unwrap();
+    lc_done.join().unwrap();
+    daemon.assert_alive();
+    for (name, runs) in [("batch", &batch_runs), ("lc", &lc_runs)] {
+        for (i, count) in runs.iter().enumerate() {
+            assert_eq!(count.load(Ordering::Relaxed), 1, "{name} uthread {i}");
+        }
+    }
+    assert_eq!(batch.live_uthreads(), 0);
+    assert_eq!(lc.live_uthreads(), 0);
+    let preemptions = daemon.runtime_stats("batch")["preemptions_suffered"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        preemptions >= 1000,
+        "only {preemptions} reallocations from batch to lc"
+    );
+}
+
+/// Keeps its state in registers: eight f64 lanes and an integer LCG, with no calls.
+#[inline(never)]
+fn register_heavy(iterations: u64) -> (u64, [f64; 8]) {
+    let mut lanes = [1.0f64, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0];
+    let mut lcg = 0x1234_5678u64;
+    for i in 0..iterations {
+        for (j, lane) in lanes.iter_mut().enumerate() {
+            *lane = *lane * 1.000_000_1 + (i as f64) * 1e-9 - (j as f64) * 1e-10;
+        }
+        lcg = lcg
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(i | 1);
+    }
+    (lcg, lanes)
+}
+
+/// A batch computation preempted by iokerneld thousands of times keeps every register.
+#[test]
+fn registers_survive_thousands_of_iokerneld_preemptions() {
+    const ITERS: u64 = 20_000_000;
+    let _serial = serial();
+    let reference = register_heavy(ITERS);
+    let mut daemon = Daemon::start(&[]);
+    let batch = daemon.runtime("batch", 1);
+    let lc = daemon.runtime("lc", 1);
+    let handles: Vec<_> = (0..4)
+        .map(|_| batch.spawn(move || register_heavy(ITERS)))
+        .collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop_lc = stop.clone();
+    let interrupter = lc.spawn(move || {
+        while !stop_lc.load(Ordering::Relaxed) {
+            corral::sleep(Duration::from_micros(200));
+        }
+    });
+    wait_until("the computations", Duration::from_secs(180), || {
+        handles.iter().all(|h| h.is_finished())
+    });
+    stop.store(true, Ordering::Relaxed);
+    interrupter.join().unwrap();
+    for h in handles {
+        let got = h.join().unwrap();
+        assert_eq!(got.0, reference.0, "integer state corrupted by preemption");
+        assert_eq!(
+            got.1.map(f64::to_bits),
+            reference.1.map(f64::to_bits),
+            "vector/FP state corrupted by preemption"
+        );
+    }
+    daemon.assert_alive();
+    let preemptions = daemon.runtime_stats("batch")["preemptions_suffered"]
+        .as_u64()
+        .unwrap();
+    assert!(preemptions >= 1000, "only {preemptions} preemptions");
+}
