@@ -36,6 +36,11 @@ struct Args {
     /// Seconds of each reallocation-rate repetition.
     #[arg(long, default_value_t = 2.0)]
     seconds: f64,
+    /// How long the latency-critical uthread sleeps between runs in the reallocation-rate
+    /// experiment, in microseconds. It must exceed the runtime's spin-before-park (2 us) for
+    /// the kthread to park and give the core back.
+    #[arg(long, default_value_t = 10)]
+    realloc_sleep_us: u64,
     /// CPU of iokerneld (and of the waker in the raw peers).
     #[arg(long, default_value_t = 0)]
     iokernel_cpu: usize,
@@ -325,8 +330,8 @@ struct Realloc {
 }
 
 /// Core reallocations per second on the managed core between a busy batch runtime and a
-/// latency-critical runtime that parks as soon as it has run (a minimal timer sleep).
-fn reallocation_rate(daemon: &Daemon, seconds: f64, app_cpu: usize) -> Realloc {
+/// latency-critical runtime that parks as soon as it has run and sleeps briefly.
+fn reallocation_rate(daemon: &Daemon, seconds: f64, sleep_us: u64, app_cpu: usize) -> Realloc {
     let batch = daemon.runtime("batch-realloc");
     let lc = daemon.runtime("lc-realloc");
     let stop = Arc::new(AtomicBool::new(false));
@@ -348,7 +353,7 @@ fn reallocation_rate(daemon: &Daemon, seconds: f64, app_cpu: usize) -> Realloc {
         let mut n = 0u64;
         let start = Instant::now();
         while start.elapsed() < limit {
-            corral::sleep(Duration::from_micros(1));
+            corral::sleep(Duration::from_micros(sleep_us));
             n += 1;
         }
         n
@@ -411,7 +416,12 @@ fn main() {
         pin(args.app_cpu);
         wake.push(iokerneld_wake(&daemon, args.samples));
         preempt.push(iokerneld_preempt(&daemon, args.samples));
-        realloc.push(reallocation_rate(&daemon, args.seconds, args.app_cpu));
+        realloc.push(reallocation_rate(
+            &daemon,
+            args.seconds,
+            args.realloc_sleep_us,
+            args.app_cpu,
+        ));
     }
     let raw_wake_m = median_f64(&raw_wake);
     let raw_signal_m = median_f64(&raw_signal);

@@ -15,7 +15,10 @@ use crate::cpus::{Sysfs, format_cpu_list, parse_cpu_list};
 /// Default control socket.
 pub const DEFAULT_SOCKET: &str = "/run/corral/iokerneld.sock";
 pub const DEFAULT_INTERVAL_US: u64 = 5;
-pub const DEFAULT_PREEMPTION_TIMEOUT_US: u64 = 1000;
+// Longer than a CFS time slice (a few ms): on cores Linux also schedules other tasks on, a
+// kthread can wait that long behind one of them with the signal pending, through no fault of
+// its own. Cores isolated from Linux (isolcpus) can use far less.
+pub const DEFAULT_PREEMPTION_TIMEOUT_US: u64 = 10_000;
 pub const DEFAULT_CONTROL_POLL_US: u64 = 50;
 pub const DEFAULT_LOG_LEVEL: &str = "info";
 
@@ -69,7 +72,7 @@ pub struct SettingArgs {
     pub interval_us: Option<u64>,
 
     /// `preemption_timeout_us`: microseconds a preempted kthread may keep its core before it
-    /// is demoted off the managed cores [default: 1000].
+    /// is demoted off the managed cores [default: 10000].
     #[arg(long, value_name = "MICROSECONDS")]
     pub preemption_timeout_us: Option<u64>,
 
@@ -442,7 +445,7 @@ mod tests {
         assert!(config.spare_cpus.is_empty());
         assert_eq!(config.socket, PathBuf::from(DEFAULT_SOCKET));
         assert_eq!(config.interval_us, 5);
-        assert_eq!(config.preemption_timeout_us, 1000);
+        assert_eq!(config.preemption_timeout_us, 10_000);
         assert_eq!(config.control_poll_us, 50);
         assert_eq!(config.log_level, LogLevel(log::LevelFilter::Info));
     }
