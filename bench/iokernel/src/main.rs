@@ -30,6 +30,12 @@ struct Args {
     /// Repetitions of each experiment; the median of their medians is reported.
     #[arg(long, default_value_t = 5)]
     reps: usize,
+    /// Microseconds the woken side stays blocked before each wake-up, in both the raw eventfd
+    /// peer and iokerneld's wake-up experiment. It must be the same for both: on a virtual
+    /// machine the wake-up cost grows with how long the target CPU was idle (the guest
+    /// polls before halting, and a halted vCPU is woken by the host).
+    #[arg(long, default_value_t = 100)]
+    idle_us: u64,
     /// Samples per latency experiment repetition.
     #[arg(long, default_value_t = 2000)]
     samples: usize,
@@ -99,7 +105,7 @@ fn median_f64(v: &[f64]) -> f64 {
 
 /// Median ns from an eventfd write on `waker_cpu` to the return of `read` in a thread blocked
 /// on `woken_cpu`.
-fn raw_eventfd_wake(samples: usize, waker_cpu: usize, woken_cpu: usize) -> f64 {
+fn raw_eventfd_wake(samples: usize, idle_us: u64, waker_cpu: usize, woken_cpu: usize) -> f64 {
     // SAFETY: plain eventfd creation.
     let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
     assert!(efd >= 0);
@@ -125,8 +131,13 @@ fn raw_eventfd_wake(samples: usize, waker_cpu: usize, woken_cpu: usize) -> f64 {
         while !ready.swap(false, Ordering::AcqRel) {
             std::hint::spin_loop();
         }
-        // Let the reader block in the kernel.
-        std::thread::sleep(Duration::from_micros(100));
+        // Let the reader block in the kernel, idle as long as a parked kthread would be. Spin
+        // rather than sleep: a sleep overshoots by the timer slack (50 us), and the longer
+        // the target CPU idles the slower it wakes.
+        let until = now_ns() + idle_us * 1000;
+        while now_ns() < until {
+            std::hint::spin_loop();
+        }
         sent.store(now_ns(), Ordering::Release);
         let one = 1u64;
         // SAFETY: writing 8 bytes to our eventfd.
@@ -263,12 +274,12 @@ impl Drop for Daemon {
 /// Median ns from iokerneld's grant decision to a uthread running on the granted core: a lone
 /// runtime whose uthread sleeps, so that each wake-up is iokerneld waking a parked kthread at
 /// the uthread's timer.
-fn iokerneld_wake(daemon: &Daemon, samples: usize) -> f64 {
+fn iokerneld_wake(daemon: &Daemon, samples: usize, idle_us: u64) -> f64 {
     let lc = daemon.runtime("wake-bench");
     let mut lat = lc.block_on(move || {
         let mut lat = Vec::with_capacity(samples);
         for _ in 0..samples {
-            corral::sleep(Duration::from_micros(200));
+            corral::sleep(Duration::from_micros(idle_us));
             let now = now_ns();
             let decided = corral::core_granted_at_ns().expect("a grant time");
             lat.push(now.saturating_sub(decided));
@@ -402,6 +413,7 @@ fn main() {
         unsafe { libc::kill(daemon.child.id() as i32, libc::SIGSTOP) };
         raw_wake.push(raw_eventfd_wake(
             args.samples,
+            args.idle_us,
             args.iokernel_cpu,
             args.app_cpu,
         ));
@@ -414,7 +426,7 @@ fn main() {
         unsafe { libc::kill(daemon.child.id() as i32, libc::SIGCONT) };
         // Main thread back off iokerneld's CPU.
         pin(args.app_cpu);
-        wake.push(iokerneld_wake(&daemon, args.samples));
+        wake.push(iokerneld_wake(&daemon, args.samples, args.idle_us));
         preempt.push(iokerneld_preempt(&daemon, args.samples));
         realloc.push(reallocation_rate(
             &daemon,

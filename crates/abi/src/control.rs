@@ -17,7 +17,7 @@ use core::fmt;
 pub const CONTROL_MAGIC: u32 = u32::from_le_bytes(*b"CRLC");
 
 /// Bumped whenever any control message changes; iokerneld refuses any other version.
-pub const CONTROL_VERSION: u16 = 1;
+pub const CONTROL_VERSION: u16 = 2;
 
 /// Bytes of a runtime's name on the wire (UTF-8, padded with NULs).
 pub const NAME_LEN: usize = 32;
@@ -30,7 +30,7 @@ pub const MAX_REGISTER_KTHREADS: usize = 252;
 pub const HEADER_LEN: usize = 16;
 
 /// Bytes of a registration body before its table of thread ids.
-pub const REGISTER_FIXED_LEN: usize = NAME_LEN + 16;
+pub const REGISTER_FIXED_LEN: usize = NAME_LEN + 28;
 
 /// Largest request: a registration with [`MAX_REGISTER_KTHREADS`] thread ids.
 pub const MAX_REQUEST_LEN: usize = HEADER_LEN + REGISTER_FIXED_LEN + 4 * MAX_REGISTER_KTHREADS;
@@ -119,6 +119,19 @@ pub struct Registration {
     /// Linux thread id of each kthread, in kthread order. Each must be a thread of the
     /// registering process.
     pub tids: Vec<i32>,
+    /// The runtime's network identity, if it has a network stack: iokerneld steers frames for
+    /// this MAC (and ARP requests for this address) to it, and drops frames it sends from any
+    /// other MAC or address.
+    pub net: Option<NetIdentity>,
+}
+
+/// A runtime's Ethernet and IPv4 addresses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct NetIdentity {
+    /// A unicast MAC address.
+    pub mac: [u8; 6],
+    /// A unicast IPv4 address, network byte order.
+    pub ipv4: [u8; 4],
 }
 
 impl Registration {
@@ -183,6 +196,19 @@ impl Registration {
                 "a power of two up to 2^31",
             );
         }
+        if let Some(net) = &self.net {
+            if net.mac[0] & 1 != 0 || net.mac == [0; 6] {
+                return bad(
+                    "mac",
+                    format!("{:02x?}", net.mac),
+                    "a unicast, nonzero MAC address",
+                );
+            }
+            let [a, ..] = net.ipv4;
+            if net.ipv4 == [0; 4] || net.ipv4 == [255; 4] || (224..=239).contains(&a) {
+                return bad("ipv4", format!("{:?}", net.ipv4), "a unicast IPv4 address");
+            }
+        }
         for (index, &tid) in self.tids.iter().enumerate() {
             if tid <= 0 {
                 return bad("tids", format!("[{index}] = {tid}"), "positive thread ids");
@@ -228,6 +254,13 @@ impl Request {
                 out.extend_from_slice(&(reg.tids.len() as u16).to_le_bytes());
                 out.extend_from_slice(&reg.run_queue_capacity.to_le_bytes());
                 out.extend_from_slice(&0u32.to_le_bytes());
+                let net = reg.net.unwrap_or(NetIdentity {
+                    mac: [0; 6],
+                    ipv4: [0; 4],
+                });
+                out.extend_from_slice(&net.mac);
+                out.extend_from_slice(&u16::from(reg.net.is_some()).to_le_bytes());
+                out.extend_from_slice(&net.ipv4);
                 for tid in &reg.tids {
                     out.extend_from_slice(&tid.to_le_bytes());
                 }
@@ -272,6 +305,22 @@ impl Request {
                         expected: "0",
                     });
                 }
+                let mut mac = [0u8; 6];
+                mac.copy_from_slice(r.take(6, "mac")?);
+                let has_net = r.u16("net_flags")?;
+                let mut ipv4 = [0u8; 4];
+                ipv4.copy_from_slice(r.take(4, "ipv4")?);
+                let net = match has_net {
+                    0 if mac == [0; 6] && ipv4 == [0; 4] => None,
+                    1 => Some(NetIdentity { mac, ipv4 }),
+                    _ => {
+                        return Err(ControlError::BadField {
+                            field: "net_flags",
+                            value: has_net.to_string(),
+                            expected: "0 (and zero addresses) or 1",
+                        });
+                    }
+                };
                 if kthreads == 0 || kthreads > MAX_REGISTER_KTHREADS {
                     return Err(ControlError::BadField {
                         field: "kthreads",
@@ -298,6 +347,7 @@ impl Request {
                     spinning_kthreads,
                     run_queue_capacity,
                     tids,
+                    net,
                 };
                 reg.validate()?;
                 if descriptors != reg.descriptor_count() {
@@ -519,6 +569,10 @@ mod tests {
             spinning_kthreads: 1,
             run_queue_capacity: 256,
             tids: vec![101, 102],
+            net: Some(NetIdentity {
+                mac: [0x02, 0, 0, 0, 0, 1],
+                ipv4: [10, 99, 0, 2],
+            }),
         }
     }
 
@@ -640,6 +694,26 @@ mod tests {
             ),
             (
                 Registration {
+                    net: Some(NetIdentity {
+                        mac: [0x01, 0, 0, 0, 0, 1],
+                        ipv4: [10, 0, 0, 1],
+                    }),
+                    ..registration()
+                },
+                "mac",
+            ),
+            (
+                Registration {
+                    net: Some(NetIdentity {
+                        mac: [0x02, 0, 0, 0, 0, 1],
+                        ipv4: [224, 0, 0, 1],
+                    }),
+                    ..registration()
+                },
+                "ipv4",
+            ),
+            (
+                Registration {
                     name: String::new(),
                     ..registration()
                 },
@@ -664,6 +738,10 @@ mod tests {
         // A kthread count larger than the table that follows.
         let mut bytes = Request::Register(registration()).encode();
         let kthreads_at = HEADER_LEN + NAME_LEN + 6;
+        assert_eq!(
+            u16::from_le_bytes([bytes[kthreads_at], bytes[kthreads_at + 1]]),
+            2
+        );
         bytes[kthreads_at..kthreads_at + 2].copy_from_slice(&60000u16.to_le_bytes());
         let err = Request::decode(&bytes, 3).unwrap_err();
         assert!(err.to_string().contains("kthreads = 60000"), "{err}");

@@ -320,6 +320,7 @@ proptest! {
             spinning_kthreads: 0,
             run_queue_capacity: 256,
             tids: (1..=kthreads as i32).collect(),
+            net: None,
         };
         let request = Request::Register(reg);
         let mut bytes = request.encode();

@@ -76,6 +76,8 @@ pub struct Options {
     /// A helper thread adds one item to the shared queue this long after registration.
     pub work_after: Option<Duration>,
     pub events: Option<EventSink>,
+    /// Addresses to register for steering; `None`: no network.
+    pub net: Option<corral_abi::control::NetIdentity>,
 }
 
 impl Options {
@@ -92,6 +94,7 @@ impl Options {
             timer_after: None,
             work_after: None,
             events: None,
+            net: None,
         }
     }
 }
@@ -301,6 +304,7 @@ impl Runtime {
             spinning_kthreads: options.spinning_kthreads,
             run_queue_capacity: 256,
             tids: tids.clone(),
+            net: options.net,
         };
         let mut fds = vec![region.memfd.as_fd()];
         fds.extend(shared.eventfds.iter().map(|fd| fd.as_fd()));

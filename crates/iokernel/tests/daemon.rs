@@ -444,6 +444,7 @@ fn good_registration(tids: Vec<i32>) -> Registration {
         spinning_kthreads: 0,
         run_queue_capacity: 256,
         tids,
+        net: None,
     }
 }
 
@@ -496,7 +497,7 @@ fn malformed_registrations_are_refused_naming_the_problem() {
         &daemon,
         &good[..good.len() - 3],
         &fds,
-        "header says the body is 52 bytes but 49 arrived",
+        "header says the body is 64 bytes but 61 arrived",
     );
     expect_refusal(&daemon, &good[..10], &fds, "message truncated");
     let mut wrong_version = good.clone();

@@ -203,6 +203,7 @@ pub(crate) fn register(
         spinning_kthreads: settings.spinning_kthreads as u16,
         run_queue_capacity: RUNQ_CAPACITY as u32,
         tids,
+        net: None,
     });
     let mut fds = vec![memfd.as_raw_fd()];
     fds.extend(kthreads.iter().map(|k| k.iok().eventfd.as_raw_fd()));
