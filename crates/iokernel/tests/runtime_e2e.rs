@@ -383,3 +383,86 @@ fn registers_survive_thousands_of_iokerneld_preemptions() {
         .unwrap();
     assert!(preemptions >= 1000, "only {preemptions} preemptions");
 }
+
+/// A spinning kthread holds its guaranteed core from registration on, idle or not, and a
+/// burstable runtime with work never takes it.
+#[test]
+fn a_spinning_kthread_keeps_its_guaranteed_core() {
+    let _serial = serial();
+    let mut daemon = Daemon::start(&[]);
+    let spinner = Runtime::new(
+        Config::default().kthreads(1).iokernel(
+            daemon
+                .settings("spinner")
+                .guaranteed_cores(1)
+                .spinning_kthreads(1),
+        ),
+    )
+    .expect("register the spinning runtime");
+    wait_until(
+        "the spinning kthread's grant",
+        Duration::from_secs(5),
+        || daemon.runtime_stats("spinner")["cores_held"] == 1,
+    );
+    let batch = daemon.runtime("batch", 1);
+    let stop = Arc::new(AtomicBool::new(false));
+    let progress = Arc::new(AtomicU64::new(0));
+    start_batch(&batch, 1, &stop, &progress);
+    // Idle, the spinner still holds the core; the batch runtime waits for it.
+    std::thread::sleep(Duration::from_millis(100));
+    let stats = daemon.runtime_stats("spinner");
+    assert_eq!(stats["cores_held"], 1, "{stats:#}");
+    assert_eq!(stats["preemptions_suffered"], 0, "{stats:#}");
+    assert_eq!(
+        progress.load(Ordering::Relaxed),
+        0,
+        "batch ran on the guaranteed core"
+    );
+    // The spinner's work runs at once.
+    assert_eq!(spinner.block_on(|| 6 * 7), 42);
+    // When the spinner leaves, the batch runtime gets the core.
+    drop(spinner);
+    wait_until("batch to run", Duration::from_secs(10), || {
+        progress.load(Ordering::Relaxed) > 0
+    });
+    stop.store(true, Ordering::Relaxed);
+    daemon.assert_alive();
+}
+
+/// A runtime with more kthreads than iokerneld gives it cores: uthreads spread over all its
+/// run queues and timers on all its kthreads, and none is stranded on a parked kthread.
+#[test]
+fn work_and_timers_are_never_stranded_on_parked_kthreads() {
+    const UTHREADS: u64 = 2000;
+    let _serial = serial();
+    let mut daemon = Daemon::start(&[]);
+    let rt = daemon.runtime("wide", 4);
+    let done = Arc::new(AtomicU64::new(0));
+    let count = done.clone();
+    rt.block_on(move || {
+        let handles: Vec<_> = (0..UTHREADS)
+            .map(|i| {
+                let count = count.clone();
+                corral::spawn(move || {
+                    for round in 0..3 {
+                        if (i + round) % 3 == 0 {
+                            corral::sleep(Duration::from_micros(50 + i % 200));
+                        } else {
+                            corral::yield_now();
+                        }
+                    }
+                    count.fetch_add(1, Ordering::Relaxed);
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().unwrap();
+        }
+    });
+    assert_eq!(done.load(Ordering::Relaxed), UTHREADS);
+    assert_eq!(rt.live_uthreads(), 0);
+    // Only one core is managed, so one kthread at a time held it.
+    let stats = daemon.runtime_stats("wide");
+    assert!(stats["grants"].as_u64().unwrap() >= 1, "{stats:#}");
+    daemon.assert_alive();
+}
