@@ -223,7 +223,7 @@ impl Daemon {
             .arg(args.app_cpu.to_string())
             .arg("--socket")
             .arg(&socket)
-            .args(["--log-level", "warn"])
+            .args(["--log-level", "warn", "--nic", "none"])
             .stdin(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {}: {e}", binary.display()));

@@ -1,5 +1,5 @@
 /*
- * Corral C API: user-level threads (uthreads) and their synchronization.
+ * Corral C API: user-level threads (uthreads), their synchronization, and UDP sockets.
  *
  * Functions that can fail return 0 or a negative errno value (compare with -EINVAL etc. from
  * <errno.h>). Link with libcorral.a (plus -lpthread -ldl -lm) or libcorral.so.
@@ -21,6 +21,9 @@ struct corral_mutex;
 
 // Opaque; see `corral_thread_t`.
 struct corral_thread;
+
+// Opaque; see `corral_udp_t`.
+struct corral_udp;
 
 // Opaque; see `corral_waitgroup_t`.
 struct corral_waitgroup;
@@ -54,6 +57,18 @@ typedef struct corral_condvar corral_condvar_t;
 // all are done.
 typedef struct corral_waitgroup corral_waitgroup_t;
 
+// An IPv4 socket address.
+struct corral_sockaddr {
+  // IPv4 address in host byte order: 10.0.0.2 is `0x0a000002`. 0 is "any" in
+  // `corral_udp_bind`.
+  uint32_t ip;
+  // Port in host byte order; 0 in `corral_udp_bind` picks a free ephemeral port.
+  uint16_t port;
+};
+
+// A UDP socket of the runtime (see `corral_udp_bind`).
+typedef struct corral_udp corral_udp_t;
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -73,6 +88,17 @@ void corral_config_default(struct corral_config *config);
 // When the environment variable `CORRAL_IOKERNELD` names iokerneld's control socket, the
 // runtime registers with iokerneld, which then grants and takes back its cores; `pin` must
 // then be 0.
+//
+// The network (for the `corral_udp_*` functions) is configured by environment variables:
+// - `CORRAL_IP`: the runtime's IPv4 address, `a.b.c.d` or `a.b.c.d/prefix` (default prefix
+//   24). Without it the runtime has no network and `corral_udp_bind` fails with `-ENETDOWN`.
+// - `CORRAL_NETMASK`: overrides the prefix, e.g. `255.255.0.0`.
+// - `CORRAL_GATEWAY`: next hop for addresses outside the subnet.
+// - `CORRAL_MAC`: `aa:bb:cc:dd:ee:ff`; by default `02:43:` followed by the address's bytes.
+// - `CORRAL_STATIC_ARP`: `ip=mac,ip=mac,...` neighbours that are never resolved.
+//
+// Under iokerneld, frames reach the runtime through it; without iokerneld only the runtime's
+// own address is reachable.
 //
 // Join or wait for the uthreads you spawn before `main_fn` returns: at shutdown, uthreads that
 // can still run are run to completion, but ones blocked then are abandoned.
@@ -242,6 +268,84 @@ int corral_waitgroup_wait(corral_waitgroup_t *wg);
 // # Safety
 // `wg` is NULL or a live wait group from `corral_waitgroup_new`, freed only once.
 void corral_waitgroup_free(corral_waitgroup_t *wg);
+
+// Opens a UDP socket bound to `local` (`ip` 0 or the runtime's address; `port` 0 for an
+// ephemeral port) and stores it in `*out`. Call from a uthread of a runtime whose network is
+// configured (see `corral_run`).
+//
+// Returns 0, or `-EINVAL` (a NULL pointer), `-EADDRINUSE`, `-EADDRNOTAVAIL` (another
+// address), `-ENETDOWN` (no network configured, or not called from a uthread),
+// `-ENOTRECOVERABLE`.
+//
+// # Safety
+// `local` points to a valid `corral_sockaddr`; `out` points to writable memory for one
+// pointer.
+int corral_udp_bind(const struct corral_sockaddr *local, corral_udp_t **out);
+
+// Sets the only peer `corral_udp_send` sends to and `corral_udp_recv` receives from.
+// Returns 0, or `-EINVAL` (NULL, port 0 or address 0).
+//
+// # Safety
+// `udp` is a live socket; `peer` points to a valid `corral_sockaddr`.
+int corral_udp_connect(corral_udp_t *udp, const struct corral_sockaddr *peer);
+
+// Sends `len` bytes from `buf` as one datagram to `dst`. Blocks the uthread while no
+// transmit buffer is free. Returns `len`, or `-EINVAL`, `-EMSGSIZE` (larger than one frame:
+// 1472 bytes), `-ENETUNREACH` (outside the subnet with no gateway), `-ENOTRECOVERABLE`.
+//
+// # Safety
+// `udp` is a live socket; `buf` points to `len` readable bytes (or `len` is 0); `dst` points
+// to a valid `corral_sockaddr`.
+ptrdiff_t corral_udp_send_to(corral_udp_t *udp,
+                             const void *buf,
+                             size_t len,
+                             const struct corral_sockaddr *dst);
+
+// `corral_udp_send_to` the connected peer; `-EDESTADDRREQ` if not connected.
+//
+// # Safety
+// As for `corral_udp_send_to`.
+ptrdiff_t corral_udp_send(corral_udp_t *udp, const void *buf, size_t len);
+
+// Receives one datagram into `buf` (the excess of a longer one is discarded) and, if `src`
+// is not NULL, stores its source there. Blocks the uthread until a datagram arrives or the
+// read timeout passes. Returns the bytes copied, or `-EAGAIN` (timed out), `-EINVAL`,
+// `-ENOTRECOVERABLE`.
+//
+// # Safety
+// `udp` is a live socket; `buf` points to `len` writable bytes (or `len` is 0); `src` is NULL
+// or writable.
+ptrdiff_t corral_udp_recv_from(corral_udp_t *udp,
+                               void *buf,
+                               size_t len,
+                               struct corral_sockaddr *src);
+
+// `corral_udp_recv_from` the connected peer; `-ENOTCONN` if not connected.
+//
+// # Safety
+// As for `corral_udp_recv_from`.
+ptrdiff_t corral_udp_recv(corral_udp_t *udp, void *buf, size_t len);
+
+// Makes receives give up with `-EAGAIN` after `timeout_ns` nanoseconds; 0 waits forever.
+// Returns 0 or `-EINVAL`.
+//
+// # Safety
+// `udp` is a live socket.
+int corral_udp_set_read_timeout(corral_udp_t *udp, uint64_t timeout_ns);
+
+// Stores the socket's bound address (with the port chosen for port 0) in `*out`.
+// Returns 0 or `-EINVAL`.
+//
+// # Safety
+// `udp` is a live socket; `out` is writable.
+int corral_udp_local_addr(corral_udp_t *udp, struct corral_sockaddr *out);
+
+// Closes the socket and frees it; its port is free again at once. No other call on it may
+// be in progress or follow. Does nothing for NULL.
+//
+// # Safety
+// `udp` is NULL or a socket from `corral_udp_bind` not yet closed.
+void corral_udp_close(corral_udp_t *udp);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -20,6 +20,7 @@ use corral_abi::{Command, Layout, RegionBuilder, RingKind, Slot, flags};
 use rustix::fs::{MemfdFlags, SealFlags};
 
 use crate::control;
+use crate::netclient::{self, NetMode, NetOptions};
 use crate::sys::{self, Mapping};
 
 /// How long to wait for iokerneld to answer a request.
@@ -37,6 +38,8 @@ pub enum Mode {
     BlockSigusr1,
     /// After registering, overwrite the region's header and rings with random bytes.
     Garbage,
+    /// Kthread 0 sends and receives frames (see [`crate::netclient`]); needs addresses.
+    Net(NetMode),
 }
 
 impl std::str::FromStr for Mode {
@@ -48,9 +51,15 @@ impl std::str::FromStr for Mode {
             "busy" => Mode::Busy,
             "block-sigusr1" => Mode::BlockSigusr1,
             "garbage" => Mode::Garbage,
+            "echo" => Mode::Net(NetMode::Echo),
+            "ping" => Mode::Net(NetMode::Ping),
+            "spoof" => Mode::Net(NetMode::Spoof),
+            "oob-tx" => Mode::Net(NetMode::OobTx),
+            "oob-post" => Mode::Net(NetMode::OobPost),
             _ => {
                 return Err(format!(
-                    "unknown mode {s:?}: expected idle, busy, block-sigusr1 or garbage"
+                    "unknown mode {s:?}: expected idle, busy, block-sigusr1, garbage, echo, \
+                     ping, spoof, oob-tx or oob-post"
                 ));
             }
         })
@@ -78,6 +87,12 @@ pub struct Options {
     pub events: Option<EventSink>,
     /// Addresses to register for steering; `None`: no network.
     pub net: Option<corral_abi::control::NetIdentity>,
+    /// Where pings and spoofed frames go.
+    pub peer: Option<corral_abi::control::NetIdentity>,
+    /// Frames to send in the sending packet modes.
+    pub count: u64,
+    /// UDP payload bytes per ping (at least 8).
+    pub payload_len: usize,
 }
 
 impl Options {
@@ -95,6 +110,9 @@ impl Options {
             work_after: None,
             events: None,
             net: None,
+            peer: None,
+            count: 0,
+            payload_len: 64,
         }
     }
 }
@@ -135,10 +153,19 @@ impl RegionFile {
     /// A region for `kthreads` kthreads. `seal`: seal it against shrinking and growing, as
     /// iokerneld demands (tests pass `false` to check the refusal).
     pub fn new(kthreads: u32, seal: bool) -> io::Result<Self> {
-        let builder = RegionBuilder::new(kthreads)
+        Self::with_builder(Self::builder(kthreads), seal)
+    }
+
+    /// The layout [`RegionFile::new`] uses.
+    pub fn builder(kthreads: u32) -> RegionBuilder {
+        RegionBuilder::new(kthreads)
             .ingress_slots(256)
             .egress_packet_slots(64)
-            .egress_command_slots(64);
+            .egress_command_slots(64)
+    }
+
+    /// A region laid out by `builder`.
+    pub fn with_builder(builder: RegionBuilder, seal: bool) -> io::Result<Self> {
         let layout = builder
             .layout()
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
@@ -244,7 +271,17 @@ impl Runtime {
         // meets the default action (which would kill the process).
         sys::install_handler(libc::SIGUSR1, on_sigusr1)?;
         let kthreads = options.kthreads;
-        let region = RegionFile::new(kthreads as u32, true)?;
+        let mut builder = RegionFile::builder(kthreads as u32);
+        if let Mode::Net(_) = options.mode {
+            if options.net.is_none() {
+                return Err(ClientError::Io(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "packet modes need addresses (--mac and --ip)",
+                )));
+            }
+            builder = builder.packet_area_size(netclient::PACKET_AREA);
+        }
+        let region = RegionFile::with_builder(builder, true)?;
         let eventfds = (0..kthreads)
             .map(|_| eventfd())
             .collect::<io::Result<Vec<_>>>()?;
@@ -464,6 +501,23 @@ fn kthread_main(index: usize, shared: &Shared, options: &Options) {
         while wait_for_wake(shared, index) {}
         return;
     }
+    if let (Mode::Net(mode), 0, Some(identity)) = (options.mode, index, options.net) {
+        let net = NetOptions {
+            mode,
+            peer: options.peer,
+            count: options.count,
+            payload_len: options.payload_len,
+        };
+        netclient::kthread_main(
+            region.clone(),
+            identity,
+            net,
+            &|| wait_for_wake(shared, index),
+            &|| shared.stop.load(Ordering::Relaxed),
+            &|line| shared.emit(line),
+        );
+        return;
+    }
     if index == 0
         && let Some(after) = options.timer_after
     {
@@ -511,7 +565,7 @@ fn kthread_main(index: usize, shared: &Shared, options: &Options) {
         positions.shared_head.store(tail, Ordering::Release);
         let spins = index < usize::from(options.spinning_kthreads);
         match options.mode {
-            Mode::Idle if !spins => {
+            Mode::Idle | Mode::Net(_) if !spins => {
                 let command = if preempt_requested {
                     Command::Yielded
                 } else {

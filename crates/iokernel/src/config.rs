@@ -21,6 +21,8 @@ pub const DEFAULT_INTERVAL_US: u64 = 5;
 pub const DEFAULT_PREEMPTION_TIMEOUT_US: u64 = 10_000;
 pub const DEFAULT_CONTROL_POLL_US: u64 = 50;
 pub const DEFAULT_LOG_LEVEL: &str = "info";
+pub const DEFAULT_TAP_NAME: &str = "corral0";
+pub const DEFAULT_HOST_IP: &str = "10.99.0.1/24";
 
 /// iokerneld: allocates the managed cores among Corral runtimes every few microseconds.
 ///
@@ -89,6 +91,20 @@ pub struct SettingArgs {
     #[arg(long, value_name = "PATH")]
     pub log_file: Option<PathBuf>,
 
+    /// `nic`: where frames for other machines go: `tap` (a TAP device whose host side is an
+    /// ordinary Linux interface) or `none` (runtimes reach only each other) [default: tap].
+    #[arg(long, value_name = "BACKEND")]
+    pub nic: Option<String>,
+
+    /// `tap_name`: name of the TAP device iokerneld creates (or attaches to) [default: corral0].
+    #[arg(long, value_name = "NAME")]
+    pub tap_name: Option<String>,
+
+    /// `host_ip`: address and prefix given to the host side of the TAP device, such as
+    /// "10.99.0.1/24" [default: 10.99.0.1/24].
+    #[arg(long, value_name = "CIDR")]
+    pub host_ip: Option<String>,
+
     /// Root of the sysfs CPU tree (for tests).
     #[arg(long, value_name = "DIR", hide = true)]
     pub sysfs_root: Option<PathBuf>,
@@ -115,6 +131,9 @@ pub struct FileConfig {
     pub control_poll_us: Option<i64>,
     pub log_level: Option<String>,
     pub log_file: Option<PathBuf>,
+    pub nic: Option<String>,
+    pub tap_name: Option<String>,
+    pub host_ip: Option<String>,
 }
 
 /// A refused setting or config file.
@@ -172,6 +191,19 @@ impl LogLevel {
     }
 }
 
+/// The NIC backend.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NicConfig {
+    /// No NIC: frames are switched between runtimes only.
+    None,
+    /// A TAP device named `name` whose host side gets `host_ip/prefix`.
+    Tap {
+        name: String,
+        host_ip: std::net::Ipv4Addr,
+        prefix: u8,
+    },
+}
+
 /// Checked settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
@@ -187,6 +219,7 @@ pub struct Config {
     pub control_poll_us: u64,
     pub log_level: LogLevel,
     pub log_file: Option<PathBuf>,
+    pub nic: NicConfig,
     pub sysfs_root: PathBuf,
 }
 
@@ -378,6 +411,7 @@ impl Config {
             )
         })?;
         let log_file = args.log_file.clone().or_else(|| file.log_file.clone());
+        let nic = nic_config(file, args)?;
 
         Ok(Config {
             core,
@@ -389,9 +423,84 @@ impl Config {
             control_poll_us,
             log_level,
             log_file,
+            nic,
             sysfs_root,
         })
     }
+}
+
+fn nic_config(file: &FileConfig, args: &SettingArgs) -> Result<NicConfig, ConfigError> {
+    let pick = |flag: &Option<String>, file: &Option<String>, default: &str| {
+        flag.clone()
+            .or_else(|| file.clone())
+            .unwrap_or_else(|| default.to_owned())
+    };
+    let backend = pick(&args.nic, &file.nic, "tap");
+    let tap_name = pick(&args.tap_name, &file.tap_name, DEFAULT_TAP_NAME);
+    let host_ip = pick(&args.host_ip, &file.host_ip, DEFAULT_HOST_IP);
+    // Checked even when unused, so that a typo does not lie in wait for the day `nic` changes.
+    let name = check_interface_name(&tap_name)
+        .map_err(|reason| invalid("tap_name", format!("{tap_name:?}"), reason))?;
+    let (ip, prefix) = parse_host_cidr(&host_ip)
+        .map_err(|reason| invalid("host_ip", format!("{host_ip:?}"), reason))?;
+    match backend.as_str() {
+        "none" => Ok(NicConfig::None),
+        "tap" => Ok(NicConfig::Tap {
+            name,
+            host_ip: ip,
+            prefix,
+        }),
+        _ => Err(invalid(
+            "nic",
+            format!("{backend:?}"),
+            "expected tap or none",
+        )),
+    }
+}
+
+/// A Linux interface name: 1 to 15 bytes (IFNAMSIZ less the NUL), none of them `/`, `:`,
+/// white space or control characters, and not `.` or `..`.
+fn check_interface_name(name: &str) -> Result<String, String> {
+    if name.is_empty() || name.len() > 15 {
+        return Err("must be 1 to 15 bytes long".into());
+    }
+    if name == "." || name == ".." {
+        return Err("is not a valid interface name".into());
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| *c == '/' || *c == ':' || c.is_whitespace() || c.is_control())
+    {
+        return Err(format!("must not contain {c:?}"));
+    }
+    Ok(name.to_owned())
+}
+
+/// `a.b.c.d/prefix` with a prefix of 1 to 30 (so that the subnet has room for the runtimes),
+/// and an address that is neither the subnet's network nor its broadcast address.
+fn parse_host_cidr(text: &str) -> Result<(std::net::Ipv4Addr, u8), String> {
+    let (addr, prefix) = text
+        .split_once('/')
+        .ok_or("expected an address and prefix such as 10.99.0.1/24")?;
+    let addr: std::net::Ipv4Addr = addr
+        .parse()
+        .map_err(|_| format!("{addr:?} is not an IPv4 address"))?;
+    let prefix: u8 = prefix
+        .parse()
+        .ok()
+        .filter(|p| (1..=30).contains(p))
+        .ok_or_else(|| format!("prefix {prefix:?} is not a number from 1 to 30"))?;
+    if addr.is_multicast() || addr.is_broadcast() || addr.is_unspecified() {
+        return Err("not a unicast address".into());
+    }
+    let host_mask = u32::MAX >> prefix;
+    let host = u32::from(addr) & host_mask;
+    if host == 0 || host == host_mask {
+        return Err(format!(
+            "{addr} is the network or broadcast address of its /{prefix} subnet"
+        ));
+    }
+    Ok((addr, prefix))
 }
 
 fn check_cpu(
@@ -509,5 +618,62 @@ mod tests {
         check("socket = \"\"", "invalid socket");
         check("interval = 5", "unknown field `interval`");
         check("interval_us = \"5\"", "interval_us");
+        check(
+            "nic = \"dpdk\"",
+            "invalid nic = \"dpdk\": expected tap or none",
+        );
+        check(
+            "tap_name = \"a-name-far-too-long\"",
+            "invalid tap_name = \"a-name-far-too-long\": must be 1 to 15 bytes",
+        );
+        check(
+            "tap_name = \"a/b\"",
+            "invalid tap_name = \"a/b\": must not contain '/'",
+        );
+        check(
+            "host_ip = \"10.0.0.1\"",
+            "invalid host_ip = \"10.0.0.1\": expected an address",
+        );
+        check(
+            "host_ip = \"10.0.0.1/31\"",
+            "prefix \"31\" is not a number from 1 to 30",
+        );
+        check(
+            "host_ip = \"10.0.0.x/24\"",
+            "\"10.0.0.x\" is not an IPv4 address",
+        );
+        check(
+            "host_ip = \"10.0.0.0/24\"",
+            "10.0.0.0 is the network or broadcast address",
+        );
+        check("host_ip = \"224.0.0.1/24\"", "not a unicast address");
+    }
+
+    #[test]
+    fn nic_settings() {
+        let sys = fake_sysfs("0-1", 2);
+        let config = Config::merge(&FileConfig::default(), &args(sys.path())).unwrap();
+        assert_eq!(
+            config.nic,
+            NicConfig::Tap {
+                name: "corral0".into(),
+                host_ip: std::net::Ipv4Addr::new(10, 99, 0, 1),
+                prefix: 24
+            }
+        );
+        let file =
+            parse_file("nic = \"tap\"\ntap_name = \"t1\"\nhost_ip = \"192.168.7.9/16\"\n").unwrap();
+        let config = Config::merge(&file, &args(sys.path())).unwrap();
+        assert_eq!(
+            config.nic,
+            NicConfig::Tap {
+                name: "t1".into(),
+                host_ip: std::net::Ipv4Addr::new(192, 168, 7, 9),
+                prefix: 16
+            }
+        );
+        let mut a = args(sys.path());
+        a.nic = Some("none".into());
+        assert_eq!(Config::merge(&file, &a).unwrap().nic, NicConfig::None);
     }
 }

@@ -1,5 +1,5 @@
 //! iokerneld's building blocks: the core allocator (`alloc`), its settings (`config`), the
-//! machine's CPUs (`cpus`), the control socket (`control`), the daemon loop (`daemon`), and a
+//! machine's CPUs (`cpus`), the control socket (`control`), the daemon loop and packet switch (`daemon`), the NIC backends (`nic`), and a
 //! client that speaks the shared-memory ABI directly (`client`, for tests and benchmarks).
 
 pub mod alloc;
@@ -9,4 +9,6 @@ pub mod control;
 pub mod cpus;
 pub mod daemon;
 pub mod logger;
+pub mod netclient;
+pub mod nic;
 pub mod sys;

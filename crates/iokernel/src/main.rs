@@ -140,8 +140,13 @@ fn start(config: Config) -> Result<(), String> {
         config.preemption_timeout_us,
         config.control_poll_us,
     );
+    let nic = corral_iokernel::nic::open(&config.nic).map_err(|e| e.to_string())?;
+    match &nic {
+        Some(nic) => info!("NIC: {}", nic.describe()),
+        None => info!("NIC: none (frames are switched among runtimes only)"),
+    }
     let socket = config.socket.clone();
-    let mut daemon = Daemon::new(config, alloc, listener)
+    let mut daemon = Daemon::new(config, alloc, listener, nic)
         .map_err(|e| format!("cannot set up the control socket: {e}"))?;
     daemon.run(stop);
     info!("stopping");

@@ -44,7 +44,15 @@ impl Daemon {
         let socket = dir.path().join("run/iokerneld.sock");
         let log = std::fs::File::create(dir.path().join("iokerneld.log")).unwrap();
         let child = Command::new(IOKERNELD)
-            .args(["--core", "0", "--managed-cores", "1", "--socket"])
+            .args([
+                "--core",
+                "0",
+                "--managed-cores",
+                "1",
+                "--nic",
+                "none",
+                "--socket",
+            ])
             .arg(&socket)
             .args(extra)
             .stdin(Stdio::null())
@@ -361,7 +369,7 @@ fn config_file_settings_are_used() {
         &config,
         format!(
             "core = 0\nmanaged_cores = \"1\"\nsocket = {:?}\ninterval_us = 20\n\
-             log_level = \"debug\"\nlog_file = {:?}\n",
+             log_level = \"debug\"\nlog_file = {:?}\nnic = \"none\"\n",
             socket.to_str().unwrap(),
             log.to_str().unwrap()
         ),

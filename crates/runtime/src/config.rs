@@ -92,6 +92,8 @@ pub struct Config {
     /// in standalone mode it is off unless asked for).
     pub preemption: bool,
     pub mode: Mode,
+    /// The runtime's IPv4 network, if it has one.
+    pub net: Option<crate::net::NetConfig>,
 }
 
 impl Default for Config {
@@ -103,6 +105,7 @@ impl Default for Config {
             spin_before_park: Duration::from_micros(2),
             preemption: false,
             mode: Mode::Standalone,
+            net: None,
         }
     }
 }
@@ -137,6 +140,12 @@ impl Config {
 
     pub fn preemption(mut self, on: bool) -> Self {
         self.preemption = on;
+        self
+    }
+
+    /// Gives the runtime an IPv4 address (and with it a network stack).
+    pub fn net(mut self, net: crate::net::NetConfig) -> Self {
+        self.net = Some(net);
         self
     }
 
@@ -193,6 +202,9 @@ impl Config {
         }
         if let Mode::Iokernel(settings) = &self.mode {
             settings.validate(self)?;
+        }
+        if let Some(net) = &self.net {
+            net.validate()?;
         }
         if let Some(cpus) = &self.cpus {
             if cpus.is_empty() {

@@ -16,33 +16,52 @@
 //!   signal puts the running uthread back on its run queue and returns to the scheduler, which
 //!   sees `Preempt`, pushes `Yielded` (flagged if work was left behind) and parks.
 //!
+//! With a network configured, the region also carries the runtime's packet buffers; see
+//! [`PacketPool`] for how they are shared out and how packets are stolen between kthreads.
+//!
 //! Closing the control connection (the runtime exits or dies) tells iokerneld to reclaim
 //! everything at once.
 
-use core::cell::{Cell, UnsafeCell};
+use core::cell::UnsafeCell;
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use corral_abi::control::{Registration, Reply, Request};
+use corral_abi::control::{NetIdentity, Registration, Reply, Request};
 use corral_abi::{
-    Command, Consumer, Producer, QueuePositions, RawRegion, Region, RegionBuilder, RingKind, Slot,
-    flags,
+    Command, Consumer, PacketArea, Producer, QueuePositions, RawRegion, Region, RegionBuilder,
+    RingKind, Slot, flags,
 };
 
 use crate::config::{Config, IokernelSettings};
+use crate::net::stack::{FRAME_CAPACITY, MAX_FRAME, StackDrop};
+use crate::sched::Shared;
 use crate::sched::kthread::KThread;
 use crate::sched::runqueue::RUNQ_CAPACITY;
+use crate::sync::spin::{RawSpinLock, SpinLock};
+use crate::sync::waitq::{WaitNode, WaitQueue, WaitRef, block_with};
 
-/// Slots in each kthread's egress command ring: parks and timer reports, at most a few in
-/// flight, since iokerneld drains the ring every loop.
-const COMMAND_SLOTS: u32 = 64;
-/// Slots in each ingress ring: grants and preemption requests for now.
-const INGRESS_SLOTS: u32 = 256;
+/// Receive buffers each kthread keeps posted to iokerneld.
+pub(crate) const RX_BUFFERS: u32 = 256;
+/// Transmit buffers each kthread owns, and the most frames one kthread has in flight.
+pub(crate) const TX_BUFFERS: u32 = 128;
+/// Bytes of packet area per kthread: its receive buffers, then its transmit buffers (768 KiB).
+const KTHREAD_PACKET_BYTES: u64 = (RX_BUFFERS + TX_BUFFERS) as u64 * FRAME_CAPACITY as u64;
+/// Slots in each kthread's egress command ring: room for every receive buffer to be posted at
+/// once, plus parks and timer reports.
+const COMMAND_SLOTS: u32 = 512;
+/// Slots in each ingress ring: every posted receive buffer and every transmit completion can
+/// be outstanding together with grants and preemption requests, so iokerneld never finds the
+/// ring full because of us.
+const INGRESS_SLOTS: u32 = 512;
+/// Slots in each egress packet ring: at least the frames one kthread may have in flight.
+const EGRESS_PACKET_SLOTS: u32 = 256;
+const _: () = assert!(RX_BUFFERS + TX_BUFFERS + 64 <= INGRESS_SLOTS);
+const _: () = assert!(RX_BUFFERS + 64 <= COMMAND_SLOTS && TX_BUFFERS <= EGRESS_PACKET_SLOTS);
 /// How long to wait for iokerneld's answer to a registration.
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -56,21 +75,113 @@ pub(crate) struct IokShared {
     /// Kthreads `0..spinning` never park once granted a core.
     pub spinning: usize,
     runtime_id: AtomicU64,
+    /// The packet buffers, when the runtime has a network configured.
+    pub packets: Option<PacketPool>,
+}
+
+/// The runtime's packet buffers: per kthread, [`RX_BUFFERS`] receive buffers then
+/// [`TX_BUFFERS`] transmit buffers of [`FRAME_CAPACITY`] bytes each. A buffer's offset tells
+/// which kthread owns it.
+///
+/// Receive buffers: each kthread posts its own on its own command ring (`RxBufferPost`), and
+/// iokerneld fills them only for frames it puts on that kthread's ingress ring. Any kthread may
+/// process any ingress ring (packet stealing, under the ring's consumer lock), so the kthread
+/// done with a buffer is not always its owner; it puts the buffer on the owner's repost list,
+/// and the owner posts it again at its next pass through the scheduler (a thief also flushes
+/// the list itself when it can take the owner's command lock, so a parked owner does not sit on
+/// its buffers). So every buffer is posted on its owner's ring only, and at most
+/// [`RX_BUFFERS`] are ever outstanding per ring.
+///
+/// Transmit buffers: a sender takes one from its own kthread's free list (or another's when its
+/// own is empty), builds the frame in place and pushes `TxPacket` on its own kthread's egress
+/// ring, with preemption disabled throughout. The completion comes back on that kthread's
+/// ingress ring; whoever processes it returns the buffer to the free list of the kthread that
+/// owns the offset and wakes a sender waiting for a buffer. Each ring has at most
+/// [`TX_BUFFERS`] frames in flight, which bounds the completions it can receive.
+pub(crate) struct PacketPool {
+    area: PacketArea,
+    /// Start of the packet area in our mapping.
+    base: NonNull<u8>,
+    kthreads: usize,
+    /// Free transmit buffers across all kthreads.
+    tx_free: AtomicUsize,
+    /// Uthreads waiting for a transmit buffer.
+    tx_waiters: WaitQueue,
+}
+
+/// Which buffer an offset names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BufferRef {
+    Rx { owner: usize },
+    Tx { owner: usize },
+}
+
+impl PacketPool {
+    fn locate(&self, offset: u64) -> Option<BufferRef> {
+        if !offset.is_multiple_of(FRAME_CAPACITY as u64) {
+            return None;
+        }
+        let owner = (offset / KTHREAD_PACKET_BYTES) as usize;
+        if owner >= self.kthreads {
+            return None;
+        }
+        let index = (offset % KTHREAD_PACKET_BYTES) / FRAME_CAPACITY as u64;
+        Some(if index < u64::from(RX_BUFFERS) {
+            BufferRef::Rx { owner }
+        } else {
+            BufferRef::Tx { owner }
+        })
+    }
+
+    fn buffer_offset(kthread: usize, index: u32) -> u64 {
+        kthread as u64 * KTHREAD_PACKET_BYTES + u64::from(index) * FRAME_CAPACITY as u64
+    }
+
+    /// The bytes of the buffer at `offset`.
+    ///
+    /// # Safety
+    /// `offset` names one of our buffers (checked with `locate`) that this caller owns right
+    /// now: a transmit buffer taken off a free list, or a receive buffer iokerneld handed back
+    /// with `RxPacket`. Nobody else, iokerneld included, touches an owned buffer.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn buffer(&self, offset: u64) -> &mut [u8] {
+        debug_assert!(self.area.check(offset, FRAME_CAPACITY as u32).is_ok());
+        // SAFETY: the buffer lies inside the packet area (the layout was sized for every
+        // kthread's buffers), which is mapped for the process's lifetime; ownership is
+        // exclusive per the contract.
+        unsafe {
+            core::slice::from_raw_parts_mut(self.base.as_ptr().add(offset as usize), FRAME_CAPACITY)
+        }
+    }
 }
 
 /// One kthread's end of the region, and its eventfd.
 pub(crate) struct IokKthread {
     eventfd: OwnedFd,
-    /// Owner only, with preemption disabled.
+    /// Serializes consumers of the ingress ring: the owner, and thieves (try_lock only).
+    ingress_lock: RawSpinLock,
+    /// Under `ingress_lock`.
     ingress: UnsafeCell<Consumer<'static>>,
-    /// Owner only, with preemption disabled.
+    /// Serializes producers of the command ring: the owner, and thieves flushing its receive
+    /// buffers (try_lock only), so the ring keeps one producer at a time.
+    commands_lock: RawSpinLock,
+    /// Under `commands_lock`.
     commands: UnsafeCell<Producer<'static>>,
+    /// Owner only, with preemption disabled.
+    egress: UnsafeCell<Producer<'static>>,
+    /// Receive buffers of this kthread waiting to be posted again.
+    rx_repost: SpinLock<Vec<u64>>,
+    /// Free transmit buffers of this kthread.
+    tx_free: SpinLock<Vec<u64>>,
+    /// Frames pushed on this kthread's egress ring and not yet completed.
+    tx_inflight: AtomicU32,
     /// The counters iokerneld reads; the run queue's live here.
     pub positions: &'static QueuePositions,
     /// When iokerneld decided to give this kthread its current core.
     wake_decision: &'static AtomicU64,
-    /// A `Preempt` arrived after the latest `Grant`.
-    preempt_requested: Cell<bool>,
+    /// A `Preempt` arrived after the latest `Grant`. Atomic: a kthread that steals from this
+    /// kthread's ingress ring applies the commands it pops here.
+    preempt_requested: AtomicBool,
     /// The core iokerneld last granted (`u32::MAX` before the first grant).
     pub cpu: AtomicU32,
     /// Grants and preemptions seen, for tests and statistics.
@@ -128,9 +239,16 @@ pub(crate) fn prepare(config: &Config) -> io::Result<(IokShared, Vec<IokKthread>
     let crate::config::Mode::Iokernel(settings) = &config.mode else {
         unreachable!("prepare is only called in iokerneld mode");
     };
+    let packet_bytes = if config.net.is_some() {
+        config.kthreads as u64 * KTHREAD_PACKET_BYTES
+    } else {
+        0
+    };
     let builder = RegionBuilder::new(config.kthreads as u32)
         .ingress_slots(INGRESS_SLOTS)
-        .egress_command_slots(COMMAND_SLOTS);
+        .egress_command_slots(COMMAND_SLOTS)
+        .egress_packet_slots(EGRESS_PACKET_SLOTS)
+        .packet_area_size(packet_bytes);
     let layout = builder.layout().map_err(io::Error::other)?;
     let size = layout.region_size() as usize;
     let memfd = memfd(size)?;
@@ -145,27 +263,66 @@ pub(crate) fn prepare(config: &Config) -> io::Result<(IokShared, Vec<IokKthread>
     let raw = unsafe { RawRegion::new(base, size) };
     let region = raw.attach().map_err(io::Error::other)?;
 
+    let with_net = packet_bytes != 0;
     let mut kthreads = Vec::with_capacity(config.kthreads);
     for index in 0..config.kthreads {
         let view = region.kthread(index as u32).expect("laid out above");
+        let mut commands = view.egress_command_producer();
+        let mut tx_free = Vec::new();
+        if with_net {
+            // Post every receive buffer before registering, so that iokerneld has somewhere
+            // to put the first frames even before this kthread first runs. The ring is fresh
+            // and large enough for all of them.
+            for i in 0..RX_BUFFERS {
+                let offset = PacketPool::buffer_offset(index, i);
+                commands
+                    .try_push(Slot::packet(
+                        Command::RxBufferPost,
+                        offset,
+                        FRAME_CAPACITY as u32,
+                    ))
+                    .expect("the command ring holds every receive buffer");
+            }
+            tx_free = (RX_BUFFERS..RX_BUFFERS + TX_BUFFERS)
+                .map(|i| PacketPool::buffer_offset(index, i))
+                .collect();
+        }
         kthreads.push(IokKthread {
             eventfd: eventfd()?,
+            ingress_lock: RawSpinLock::new(),
             ingress: UnsafeCell::new(view.ingress_consumer()),
-            commands: UnsafeCell::new(view.egress_command_producer()),
+            commands_lock: RawSpinLock::new(),
+            commands: UnsafeCell::new(commands),
+            egress: UnsafeCell::new(view.egress_packet_producer()),
+            rx_repost: SpinLock::new(Vec::with_capacity(RX_BUFFERS as usize)),
+            tx_free: SpinLock::new(tx_free),
+            tx_inflight: AtomicU32::new(0),
             positions: view.positions(),
             wake_decision: view.wake_decision(),
-            preempt_requested: Cell::new(false),
+            preempt_requested: AtomicBool::new(false),
             cpu: AtomicU32::new(u32::MAX),
             grants: AtomicU64::new(0),
             preemptions: AtomicU64::new(0),
         });
     }
+    let packets = with_net.then(|| {
+        let area = region.packet_area();
+        PacketPool {
+            area,
+            // SAFETY: the packet area lies inside the mapping (validated by attach).
+            base: unsafe { base.add(area.offset as usize) },
+            kthreads: config.kthreads,
+            tx_free: AtomicUsize::new(config.kthreads * TX_BUFFERS as usize),
+            tx_waiters: WaitQueue::new(),
+        }
+    });
     let shared = IokShared {
         region,
         connection: Mutex::new(None),
         active: AtomicUsize::new(0),
         spinning: settings.spinning_kthreads,
         runtime_id: AtomicU64::new(0),
+        packets,
     };
     Ok((shared, kthreads, memfd))
 }
@@ -175,6 +332,7 @@ pub(crate) fn register(
     shared: &IokShared,
     kthreads: &[&'static KThread],
     settings: &IokernelSettings,
+    net: Option<&crate::net::NetConfig>,
     memfd: OwnedFd,
 ) -> io::Result<()> {
     let deadline = Instant::now() + REGISTER_TIMEOUT;
@@ -203,7 +361,10 @@ pub(crate) fn register(
         spinning_kthreads: settings.spinning_kthreads as u16,
         run_queue_capacity: RUNQ_CAPACITY as u32,
         tids,
-        net: None,
+        net: net.map(|n| NetIdentity {
+            mac: n.effective_mac().0,
+            ipv4: n.ip.octets(),
+        }),
     });
     let mut fds = vec![memfd.as_raw_fd()];
     fds.extend(kthreads.iter().map(|k| k.iok().eventfd.as_raw_fd()));
@@ -402,43 +563,19 @@ fn eventfd() -> io::Result<OwnedFd> {
 }
 
 impl IokKthread {
-    /// Drains the ingress ring. Returns whether iokerneld wants this kthread's core back.
-    ///
-    /// # Safety
-    /// Called only by the owning kthread, with preemption disabled.
-    pub unsafe fn poll_ingress(&self) -> bool {
-        // SAFETY: owner only (caller's contract), so nobody else touches the consumer.
-        let ingress = unsafe { &mut *self.ingress.get() };
-        while let Some(slot) = ingress.try_pop() {
-            match slot.command_on(RingKind::Ingress) {
-                Ok(Command::Grant) => {
-                    // A grant supersedes any preemption sent before it: that one concerned
-                    // the core this kthread held before it last parked.
-                    self.preempt_requested.set(false);
-                    self.cpu.store(slot.payload() as u32, Ordering::Relaxed);
-                    self.grants.fetch_add(1, Ordering::Relaxed);
-                }
-                Ok(Command::Preempt) => {
-                    self.preempt_requested.set(true);
-                    self.preemptions.fetch_add(1, Ordering::Relaxed);
-                }
-                // Packets arrive once the network stack exists; nothing else is sent here.
-                _ => {}
-            }
-        }
-        self.preempt_requested.get()
-    }
-
     /// Pushes a command, waiting for room (iokerneld drains the ring every loop).
     ///
     /// # Safety
     /// Called only by the owning kthread, with preemption disabled.
     pub unsafe fn send(&self, slot: Slot) {
-        // SAFETY: owner only (caller's contract).
+        self.commands_lock.lock();
+        // SAFETY: commands_lock held.
         let commands = unsafe { &mut *self.commands.get() };
         while commands.try_push(slot).is_err() {
             crate::arch::pause();
         }
+        // SAFETY: we hold the lock.
+        unsafe { self.commands_lock.unlock() };
     }
 
     /// Reports that the kthread parks: `Yielded` (flagged when work was left behind) after a
@@ -453,9 +590,36 @@ impl IokKthread {
         } else {
             Slot::value(Command::Park, 0)
         };
-        self.preempt_requested.set(false);
+        self.preempt_requested.store(false, Ordering::Release);
         // SAFETY: forwarded.
         unsafe { self.send(slot) };
+    }
+
+    /// Posts this kthread's returned receive buffers on its command ring, as far as there is
+    /// room (the rest wait for the next pass). `wait`: take the command lock even if another
+    /// kthread holds it (the owner does); a thief only tries.
+    fn flush_reposts(&self, wait: bool) {
+        if self.rx_repost.lock().is_empty() {
+            return;
+        }
+        if wait {
+            self.commands_lock.lock();
+        } else if !self.commands_lock.try_lock() {
+            return;
+        }
+        // SAFETY: commands_lock held.
+        let commands = unsafe { &mut *self.commands.get() };
+        let mut list = self.rx_repost.lock();
+        while let Some(&offset) = list.last() {
+            let post = Slot::packet(Command::RxBufferPost, offset, FRAME_CAPACITY as u32);
+            if commands.try_push(post).is_err() {
+                break;
+            }
+            list.pop();
+        }
+        drop(list);
+        // SAFETY: we hold the lock.
+        unsafe { self.commands_lock.unlock() };
     }
 
     /// Blocks until the eventfd is written (by iokerneld, or by the runtime at shutdown).
@@ -505,6 +669,242 @@ pub(crate) fn runq_counters(k: &IokKthread) -> (&'static AtomicU32, &'static Ato
     (&k.positions.runq_head, &k.positions.runq_tail)
 }
 
+/// The owner's pass over its own ingress ring, from its scheduler: applies grants and
+/// preemption requests, processes packets and completions, and posts returned receive buffers.
+/// Returns whether iokerneld wants the core back.
+///
+/// If a thief is draining the ring right now this skips it: the thief applies whatever it pops
+/// to this kthread's state, and the next pass sees the outcome.
+pub(crate) fn poll_own(k: &KThread) -> bool {
+    let kio = k.iok();
+    if kio.ingress_lock.try_lock() {
+        // SAFETY: we hold the ring's consumer lock.
+        unsafe { drain_locked(k.shared(), k.index, crate::timer::now_ns()) };
+        // SAFETY: taken above.
+        unsafe { kio.ingress_lock.unlock() };
+    }
+    if k.shared().net.is_some() {
+        kio.flush_reposts(true);
+    }
+    kio.preempt_requested.load(Ordering::Acquire)
+}
+
+/// Packet stealing: drains the ingress ring of any other kthread that nobody is draining.
+/// Returns whether anything was processed. Scheduler context.
+pub(crate) fn steal_ingress(k: &KThread) -> bool {
+    let rt = k.shared();
+    if rt.net.is_none() {
+        // Only packets are worth stealing; grants and preemptions wait for their owner.
+        return false;
+    }
+    let n = rt.kthreads.len();
+    let start = k.next_random() as usize % n;
+    let mut any = false;
+    for i in 0..n {
+        let index = (start + i) % n;
+        if index == k.index {
+            continue;
+        }
+        let victim = rt.kthreads[index].iok();
+        if victim.ingress_lock.try_lock() {
+            // SAFETY: we hold the victim's consumer lock.
+            let drained = unsafe { drain_locked(rt, index, crate::timer::now_ns()) };
+            // SAFETY: taken above.
+            unsafe { victim.ingress_lock.unlock() };
+            if drained > 0 {
+                any = true;
+                victim.flush_reposts(false);
+            }
+        }
+    }
+    any
+}
+
+/// Pops everything on kthread `owner`'s ingress ring. Commands concern `owner`; packets are
+/// processed here, on the calling kthread. Returns how many slots were popped.
+///
+/// # Safety
+/// The caller holds `owner`'s `ingress_lock` and runs with preemption disabled.
+unsafe fn drain_locked(rt: &Shared, owner: usize, now: u64) -> usize {
+    let kio = rt.kthreads[owner].iok();
+    // SAFETY: the consumer lock is held (caller's contract).
+    let ingress = unsafe { &mut *kio.ingress.get() };
+    let mut popped = 0;
+    while let Some(slot) = ingress.try_pop() {
+        popped += 1;
+        match slot.command_on(RingKind::Ingress) {
+            Ok(Command::Grant) => {
+                // A grant supersedes any preemption sent before it: that one concerned the
+                // core this kthread held before it last parked.
+                kio.preempt_requested.store(false, Ordering::Release);
+                kio.cpu.store(slot.payload() as u32, Ordering::Relaxed);
+                kio.grants.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(Command::Preempt) => {
+                kio.preempt_requested.store(true, Ordering::Release);
+                kio.preemptions.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(Command::RxPacket) => rx_packet(rt, slot, now),
+            Ok(Command::TxCompletion) => tx_completion(rt, kio, slot),
+            // Join (and anything unexpected) needs no action: the woken kthread steals anyway.
+            _ => {}
+        }
+    }
+    popped
+}
+
+fn rx_packet(rt: &Shared, slot: Slot, now: u64) {
+    let (Some(pool), Some(net)) = (rt.iok.as_ref().and_then(|i| i.packets.as_ref()), &rt.net)
+    else {
+        return;
+    };
+    let offset = slot.payload();
+    let Some(BufferRef::Rx { owner }) = pool.locate(offset) else {
+        net.count(StackDrop::BadDescriptor);
+        return;
+    };
+    let len = slot.length() as usize;
+    if len <= FRAME_CAPACITY {
+        // SAFETY: `offset` is one of our receive buffers, and iokerneld handed it back with
+        // this RxPacket: it is ours until we post it again below.
+        let frame = unsafe { &pool.buffer(offset)[..len] };
+        net.receive(frame, now);
+    } else {
+        net.count(StackDrop::BadDescriptor);
+    }
+    // The stack copied out everything it keeps, so the buffer can go back at once.
+    rt.kthreads[owner].iok().rx_repost.lock().push(offset);
+}
+
+fn tx_completion(rt: &Shared, ring: &IokKthread, slot: Slot) {
+    let (Some(pool), Some(net)) = (rt.iok.as_ref().and_then(|i| i.packets.as_ref()), &rt.net)
+    else {
+        return;
+    };
+    let offset = slot.payload();
+    let Some(BufferRef::Tx { owner }) = pool.locate(offset) else {
+        net.count(StackDrop::BadDescriptor);
+        return;
+    };
+    if slot.flags() & flags::DROPPED != 0 {
+        net.count(StackDrop::TxRejected);
+    }
+    let _ = ring
+        .tx_inflight
+        .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| n.checked_sub(1));
+    release_tx(rt, pool, owner, offset);
+}
+
+/// Puts a transmit buffer back on its owner's free list and wakes a sender waiting for one.
+fn release_tx(rt: &Shared, pool: &PacketPool, owner: usize, offset: u64) {
+    rt.kthreads[owner].iok().tx_free.lock().push(offset);
+    pool.tx_free.fetch_add(1, Ordering::SeqCst);
+    // Pairs with the fence in `wait_for_tx`: either the waiter sees the buffer, or we see it
+    // queued.
+    fence(Ordering::SeqCst);
+    if pool.tx_waiters.maybe_waiters() {
+        pool.tx_waiters.wake_one();
+    }
+}
+
+/// Takes a free transmit buffer: the calling kthread's own first, else any other's.
+fn take_tx(rt: &Shared, k: &KThread, pool: &PacketPool) -> Option<(usize, u64)> {
+    if pool.tx_free.load(Ordering::Relaxed) == 0 {
+        return None;
+    }
+    let own = k.iok().tx_free.lock().pop().map(|o| (k.index, o));
+    let found = own.or_else(|| {
+        rt.kthreads.iter().find_map(|other| {
+            let mut list = other.iok().tx_free.try_lock()?;
+            list.pop().map(|o| (other.index, o))
+        })
+    });
+    if found.is_some() {
+        pool.tx_free.fetch_sub(1, Ordering::Relaxed);
+    }
+    found
+}
+
+/// Sends one frame through iokerneld from the calling kthread's egress ring (see
+/// [`crate::net::stack::Link::transmit`]).
+pub(crate) fn transmit(
+    may_block: bool,
+    build: &mut dyn FnMut(&mut [u8]) -> usize,
+) -> Result<(), StackDrop> {
+    loop {
+        crate::preempt::disable();
+        let Some(k) = crate::sched::kthread::current_kthread() else {
+            crate::preempt::enable();
+            // Only a kthread has an egress ring to push on.
+            return Err(StackDrop::NoLink);
+        };
+        let rt = k.shared();
+        let Some(pool) = rt.iok.as_ref().and_then(|i| i.packets.as_ref()) else {
+            crate::preempt::enable();
+            return Err(StackDrop::NoLink);
+        };
+        let kio = k.iok();
+        let taken = if kio.tx_inflight.load(Ordering::Acquire) < TX_BUFFERS {
+            take_tx(rt, k, pool)
+        } else {
+            None
+        };
+        if let Some((owner, offset)) = taken {
+            // SAFETY: taken off a free list: ours until pushed.
+            let buf = unsafe { pool.buffer(offset) };
+            let len = build(buf);
+            let result = if len == 0 || len > MAX_FRAME {
+                release_tx(rt, pool, owner, offset);
+                Ok(())
+            } else {
+                kio.tx_inflight.fetch_add(1, Ordering::AcqRel);
+                // SAFETY: this kthread's egress ring, with preemption disabled.
+                let egress = unsafe { &mut *kio.egress.get() };
+                match egress.try_push(Slot::packet(Command::TxPacket, offset, len as u32)) {
+                    Ok(()) => Ok(()),
+                    Err(_) => {
+                        kio.tx_inflight.fetch_sub(1, Ordering::AcqRel);
+                        release_tx(rt, pool, owner, offset);
+                        Err(StackDrop::TxRingFull)
+                    }
+                }
+            };
+            crate::preempt::enable();
+            return result;
+        }
+        let in_uthread = !k.current().is_null();
+        crate::preempt::enable();
+        if !may_block || !in_uthread || !crate::preempt::is_enabled() {
+            return Err(StackDrop::TxNoBuffer);
+        }
+        if pool.tx_free.load(Ordering::Relaxed) > 0 {
+            // Buffers are free but this kthread has its most frames in flight: their
+            // completions are on the way.
+            crate::sched::yield_now();
+        } else {
+            wait_for_tx(pool);
+        }
+    }
+}
+
+/// Blocks the calling uthread until a transmit buffer is released (or one already was).
+fn wait_for_tx(pool: &PacketPool) {
+    let node = WaitNode::for_current();
+    block_with(&node, || {
+        pool.tx_waiters.with(|l| {
+            l.push(WaitRef::Stack(&node));
+            // Pairs with the fence in `release_tx`.
+            fence(Ordering::SeqCst);
+            if pool.tx_free.load(Ordering::SeqCst) > 0 {
+                // Nobody can have taken the node yet: releasers pop under this lock.
+                l.remove(&node);
+                return false;
+            }
+            true
+        })
+    });
+}
+
 /// Reports the runtime's earliest timer (`u64::MAX`: none) before its last kthread parks.
 ///
 /// # Safety
@@ -514,14 +914,16 @@ pub(crate) unsafe fn send_timer_deadline(k: &IokKthread, deadline: u64) {
     unsafe { k.send(Slot::value(Command::TimerDeadline, deadline)) };
 }
 
-// `IokShared` is reached from every kthread; its fields are atomics, a mutex and a validated
-// region view (which hands out only atomics).
+// `IokShared` is reached from every kthread; its fields are atomics, a mutex, a validated
+// region view (which hands out only atomics) and the packet pool, whose buffers are handed
+// out one owner at a time.
 // SAFETY: see above.
 unsafe impl Sync for IokShared {}
 // SAFETY: see above.
 unsafe impl Send for IokShared {}
-// SAFETY: the UnsafeCells and Cell are touched only by the owning kthread with preemption
-// disabled; the rest is atomics and an fd.
+// SAFETY: the ingress consumer and command producer are touched only under their locks, the
+// egress producer only by the owning kthread with preemption disabled; the rest is atomics,
+// spinlocks and an fd.
 unsafe impl Sync for IokKthread {}
 // SAFETY: as above.
 unsafe impl Send for IokKthread {}

@@ -33,6 +33,8 @@ mod iokernel;
 #[cfg(not(loom))]
 mod malloc;
 #[cfg(not(loom))]
+pub mod net;
+#[cfg(not(loom))]
 pub mod preempt;
 #[cfg(not(loom))]
 mod runtime;

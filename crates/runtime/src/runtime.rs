@@ -58,7 +58,7 @@ impl Runtime {
             (&rt.iok, &rt.config.mode, memfd)
         {
             // On failure, dropping `runtime` wakes the parked kthreads and stops them.
-            crate::iokernel::register(iok, &rt.kthreads, settings, memfd)?;
+            crate::iokernel::register(iok, &rt.kthreads, settings, rt.config.net.as_ref(), memfd)?;
         }
         Ok(runtime)
     }
@@ -143,6 +143,17 @@ impl Runtime {
     /// Uthreads spawned and not yet finished.
     pub fn live_uthreads(&self) -> u64 {
         self.shared().live_uthreads()
+    }
+
+    /// The network stack's counters (packets, bytes, ARP, every drop reason, each socket);
+    /// `None` without a network configured. Cheap enough to read while traffic flows.
+    pub fn net_stats(&self) -> Option<crate::net::NetStats> {
+        self.shared().net.as_ref().map(|n| n.stats())
+    }
+
+    /// The runtime's network address and MAC, when a network is configured.
+    pub fn net_identity(&self) -> Option<(std::net::Ipv4Addr, crate::net::MacAddr)> {
+        self.shared().net.as_ref().map(|n| (n.ip(), n.mac()))
     }
 }
 

@@ -49,6 +49,8 @@ pub(crate) enum TimerAction {
     Wake(NonNull<UThread>),
     /// Time out a wait, unless it was already woken.
     Timeout(Arc<WaitNode>),
+    /// Run the network stack's periodic work (ARP retries and expiry).
+    NetPoll,
 }
 
 // SAFETY: waking a uthread is allowed from any kthread.
@@ -62,6 +64,7 @@ impl TimerAction {
                 // SAFETY: the Arc keeps the node alive.
                 unsafe { waitq::finish(Arc::as_ptr(&node), waitq::TIMED_OUT) };
             }
+            TimerAction::NetPoll => crate::net::timer_fired(),
         }
     }
 }

@@ -10,8 +10,8 @@ use log::{info, warn};
 use rustix::event::epoll;
 
 use super::{
-    Conn, Daemon, Kthread, LISTENER_TOKEN, MAX_CONNECTIONS, Runtime, RuntimeCounters,
-    encode_runtime_id,
+    Conn, Daemon, Ingress, Kthread, LISTENER_TOKEN, MAX_CONNECTIONS, NetCounters, Runtime,
+    RuntimeCounters, RxBuffers, encode_runtime_id,
 };
 use crate::alloc::RuntimeSpec;
 use crate::control::{self, Received, check_eventfd, check_region_fd, send_reply};
@@ -214,6 +214,21 @@ impl Daemon {
         fds: Vec<OwnedFd>,
     ) -> Result<(), String> {
         let pid = self.conns[index].as_ref().map(|c| c.pid).unwrap_or(0);
+        if let Some(net) = reg.net
+            && let Some((what, slot)) = self.switch.tables.conflict(net.mac, net.ipv4)
+        {
+            let owner = self.runtimes[slot]
+                .as_deref()
+                .map(Runtime::label)
+                .unwrap_or_else(|| format!("slot {slot}"));
+            let [a, b, c, d] = net.ipv4;
+            let m = net.mac;
+            return Err(format!(
+                "{what} already registered by {owner}: the registration asks for MAC \
+                 {:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x} and IPv4 address {a}.{b}.{c}.{d}",
+                m[0], m[1], m[2], m[3], m[4], m[5]
+            ));
+        }
         for (i, &tid) in reg.tids.iter().enumerate() {
             if !Path::new(&format!("/proc/{pid}/task/{tid}")).exists() {
                 return Err(format!(
@@ -273,6 +288,7 @@ impl Daemon {
             .register(spec, now)
             .map_err(|e| e.to_string())?;
 
+        let ingress_slots = layout.ring_slots(RingKind::Ingress) as usize;
         let mut kthreads = Vec::with_capacity(eventfds.len());
         for (i, (eventfd, &tid)) in eventfds.into_iter().zip(&reg.tids).enumerate() {
             let view = region
@@ -283,8 +299,13 @@ impl Daemon {
                 eventfd,
                 view,
                 positions: view.positions(),
-                ingress: view.ingress_producer(),
+                ingress: Ingress::new(view.ingress_producer()),
                 commands: view.egress_command_consumer(),
+                packets: view.egress_packet_consumer(),
+                rx_buffers: RxBuffers::new(ingress_slots),
+                last_rx_position: 0,
+                active: false,
+                linger: false,
                 pinned: None,
                 idle_policy: false,
                 preempt_sent_at: None,
@@ -303,7 +324,13 @@ impl Daemon {
             shared_last,
             doomed: false,
             counters: RuntimeCounters::default(),
+            net: reg.net,
+            net_counters: NetCounters::default(),
+            active: Vec::with_capacity(kthreads.len()),
+            tx_poll: Vec::with_capacity(kthreads.len()),
+            core_requested: false,
             kthreads,
+            region,
             mapping,
         };
         let slot = id.slot() as usize;
@@ -314,14 +341,25 @@ impl Daemon {
             self.tids.insert(tid, id);
         }
         info!(
-            "registered {}: {} kthreads, {} guaranteed and {} max cores, {} spinning, {} bytes",
+            "registered {}: {} kthreads, {} guaranteed and {} max cores, {} spinning, {} bytes, {}",
             runtime.label(),
             reg.kthreads(),
             reg.guaranteed_cores,
             reg.max_cores,
             reg.spinning_kthreads,
-            runtime.mapping.len()
+            runtime.mapping.len(),
+            match reg.net {
+                Some(net) => format!(
+                    "IPv4 {} MAC {:02x?}",
+                    std::net::Ipv4Addr::from(net.ipv4),
+                    net.mac
+                ),
+                None => "no network".to_owned(),
+            }
         );
+        if let Some(net) = reg.net {
+            self.switch.tables.insert(net.mac, net.ipv4, slot);
+        }
         self.runtimes[slot] = Some(Box::new(runtime));
         self.sched.counters.registrations += 1;
         let conn = self.conns[index].as_mut().expect("the connection is open");

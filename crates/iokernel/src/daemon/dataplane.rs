@@ -5,7 +5,7 @@ use std::path::Path;
 use corral_abi::{Command, RingKind, Slot, control::Reply, flags};
 use log::{error, warn};
 
-use super::{Daemon, Kthread, Runtime, Sched};
+use super::{Daemon, Kthread, Runtime, Sched, net};
 use crate::alloc::{
     AllocError, Decision, KthreadIndex, KthreadPlace, QueueCounters, QueueSnapshot, RuntimeId,
 };
@@ -64,18 +64,23 @@ impl Daemon {
                     Some((to, at)) if to == runtime => at,
                     _ => self.sched.now(),
                 };
-                let Some(entry) = self.runtime_mut(runtime) else {
+                let Some(entry) = self
+                    .runtimes
+                    .get_mut(runtime.slot() as usize)
+                    .and_then(|r| r.as_deref_mut())
+                    .filter(|r| r.id == runtime && !r.doomed)
+                else {
                     return;
                 };
-                if entry.doomed {
-                    return;
-                }
                 let Some(kt) = entry.kthreads.get_mut(kthread.index()) else {
                     return;
                 };
                 kt.view.publish_wake_decision(decided);
                 match wake(kt, cpu) {
-                    Ok(()) => self.sched.counters.wakes += 1,
+                    Ok(()) => {
+                        self.sched.counters.wakes += 1;
+                        net::refresh_active(&self.sched.alloc, entry);
+                    }
                     Err(e) => self.doom(
                         runtime,
                         format!("cannot wake kthread {} on CPU {cpu}: {e}", kthread.0),
@@ -102,7 +107,7 @@ impl Daemon {
                 };
                 let result = kt
                     .ingress
-                    .try_push(Slot::value(Command::Preempt, 0))
+                    .push_control(Slot::value(Command::Preempt, 0))
                     .map_err(|_| "its ingress ring is full".to_owned())
                     .and_then(|()| {
                         sys::tgkill(pid, kt.tid, libc::SIGUSR1)
@@ -162,6 +167,7 @@ impl Daemon {
                 ) {
                     error!("preemption_completed refused after a demotion: {e}");
                 }
+                net::refresh_active(&self.sched.alloc, entry);
             }
         }
     }
@@ -191,6 +197,11 @@ impl Daemon {
         } else {
             log::info!("{} left: {reason}", runtime.label());
             self.sched.counters.disconnects += 1;
+        }
+        if let Some(net) = runtime.net {
+            self.switch
+                .tables
+                .remove(net.mac, net.ipv4, id.slot() as usize);
         }
         let label = runtime.label();
         for (index, kt) in runtime.kthreads.iter_mut().enumerate() {
@@ -283,10 +294,19 @@ fn command(
                 .alloc
                 .kthread_parked(id, kthread, now, &mut sched.decisions)
                 .map_err(bad)?;
-            if command == Command::Yielded && slot.flags() & flags::HAS_WORK != 0 {
+            net::refresh_active(&sched.alloc, runtime);
+            // A frame steered to this kthread after its last look at the ring, but before its
+            // park was read here, would otherwise wait for its next wake-up.
+            let unread = net::rx_unread(&runtime.kthreads[index]);
+            if command == Command::Yielded && (slot.flags() & flags::HAS_WORK != 0 || unread) {
                 sched
                     .alloc
                     .parked_with_work(id, now, &mut sched.decisions)
+                    .map_err(bad)?;
+            } else if command == Command::Park && unread {
+                sched
+                    .alloc
+                    .pending_work(id, now, &mut sched.decisions)
                     .map_err(bad)?;
             }
             Ok(())
@@ -295,11 +315,7 @@ fn command(
             runtime.timer_deadline = slot.payload();
             Ok(())
         }
-        Ok(Command::RxBufferPost) => {
-            // Networking is not wired up yet; the buffer is simply not used.
-            runtime.counters.rx_buffer_posts += 1;
-            Ok(())
-        }
+        Ok(Command::RxBufferPost) => net::post_rx_buffer(runtime, index, slot),
         Ok(other) => Err(format!(
             "kthread {index}: {other} is not handled on the {}",
             RingKind::EgressCommand
@@ -310,12 +326,19 @@ fn command(
 /// Feeds one runtime's queues, shared queue and timer to the allocator.
 fn observe_runtime(sched: &mut Sched, runtime: &mut Runtime, now: u64) -> Result<(), String> {
     let id = runtime.id;
+    // Allows one more immediate core request per pass for frames sent to a runtime that has
+    // no core (see `deliver`).
+    runtime.core_requested = false;
+    let mut stale_lists = false;
     for (index, kt) in runtime.kthreads.iter().enumerate() {
         let kthread = KthreadIndex(index as u16);
         let active = matches!(
             sched.alloc.kthread(id, kthread).map(|k| k.place),
             Ok(KthreadPlace::Active { .. })
         );
+        // Every change of place is followed by a refresh; this only guards the steering lists
+        // against a path that forgot, at no extra cost.
+        stale_lists |= active != kt.active;
         if !active {
             continue;
         }
@@ -329,6 +352,9 @@ fn observe_runtime(sched: &mut Sched, runtime: &mut Runtime, now: u64) -> Result
             Err(e @ AllocError::ImpossibleQueue { .. }) => return Err(e.to_string()),
             Err(e) => error!("queue observation refused: {e}"),
         }
+    }
+    if stale_lists {
+        net::refresh_active(&sched.alloc, runtime);
     }
 
     let committed = sched
@@ -386,7 +412,7 @@ fn wake(kt: &mut Kthread, cpu: usize) -> Result<(), String> {
         kt.pinned = Some(cpu);
     }
     kt.ingress
-        .try_push(Slot::value(Command::Grant, cpu as u64))
+        .push_control(Slot::value(Command::Grant, cpu as u64))
         .map_err(|_| "its ingress ring is full".to_owned())?;
     sys::eventfd_signal(std::os::fd::AsFd::as_fd(&kt.eventfd))
         .map_err(|e| format!("eventfd write: {e}"))

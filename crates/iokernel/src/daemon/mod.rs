@@ -9,6 +9,7 @@
 
 mod control_plane;
 mod dataplane;
+mod net;
 mod stats;
 
 use std::collections::HashMap;
@@ -16,7 +17,8 @@ use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use corral_abi::{Consumer, KthreadView, Producer, QueuePositions, RingPositions};
+use corral_abi::control::NetIdentity;
+use corral_abi::{Consumer, KthreadView, QueuePositions, Region, RingPositions};
 use rustix::event::epoll;
 
 use crate::alloc::{Allocator, Decision, RuntimeId};
@@ -24,7 +26,9 @@ use crate::config::Config;
 use crate::control::RecvBuffers;
 use crate::sys::{Mapping, now_ns};
 
-pub use stats::Stats;
+pub use net::{CONTROL_RESERVE, MAX_FRAME, NetDrop, NetStats, TX_BURST};
+use net::{Ingress, NetCounters, RxBuffers, Switch};
+pub use stats::{GlobalStats, NicStats, RuntimeNetStats, RuntimeStats, Stats};
 
 /// The wire form of a runtime id: slot in the low half, generation in the high half.
 pub fn encode_runtime_id(id: RuntimeId) -> u64 {
@@ -44,8 +48,17 @@ struct Kthread {
     positions: &'static QueuePositions,
     /// iokerneld's end of the ingress ring, kept for the runtime's life so that its position
     /// stays in step with the kthread's consumer.
-    ingress: Producer<'static>,
+    ingress: Ingress,
     commands: Consumer<'static>,
+    packets: Consumer<'static>,
+    /// Receive buffers it posted and iokerneld has not filled yet.
+    rx_buffers: RxBuffers,
+    /// Ingress position just after the last `RxPacket` pushed to it.
+    last_rx_position: u32,
+    /// Active per the allocator as of the last refresh of the runtime's lists.
+    active: bool,
+    /// Parked, and its egress packet ring is still polled in case it left frames there.
+    linger: bool,
     /// The CPU it was last pinned to by a wake, `None` if it has not been or was moved since.
     pinned: Option<usize>,
     /// It was demoted to `SCHED_IDLE` and must be restored before it runs on a managed core.
@@ -60,7 +73,6 @@ struct RuntimeCounters {
     timer_wakeups: u64,
     demotions: u64,
     stale_commands: u64,
-    rx_buffer_posts: u64,
     preempt_signals: u64,
     preemption_latency_last_ns: u64,
     preemption_latency_max_ns: u64,
@@ -80,8 +92,18 @@ struct Runtime {
     /// Marked for eviction; ignored until the eviction is carried out.
     doomed: bool,
     counters: RuntimeCounters,
+    /// Its addresses, if it registered any; only then does it receive frames.
+    net: Option<NetIdentity>,
+    net_counters: NetCounters,
+    /// Indices of its active kthreads, among which received frames are spread.
+    active: Vec<u16>,
+    /// Indices of kthreads whose egress packet rings are polled.
+    tx_poll: Vec<u16>,
+    /// A core was requested for a frame since the last pass or wake-up.
+    core_requested: bool,
     /// Declared before `mapping`, so the views into the region are dropped first.
     kthreads: Vec<Kthread>,
+    region: Region<'static>,
     mapping: Mapping,
 }
 
@@ -151,6 +173,7 @@ pub struct Daemon {
     /// that completes the handover tells the kthread this time as the moment its core was
     /// decided, so that the runtime can measure the whole preemption.
     promised: Vec<Option<(RuntimeId, u64)>>,
+    switch: Switch,
     started: Instant,
 }
 
@@ -162,8 +185,14 @@ const LISTENER_TOKEN: u64 = u64::MAX;
 const MAX_CONNECTIONS: usize = 4096;
 
 impl Daemon {
-    /// A daemon serving `listener` with `alloc` over `config.managed_cores`.
-    pub fn new(config: Config, alloc: Allocator, listener: OwnedFd) -> std::io::Result<Self> {
+    /// A daemon serving `listener` with `alloc` over `config.managed_cores`, switching packets
+    /// between its runtimes and `nic` (`None`: among runtimes only).
+    pub fn new(
+        config: Config,
+        alloc: Allocator,
+        listener: OwnedFd,
+        nic: Option<Box<dyn crate::nic::Nic>>,
+    ) -> std::io::Result<Self> {
         let epoll_fd = epoll::create(epoll::CreateFlags::CLOEXEC)?;
         epoll::add(
             &epoll_fd,
@@ -193,6 +222,7 @@ impl Daemon {
             executing: Vec::with_capacity(64),
             evictions: Vec::new(),
             promised,
+            switch: Switch::new(nic),
             started: Instant::now(),
         })
     }
@@ -208,6 +238,9 @@ impl Daemon {
             self.drain_commands();
             self.execute();
             let now = now_ns();
+            self.poll_nic(now);
+            self.drain_tx();
+            self.execute();
             if now >= next_pass {
                 self.pass();
                 self.execute();

@@ -4,8 +4,10 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::net::NetStats;
 use super::{Daemon, encode_runtime_id};
 use crate::alloc::{CoreId, CoreOccupancy};
+use crate::nic::NicCounters;
 
 /// Everything `iokerneld stats` prints.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -13,6 +15,30 @@ pub struct Stats {
     pub global: GlobalStats,
     pub runtimes: Vec<RuntimeStats>,
     pub cores: Vec<CoreStats>,
+    /// The packet switch, all runtimes together.
+    pub net: NetStats,
+    /// The NIC backend; `None` with `nic = none`.
+    pub nic: Option<NicStats>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct NicStats {
+    /// As in the `nic` setting.
+    pub backend: String,
+    pub description: String,
+    #[serde(flatten)]
+    pub counters: NicCounters,
+}
+
+/// A runtime's addresses and packet counters.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct RuntimeNetStats {
+    pub mac: String,
+    pub ipv4: String,
+    /// Receive buffers posted and not yet filled, over all its kthreads.
+    pub rx_buffers_posted: usize,
+    #[serde(flatten)]
+    pub counters: NetStats,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -64,7 +90,13 @@ pub struct RuntimeStats {
     pub timer_wakeups: u64,
     pub demotions: u64,
     pub stale_commands: u64,
-    pub rx_buffer_posts: u64,
+    /// Its kthreads that are active now (those frames are steered to).
+    pub active_kthreads: Vec<u16>,
+    /// Its addresses and packet counters; `None` if it registered no addresses (it may
+    /// still have tried to send, which the counters show).
+    pub net: Option<RuntimeNetStats>,
+    /// Its packet counters, whether or not it registered addresses.
+    pub packets: NetStats,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -137,7 +169,20 @@ impl Daemon {
                     timer_wakeups: r.counters.timer_wakeups,
                     demotions: r.counters.demotions,
                     stale_commands: r.counters.stale_commands,
-                    rx_buffer_posts: r.counters.rx_buffer_posts,
+                    active_kthreads: r.active.clone(),
+                    net: r.net.map(|net| {
+                        let m = net.mac;
+                        RuntimeNetStats {
+                            mac: format!(
+                                "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+                                m[0], m[1], m[2], m[3], m[4], m[5]
+                            ),
+                            ipv4: std::net::Ipv4Addr::from(net.ipv4).to_string(),
+                            rx_buffers_posted: r.kthreads.iter().map(|k| k.rx_buffers.len()).sum(),
+                            counters: r.net_counters.stats(),
+                        }
+                    }),
+                    packets: r.net_counters.stats(),
                 })
             })
             .collect();
@@ -171,10 +216,17 @@ impl Daemon {
                 })
             })
             .collect();
+        let nic = self.switch.nic.as_ref().map(|nic| NicStats {
+            backend: nic.name().to_owned(),
+            description: nic.describe(),
+            counters: nic.counters(),
+        });
         Stats {
             global,
             runtimes,
             cores,
+            net: self.switch.counters.stats(),
+            nic,
         }
     }
 

@@ -56,6 +56,8 @@ pub(crate) struct Shared {
     pub foreign_spawned: core::sync::atomic::AtomicU64,
     /// Set in iokerneld mode, where iokerneld decides which kthreads run.
     pub iok: Option<IokShared>,
+    /// Set when the configuration has a network.
+    pub net: Option<std::sync::Arc<crate::net::stack::NetStack>>,
 }
 
 // SAFETY: the UnsafeCells are guarded by the spinlocks next to them.
@@ -70,6 +72,10 @@ impl Shared {
             None => (None, Vec::new()),
         };
         iok_kthreads.resize_with(config.kthreads, || None);
+        let net = config
+            .net
+            .as_ref()
+            .map(|n| crate::net::new_stack(n, iok.is_some()));
         let mut shared = Box::new(Shared {
             kthreads: Box::new([]),
             stacks: stack::StackPool::new(config.stack_size),
@@ -84,6 +90,7 @@ impl Shared {
             shutdown: AtomicBool::new(false),
             foreign_spawned: core::sync::atomic::AtomicU64::new(0),
             iok,
+            net,
         });
         let rt: *const Shared = &*shared;
         // KThreads are leaked on purpose: an OS thread created by a kthread inherits its %gs
@@ -273,9 +280,8 @@ pub(crate) fn kthread_main(k: &'static KThread) {
         if let Some(iok) = &rt.iok {
             iok.active.fetch_add(1, Ordering::SeqCst);
         }
-        // SAFETY: this kthread's own state; the scheduler context runs with preemption
-        // disabled.
-        unsafe { k.iok().poll_ingress() };
+        // The scheduler context runs with preemption disabled.
+        crate::iokernel::poll_own(k);
     }
     rt.n_spinning.fetch_add(1, Ordering::SeqCst);
     k.state.store(state::SPINNING, Ordering::SeqCst);
@@ -292,8 +298,9 @@ fn sched_main(k: &'static KThread) {
     let mut spinning = true;
     let mut spin_start = timer::now_ns();
     loop {
-        // SAFETY: our own ingress ring, in the scheduler context (preemption disabled).
-        if k.iok.is_some() && unsafe { k.iok().poll_ingress() } {
+        // Our own ingress ring, in the scheduler context (preemption disabled): packets, and
+        // whether iokerneld wants the core back.
+        if k.iok.is_some() && crate::iokernel::poll_own(k) {
             // iokerneld wants the core back, whatever work is queued.
             if !spinning {
                 spinning = true;
@@ -356,6 +363,13 @@ fn find_work(k: &KThread) -> Option<usize> {
     if k.timers.next_deadline() != u64::MAX {
         timer::run_expired(&k.timers, timer::now_ns());
     }
+    if let Some(net) = &rt.net {
+        // ARP retries armed from outside a kthread have no runtime timer behind them.
+        let due = net.next_deadline();
+        if due != u64::MAX && due <= timer::now_ns() {
+            net.poll(timer::now_ns());
+        }
+    }
     // On the periodic trips through the scheduler one uthread from the inject queue goes
     // first, so work from outside (or spilled from a full queue) cannot starve behind uthreads
     // that keep yielding. Only one: moving a batch onto a full local queue would just spill it
@@ -371,6 +385,15 @@ fn find_work(k: &KThread) -> Option<usize> {
         return Some(th);
     }
     let n = rt.nkthreads();
+    // Packets waiting on a busy or parked kthread's ring are work too: processing them here
+    // may make uthreads runnable on our queue.
+    if n > 1
+        && k.iok.is_some()
+        && crate::iokernel::steal_ingress(k)
+        && let Some(th) = pop_local(k)
+    {
+        return Some(th);
+    }
     if n > 1 {
         let start = (k.next_random() as usize) % n;
         for i in 0..n {
@@ -505,8 +528,7 @@ fn iok_park(k: &'static KThread, preempted: bool) {
     if !rt.shutdown.load(Ordering::SeqCst) {
         kio.wait();
     }
-    // SAFETY: as above.
-    unsafe { kio.poll_ingress() };
+    crate::iokernel::poll_own(k);
     iok.active.fetch_add(1, Ordering::SeqCst);
     rt.n_parked.fetch_sub(1, Ordering::SeqCst);
     rt.n_spinning.fetch_add(1, Ordering::SeqCst);
