@@ -11,6 +11,8 @@ command -v go >/dev/null || need+=(golang-go)
 command -v curl >/dev/null || need+=(curl)
 command -v git >/dev/null || need+=(git)
 [ -e /usr/include/linux/futex.h ] || need+=(linux-libc-dev)
+command -v ping >/dev/null || need+=(iputils-ping)
+command -v ip >/dev/null || need+=(iproute2)
 
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}"
