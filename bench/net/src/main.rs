@@ -1,0 +1,292 @@
+//! UDP echo round trips from a Linux client, measured in one run against two servers:
+//!
+//! * **Corral**: an echo server in a Corral runtime under iokerneld (TAP device backend), its
+//!   kthread spinning on a guaranteed core (`--parked` instead lets it park between requests,
+//!   so that each request must first wake it);
+//! * **Linux**: a plain UDP echo server thread in its own network namespace, reached over a
+//!   veth pair, pinned to the same CPU.
+//!
+//! The client runs closed-loop (one request in flight), pinned to iokerneld's CPU, and records
+//! each round trip in an HDR histogram. On a 2-CPU machine there is no other CPU for it: it
+//! stands in for a client on another machine, so it runs at `SCHED_FIFO` priority 1 in both
+//! runs (it sleeps in `recv` between requests), which lets it take the CPU from iokerneld's
+//! busy loop the moment its answer arrives instead of waiting up to a CFS slice. The servers
+//! both get the other CPU.
+
+use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use corral::net::{NetConfig, UdpSocket as CorralUdp};
+use corral::{Config, IokernelSettings, Runtime};
+use hdrhistogram::Histogram;
+
+#[derive(Parser, Debug)]
+#[command(about = "UDP echo round trips: Corral through iokerneld vs Linux over veth")]
+struct Args {
+    /// Round trips per server per repetition.
+    #[arg(long, default_value_t = 20_000)]
+    samples: u64,
+    /// Repetitions; medians of the per-repetition percentiles are reported.
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// Payload bytes.
+    #[arg(long, default_value_t = 64)]
+    payload: usize,
+    /// iokerneld's CPU (the client shares it).
+    #[arg(long, default_value_t = 0)]
+    iokernel_cpu: usize,
+    /// The servers' CPU.
+    #[arg(long, default_value_t = 1)]
+    server_cpu: usize,
+    /// Let the Corral server's kthread park between requests (each request wakes it), with
+    /// this many microseconds between requests; 0 = a spinning kthread, back-to-back requests.
+    #[arg(long, default_value_t = 0)]
+    parked_gap_us: u64,
+    /// The iokerneld binary; default: next to this program.
+    #[arg(long)]
+    iokerneld: Option<PathBuf>,
+}
+
+fn pin(cpu: usize) {
+    // SAFETY: cpu_set_t is plain data; pinning the calling thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = core::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, core::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+fn run(cmd: &[&str]) {
+    let status = Command::new(cmd[0])
+        .args(&cmd[1..])
+        .stdin(Stdio::null())
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    assert!(status.success(), "{cmd:?} failed");
+}
+
+/// Percentiles in microseconds: p50, p99, p99.9.
+type Tails = [f64; 3];
+
+/// Closed-loop round trips from a socket bound to `local` to `server`.
+fn client(local: Ipv4Addr, server: SocketAddrV4, args: &Args, cpu: usize) -> Tails {
+    // Its own thread, so that the real-time policy is not inherited by anything else (such as
+    // iokerneld, started later from the main thread).
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| client_thread(local, server, args, cpu))
+            .join()
+            .expect("client thread")
+    })
+}
+
+fn client_thread(local: Ipv4Addr, server: SocketAddrV4, args: &Args, cpu: usize) -> Tails {
+    pin(cpu);
+    let param = libc::sched_param { sched_priority: 1 };
+    // SAFETY: changing the calling thread's own policy with a valid parameter.
+    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+    assert_eq!(rc, 0, "SCHED_FIFO: {}", std::io::Error::last_os_error());
+    let socket = UdpSocket::bind((local, 0)).expect("bind the client");
+    socket
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 10_000_000_000, 3).unwrap();
+    let mut buf = vec![0u8; 2048];
+    let mut request = vec![0u8; args.payload.max(8)];
+    let warmup = args.samples / 10;
+    for seq in 0..warmup + args.samples {
+        request[..8].copy_from_slice(&seq.to_le_bytes());
+        if args.parked_gap_us > 0 {
+            std::thread::sleep(Duration::from_micros(args.parked_gap_us));
+        }
+        let start = Instant::now();
+        socket.send_to(&request, server).unwrap();
+        loop {
+            let (n, _) = socket.recv_from(&mut buf).expect("an echo within 2 s");
+            if n >= 8 && buf[..8] == request[..8] {
+                break;
+            }
+        }
+        if seq >= warmup {
+            hist.record(start.elapsed().as_nanos() as u64).unwrap();
+        }
+    }
+    [0.5, 0.99, 0.999].map(|q| hist.value_at_quantile(q) as f64 / 1e3)
+}
+
+struct Daemon(Child, PathBuf);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+        let _ = std::fs::remove_dir_all(&self.1);
+    }
+}
+
+fn corral_side(args: &Args, binary: &PathBuf) -> Vec<Tails> {
+    let dir = std::env::temp_dir().join(format!("corral-bench-net-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = dir.join("iokerneld.sock");
+    let child = Command::new(binary)
+        .args(["--core", &args.iokernel_cpu.to_string()])
+        .args(["--managed-cores", &args.server_cpu.to_string()])
+        .args([
+            "--nic",
+            "tap",
+            "--tap-name",
+            "crlbench0",
+            "--host-ip",
+            "10.97.0.1/24",
+        ])
+        .args(["--log-level", "warn"])
+        .arg("--socket")
+        .arg(&socket)
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("start iokerneld");
+    let _daemon = Daemon(child, dir);
+    let start = Instant::now();
+    while !socket.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "iokerneld did not start"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let server_ip = Ipv4Addr::new(10, 97, 0, 2);
+    let mut settings = IokernelSettings::new(&socket, "echo-bench");
+    if args.parked_gap_us == 0 {
+        settings = settings.guaranteed_cores(1).spinning_kthreads(1);
+    }
+    let rt = Runtime::new(
+        Config::default()
+            .kthreads(1)
+            .iokernel(settings)
+            .net(NetConfig::new(server_ip, 24)),
+    )
+    .expect("start the Corral echo server");
+    let server = SocketAddrV4::new(server_ip, 7);
+    let _server = rt.spawn(move || {
+        let socket = CorralUdp::bind(server).expect("bind the echo port");
+        let mut buf = vec![0u8; 2048];
+        loop {
+            let (n, from) = socket.recv_from(&mut buf).expect("receive");
+            let _ = socket.send_to(&buf[..n], from);
+        }
+    });
+    (0..args.reps)
+        .map(|_| client(Ipv4Addr::new(10, 97, 0, 1), server, args, args.iokernel_cpu))
+        .collect()
+}
+
+fn linux_side(args: &Args) -> Vec<Tails> {
+    let ns = format!("crlbench{}", std::process::id() % 100_000);
+    // A namespace left by an interrupted run.
+    let _ = Command::new("ip")
+        .args(["netns", "del", &ns])
+        .stderr(Stdio::null())
+        .status();
+    run(&["ip", "netns", "add", &ns]);
+    let cleanup = NetnsGuard(ns.clone());
+    run(&[
+        "ip", "link", "add", "crlveth0", "type", "veth", "peer", "name", "crlveth1",
+    ]);
+    run(&["ip", "link", "set", "crlveth1", "netns", &ns]);
+    run(&["ip", "addr", "add", "10.96.0.1/24", "dev", "crlveth0"]);
+    run(&["ip", "link", "set", "crlveth0", "up"]);
+    run(&[
+        "ip",
+        "netns",
+        "exec",
+        &ns,
+        "ip",
+        "addr",
+        "add",
+        "10.96.0.2/24",
+        "dev",
+        "crlveth1",
+    ]);
+    run(&[
+        "ip", "netns", "exec", &ns, "ip", "link", "set", "crlveth1", "up",
+    ]);
+    let server_cpu = args.server_cpu;
+    let ns_path = format!("/var/run/netns/{ns}");
+    std::thread::spawn(move || {
+        let file = std::fs::File::open(&ns_path).expect("open the namespace");
+        // SAFETY: moving only this thread into the namespace; the fd is valid.
+        let rc = unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&file), libc::CLONE_NEWNET) };
+        assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
+        pin(server_cpu);
+        let socket = UdpSocket::bind("10.96.0.2:7").expect("bind in the namespace");
+        let mut buf = vec![0u8; 2048];
+        loop {
+            let (n, from) = socket.recv_from(&mut buf).unwrap();
+            let _ = socket.send_to(&buf[..n], from);
+        }
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let server = SocketAddrV4::new(Ipv4Addr::new(10, 96, 0, 2), 7);
+    let tails = (0..args.reps)
+        .map(|_| client(Ipv4Addr::new(10, 96, 0, 1), server, args, args.iokernel_cpu))
+        .collect();
+    drop(cleanup);
+    tails
+}
+
+struct NetnsGuard(String);
+
+impl Drop for NetnsGuard {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["link", "del", "crlveth0"])
+            .status();
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() {
+    let args = Args::parse();
+    let binary = args.iokerneld.clone().unwrap_or_else(|| {
+        std::env::current_exe()
+            .expect("own path")
+            .with_file_name("iokerneld")
+    });
+    let linux = linux_side(&args);
+    let corral = corral_side(&args, &binary);
+    let mode = if args.parked_gap_us == 0 {
+        "spinning kthread, back-to-back requests".to_string()
+    } else {
+        format!("parked kthread, {} us between requests", args.parked_gap_us)
+    };
+    println!(
+        "UDP echo round trip, {} B payload, {} samples x {} reps ({mode})",
+        args.payload, args.samples, args.reps
+    );
+    println!(
+        "{:<10} {:>10} {:>10} {:>10}",
+        "server", "p50 us", "p99 us", "p99.9 us"
+    );
+    for (name, tails) in [("linux", &linux), ("corral", &corral)] {
+        let m = |i: usize| median(tails.iter().map(|t| t[i]).collect());
+        println!("{name:<10} {:>10.1} {:>10.1} {:>10.1}", m(0), m(1), m(2));
+    }
+    let ratio = |i: usize| {
+        median(corral.iter().map(|t| t[i]).collect()) / median(linux.iter().map(|t| t[i]).collect())
+    };
+    println!(
+        "{:<10} {:>9.2}x {:>9.2}x {:>9.2}x",
+        "ratio",
+        ratio(0),
+        ratio(1),
+        ratio(2)
+    );
+}

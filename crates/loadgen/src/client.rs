@@ -1,0 +1,386 @@
+//! An open-loop UDP load generator on Linux sockets: the baseline client.
+//!
+//! One sender thread plays the schedule: it waits for each request's due time by spinning (so
+//! it is not at the mercy of timer slack), sends it, and never waits for a response. One
+//! receiver thread polls the sockets, decodes responses and matches them by id. The two share
+//! nothing while the run is on but the sockets and one atomic: each owns its half of the
+//! recorder, and the halves are combined at the end.
+//!
+//! Requests of client `c` leave from socket `c % flows`, each socket bound to its own port, so
+//! a server (or a NIC's RSS) sees `flows` distinct 5-tuples.
+
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::recorder::{
+    AdherencePolicy, ResponseRecorder, RunInfo, SendRecorder, Summary, summarize,
+};
+use crate::schedule::ScheduleConfig;
+use crate::wire::{self, Message};
+
+/// How a run is set up.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClientConfig {
+    pub server: SocketAddr,
+    pub schedule: ScheduleConfig,
+    /// Bytes of each request's UDP payload (at least [`wire::HEADER_LEN`]).
+    pub payload: usize,
+    /// Sockets (source ports) to spread clients over.
+    pub flows: usize,
+    /// CPU to pin the sender to.
+    pub cpu: Option<usize>,
+    /// CPU to pin the receiver to.
+    pub rx_cpu: Option<usize>,
+    /// How long after the last send responses still count.
+    pub grace_ns: u64,
+    pub policy: AdherencePolicy,
+}
+
+impl ClientConfig {
+    pub fn new(server: SocketAddr, schedule: ScheduleConfig) -> Self {
+        ClientConfig {
+            server,
+            schedule,
+            payload: 64,
+            flows: 1,
+            cpu: None,
+            rx_cpu: None,
+            grace_ns: 100_000_000,
+            policy: AdherencePolicy::default(),
+        }
+    }
+
+    /// Checks every value; the error says which and why.
+    pub fn validate(&self) -> io::Result<()> {
+        self.schedule.validate().map_err(invalid)?;
+        if !(wire::HEADER_LEN..=wire::MAX_LEN).contains(&self.payload) {
+            return Err(invalid(format!(
+                "invalid payload = {}: expected {} to {} bytes",
+                self.payload,
+                wire::HEADER_LEN,
+                wire::MAX_LEN
+            )));
+        }
+        if self.flows == 0 || self.flows > 4096 {
+            return Err(invalid(format!(
+                "invalid flows = {}: expected 1 to 4096 sockets",
+                self.flows
+            )));
+        }
+        for (key, cpu) in [("cpu", self.cpu), ("rx-cpu", self.rx_cpu)] {
+            if let Some(c) = cpu
+                && !allowed_cpus()?.contains(&c)
+            {
+                return Err(invalid(format!(
+                    "invalid {key} = {c}: expected a CPU this process may run on ({:?})",
+                    allowed_cpus()?
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn invalid(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, e)
+}
+
+/// What the sender stores when it could not play the schedule: the receiver stops at once.
+const SENDER_FAILED: u64 = u64::MAX;
+
+/// Time since the run's epoch, which both threads share.
+#[derive(Clone, Copy)]
+struct Clock(Instant);
+
+impl Clock {
+    #[inline]
+    fn now_ns(&self) -> u64 {
+        u64::try_from(Instant::now().saturating_duration_since(self.0).as_nanos())
+            .unwrap_or(u64::MAX)
+    }
+}
+
+/// Runs the schedule against `cfg.server` and returns the summary.
+pub fn run(cfg: &ClientConfig) -> io::Result<Summary> {
+    cfg.validate()?;
+    let sockets = open_sockets(cfg)?;
+    // Start a little in the future so that both threads are pinned and waiting when the first
+    // request is due, instead of starting the run late.
+    let clock = Clock(Instant::now() + Duration::from_millis(20));
+    // 0 while sending; then 1 + the time of the last send, or SENDER_FAILED.
+    let sender_done = Arc::new(AtomicU64::new(0));
+
+    let rx = {
+        let fds: Vec<RawFd> = sockets.iter().map(|s| s.as_raw_fd()).collect();
+        let done = Arc::clone(&sender_done);
+        let cfg = cfg.clone();
+        thread::Builder::new()
+            .name("loadgen-rx".into())
+            .spawn(move || receive(&cfg, &fds, clock, &done))?
+    };
+    let tx = {
+        let done = Arc::clone(&sender_done);
+        let cfg = cfg.clone();
+        let sockets = sockets
+            .iter()
+            .map(|s| s.try_clone())
+            .collect::<io::Result<Vec<_>>>()?;
+        thread::Builder::new()
+            .name("loadgen-tx".into())
+            .spawn(move || send(&cfg, &sockets, clock, &done))?
+    };
+    let sent = tx
+        .join()
+        .map_err(|_| io::Error::other("sender thread panicked"));
+    // The sender reports how it ended in every case but a panic; make sure the receiver stops.
+    if sender_done.load(Ordering::Acquire) == 0 {
+        sender_done.store(SENDER_FAILED, Ordering::Release);
+    }
+    let received = rx
+        .join()
+        .map_err(|_| io::Error::other("receiver thread panicked"))?;
+    let (send_rec, scheduled) = sent??;
+    let resp_rec = received?;
+    drop(sockets);
+    Ok(summarize(
+        &RunInfo {
+            target_rps: cfg.schedule.rate_rps,
+            duration_ns: cfg.schedule.duration_ns,
+            scheduled,
+        },
+        &send_rec,
+        &resp_rec,
+        &cfg.policy,
+    ))
+}
+
+fn open_sockets(cfg: &ClientConfig) -> io::Result<Vec<UdpSocket>> {
+    let local: SocketAddr = if cfg.server.is_ipv4() {
+        "0.0.0.0:0".parse().expect("literal address")
+    } else {
+        "[::]:0".parse().expect("literal address")
+    };
+    (0..cfg.flows)
+        .map(|_| {
+            let s = UdpSocket::bind(local)?;
+            s.connect(cfg.server)?;
+            // Room for bursts of responses while the receiver is descheduled; best effort.
+            set_buffer(&s, libc::SO_RCVBUFFORCE, libc::SO_RCVBUF, 8 << 20);
+            set_buffer(&s, libc::SO_SNDBUFFORCE, libc::SO_SNDBUF, 8 << 20);
+            Ok(s)
+        })
+        .collect()
+}
+
+fn set_buffer(s: &UdpSocket, force: libc::c_int, plain: libc::c_int, bytes: libc::c_int) {
+    for opt in [force, plain] {
+        // SAFETY: a valid socket fd and a pointer to a c_int of the size passed.
+        let rc = unsafe {
+            libc::setsockopt(
+                s.as_raw_fd(),
+                libc::SOL_SOCKET,
+                opt,
+                (&bytes as *const libc::c_int).cast(),
+                size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        // The FORCE variant needs CAP_NET_ADMIN; without it the plain one is capped by
+        // net.core.*mem_max, which is still better than the default.
+        if rc == 0 {
+            return;
+        }
+    }
+}
+
+/// The sender: returns its recorder and how many requests the schedule produced.
+fn send(
+    cfg: &ClientConfig,
+    sockets: &[UdpSocket],
+    clock: Clock,
+    done: &AtomicU64,
+) -> io::Result<(SendRecorder, u64)> {
+    let result = (|| {
+        if let Some(cpu) = cfg.cpu {
+            pin_current_thread(cpu)?;
+        }
+        let mut rec = SendRecorder::new();
+        let mut buf = vec![0u8; cfg.payload];
+        let mut scheduled = 0u64;
+        // Only a receiver that may run on this CPU needs the sender to step aside.
+        let apart = matches!((cfg.cpu, cfg.rx_cpu), (Some(a), Some(b)) if a != b);
+        for req in cfg.schedule.iter() {
+            scheduled += 1;
+            let now = wait_until(&clock, req.send_ns, !apart);
+            Message::from(&req)
+                .encode(&mut buf)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+            let sock = &sockets[req.client as usize % sockets.len()];
+            match sock.send(&buf) {
+                Ok(_) => rec.record_sent(req.send_ns, now),
+                // A full socket buffer or an ICMP error from an earlier datagram: the request
+                // is not on the wire, but the schedule goes on regardless (open loop).
+                Err(_) => rec.record_send_error(req.send_ns, now),
+            }
+        }
+        Ok((rec, scheduled))
+    })();
+    let mark = match &result {
+        Ok((rec, _)) => rec
+            .last_actual_ns()
+            .saturating_add(1)
+            .min(SENDER_FAILED - 1),
+        Err(_) => SENDER_FAILED,
+    };
+    done.store(mark, Ordering::Release);
+    result
+}
+
+/// Waits until `due_ns` and returns the time it saw then. Spins, so that sends go out within
+/// a few hundred ns of their time. With `share`, while more than 20 µs remain it yields between
+/// checks, so that a receiver on the same CPU still runs (a yield to an idle receiver costs
+/// well under 20 µs). Without it, it never yields: a yield would also hand the CPU to unrelated
+/// work for a whole time slice.
+#[inline]
+fn wait_until(clock: &Clock, due_ns: u64, share: bool) -> u64 {
+    const YIELD_ABOVE_NS: u64 = 20_000;
+    loop {
+        let now = clock.now_ns();
+        if now >= due_ns {
+            return now;
+        }
+        if share && due_ns - now > YIELD_ABOVE_NS {
+            thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+/// The receiver: matches responses until the grace period after the last send has passed.
+fn receive(
+    cfg: &ClientConfig,
+    fds: &[RawFd],
+    clock: Clock,
+    done: &AtomicU64,
+) -> io::Result<ResponseRecorder> {
+    if let Some(cpu) = cfg.rx_cpu {
+        pin_current_thread(cpu)?;
+    }
+    let mut rec = ResponseRecorder::for_schedule(&cfg.schedule);
+    let mut pollfds: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let mut buf = vec![0u8; wire::MAX_LEN + 1];
+    let mut deadline = u64::MAX;
+    loop {
+        if deadline == u64::MAX {
+            let d = done.load(Ordering::Acquire);
+            if d == SENDER_FAILED {
+                break;
+            }
+            if d != 0 {
+                let last_send = d - 1;
+                deadline = last_send
+                    .max(cfg.schedule.duration_ns)
+                    .saturating_add(cfg.grace_ns);
+                rec.set_deadline(deadline);
+            }
+        }
+        let now = clock.now_ns();
+        if now > deadline {
+            break;
+        }
+        // Wake at least every 10 ms to notice the end of the run.
+        let timeout_ms = ((deadline - now) / 1_000_000).clamp(1, 10) as libc::c_int;
+        // SAFETY: pollfds is a valid array of this length.
+        let n = unsafe {
+            libc::poll(
+                pollfds.as_mut_ptr(),
+                pollfds.len() as libc::nfds_t,
+                timeout_ms,
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        for p in pollfds.iter_mut().filter(|p| p.revents != 0) {
+            p.revents = 0;
+            drain(p.fd, &mut buf, &clock, &mut rec)?;
+        }
+    }
+    Ok(rec)
+}
+
+/// Reads every datagram waiting on `fd` without blocking.
+fn drain(fd: RawFd, buf: &mut [u8], clock: &Clock, rec: &mut ResponseRecorder) -> io::Result<()> {
+    loop {
+        // SAFETY: buf is valid for writes of its length. MSG_DONTWAIT keeps the socket itself
+        // blocking for the sender, which shares its file description.
+        let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return match e.raw_os_error() {
+                Some(libc::EAGAIN) => Ok(()),
+                // An ICMP error for an earlier send (the server was not listening yet, or has
+                // gone): that request is lost and counted as such; keep reading.
+                Some(libc::ECONNREFUSED) | Some(libc::EINTR) => continue,
+                _ => Err(e),
+            };
+        }
+        let now = clock.now_ns();
+        match Message::decode(&buf[..n as usize]) {
+            Ok(m) => {
+                rec.record_response(m.id, m.scheduled_send_ns, now);
+            }
+            Err(_) => rec.record_malformed(),
+        }
+    }
+}
+
+/// Pins the calling thread to one CPU.
+pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return Err(invalid(format!("invalid cpu = {cpu}: out of range")));
+    }
+    // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: cpu is below CPU_SETSIZE, checked above.
+    unsafe { libc::CPU_SET(cpu, &mut set) };
+    // SAFETY: pid 0 is the calling thread; the set is valid and of the size passed.
+    let rc = unsafe { libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The CPUs this process may run on.
+pub fn allowed_cpus() -> io::Result<Vec<usize>> {
+    // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: pid 0 is the calling thread; the set is valid and of the size passed.
+    let rc = unsafe { libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut set) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((0..libc::CPU_SETSIZE as usize)
+        // SAFETY: i is below CPU_SETSIZE.
+        .filter(|&i| unsafe { libc::CPU_ISSET(i, &set) })
+        .collect())
+}
