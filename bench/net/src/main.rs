@@ -16,6 +16,8 @@
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
@@ -48,6 +50,11 @@ struct Args {
     /// The iokerneld binary; default: next to this program.
     #[arg(long)]
     iokerneld: Option<PathBuf>,
+    /// Instead of round trips, measure one-way packet rates for this many seconds: a Linux
+    /// sender flooding a Corral receiver through the TAP device, and one Corral runtime
+    /// flooding another through iokerneld's local switch.
+    #[arg(long)]
+    rates: Option<f64>,
 }
 
 fn pin(cpu: usize) {
@@ -115,6 +122,148 @@ fn client_thread(local: Ipv4Addr, server: SocketAddrV4, args: &Args, cpu: usize)
         }
     }
     [0.5, 0.99, 0.999].map(|q| hist.value_at_quantile(q) as f64 / 1e3)
+}
+
+/// Starts iokerneld with `nic_args`; returns it and its socket path.
+fn start_daemon(args: &Args, binary: &PathBuf, nic_args: &[&str], tag: &str) -> (Daemon, PathBuf) {
+    let dir = std::env::temp_dir().join(format!("corral-bench-net-{}-{tag}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = dir.join("iokerneld.sock");
+    let child = Command::new(binary)
+        .args(["--core", &args.iokernel_cpu.to_string()])
+        .args(["--managed-cores", &args.server_cpu.to_string()])
+        .args(nic_args)
+        .args(["--log-level", "warn"])
+        .arg("--socket")
+        .arg(&socket)
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("start iokerneld");
+    let daemon = Daemon(child, dir);
+    let start = Instant::now();
+    while !socket.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "iokerneld did not start"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    (daemon, socket)
+}
+
+/// A runtime with one kthread and the address `ip`; `spinning`: on a guaranteed core.
+fn net_runtime(socket: &PathBuf, name: &str, ip: Ipv4Addr, spinning: bool) -> Runtime {
+    let mut settings = IokernelSettings::new(socket, name);
+    if spinning {
+        settings = settings.guaranteed_cores(1).spinning_kthreads(1);
+    }
+    Runtime::new(
+        Config::default()
+            .kthreads(1)
+            .iokernel(settings)
+            .net(NetConfig::new(ip, 24)),
+    )
+    .expect("start a Corral runtime")
+}
+
+/// Starts a uthread counting the datagrams that reach `addr` on `rt`.
+fn start_sink(rt: &Runtime, addr: SocketAddrV4) -> Arc<AtomicU64> {
+    let count = Arc::new(AtomicU64::new(0));
+    let counter = count.clone();
+    rt.spawn(move || {
+        let socket = CorralUdp::bind(addr).expect("bind the sink");
+        let mut buf = vec![0u8; 2048];
+        while socket.recv_from(&mut buf).is_ok() {
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+    });
+    count
+}
+
+/// Datagrams per second a Linux sender gets through the TAP device to a Corral receiver
+/// spinning on the managed core, and the rate it offered.
+fn tap_rate(args: &Args, binary: &PathBuf, seconds: f64) -> (f64, f64) {
+    let (_daemon, socket) = start_daemon(
+        args,
+        binary,
+        &[
+            "--nic",
+            "tap",
+            "--tap-name",
+            "crlbench0",
+            "--host-ip",
+            "10.97.0.1/24",
+        ],
+        "tap",
+    );
+    let ip = Ipv4Addr::new(10, 97, 0, 2);
+    let rt = net_runtime(&socket, "tap-sink", ip, true);
+    let count = start_sink(&rt, SocketAddrV4::new(ip, 9));
+    let to = SocketAddrV4::new(ip, 9);
+    // Let ARP settle before timing.
+    let sender = UdpSocket::bind("10.97.0.1:0").unwrap();
+    sender.send_to(&[0u8; 64], to).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let before = count.load(Ordering::Relaxed);
+    let cpu = args.iokernel_cpu;
+    let (sent, elapsed) = std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                pin(cpu);
+                let payload = vec![0u8; args.payload];
+                let start = Instant::now();
+                let mut sent = 0u64;
+                while start.elapsed().as_secs_f64() < seconds {
+                    for _ in 0..64 {
+                        if sender.send_to(&payload, to).is_ok() {
+                            sent += 1;
+                        }
+                    }
+                }
+                (sent, start.elapsed().as_secs_f64())
+            })
+            .join()
+            .unwrap()
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let received = count.load(Ordering::Relaxed) - before;
+    (received as f64 / elapsed, sent as f64 / elapsed)
+}
+
+/// Datagrams per second one Corral runtime gets to another through iokerneld's local switch,
+/// both sharing the one managed core, and the rate the sender managed.
+fn local_rate(args: &Args, binary: &PathBuf, seconds: f64) -> (f64, f64) {
+    let (_daemon, socket) = start_daemon(args, binary, &["--nic", "none"], "local");
+    let (a_ip, b_ip) = (Ipv4Addr::new(10, 95, 0, 2), Ipv4Addr::new(10, 95, 0, 3));
+    let b = net_runtime(&socket, "local-sink", b_ip, false);
+    let count = start_sink(&b, SocketAddrV4::new(b_ip, 9));
+    let a = net_runtime(&socket, "local-source", a_ip, false);
+    let to = SocketAddrV4::new(b_ip, 9);
+    let payload = args.payload;
+    // One datagram first, so that ARP is resolved before timing.
+    a.block_on(move || {
+        let s = CorralUdp::bind(SocketAddrV4::new(a_ip, 0)).unwrap();
+        s.send_to(&[0u8; 64], to).unwrap();
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let before = count.load(Ordering::Relaxed);
+    let (sent, elapsed) = a.block_on(move || {
+        let s = CorralUdp::bind(SocketAddrV4::new(a_ip, 0)).unwrap();
+        let buf = vec![0u8; payload];
+        let start = Instant::now();
+        let mut sent = 0u64;
+        while start.elapsed().as_secs_f64() < seconds {
+            for _ in 0..64 {
+                if s.send_to(&buf, to).is_ok() {
+                    sent += 1;
+                }
+            }
+        }
+        (sent, start.elapsed().as_secs_f64())
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let received = count.load(Ordering::Relaxed) - before;
+    (received as f64 / elapsed, sent as f64 / elapsed)
 }
 
 struct Daemon(Child, PathBuf);
@@ -260,6 +409,23 @@ fn main() {
             .expect("own path")
             .with_file_name("iokerneld")
     });
+    if let Some(seconds) = args.rates {
+        let (tap_rx, tap_tx) = tap_rate(&args, &binary, seconds);
+        let (local_rx, local_tx) = local_rate(&args, &binary, seconds);
+        println!(
+            "one-way UDP rates, {} B payload, {seconds} s each",
+            args.payload
+        );
+        println!(
+            "Linux sender -> TAP -> iokerneld -> Corral receiver: {tap_rx:.0} received/s \
+             ({tap_tx:.0} sent/s)"
+        );
+        println!(
+            "Corral runtime -> iokerneld local switch -> Corral runtime: {local_rx:.0} \
+             received/s ({local_tx:.0} sent/s)"
+        );
+        return;
+    }
     let linux = linux_side(&args);
     let corral = corral_side(&args, &binary);
     let mode = if args.parked_gap_us == 0 {

@@ -373,3 +373,52 @@ fn two_runtimes_exchange_datagrams_through_local_switching() {
     assert_eq!(tap_rx_before, tap_rx_after, "frames leaked to the NIC");
     daemon.assert_alive();
 }
+
+/// A runtime flooding another through the local switch, both on the one managed core: the core
+/// changes hands thousands of times, and the sender never stalls waiting for completions that
+/// reached it after it parked.
+#[test]
+fn a_flooding_sender_never_stalls_on_a_shared_core() {
+    const DATAGRAMS: u64 = 200_000;
+    let _serial = serial();
+    let mut daemon = Daemon::start(6);
+    let (a_ip, b_ip) = (daemon.ip(20), daemon.ip(21));
+    let b = daemon.runtime("sink", 21);
+    let received = Arc::new(AtomicU64::new(0));
+    let counter = received.clone();
+    b.spawn(move || {
+        let socket = UdpSocket::bind(SocketAddrV4::new(b_ip, 9)).unwrap();
+        let mut buf = [0u8; 2048];
+        while socket.recv_from(&mut buf).is_ok() {
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+    });
+    let a = daemon.runtime("source", 20);
+    let sender = a.spawn(move || {
+        let socket = UdpSocket::bind(SocketAddrV4::new(a_ip, 0)).unwrap();
+        let to = SocketAddrV4::new(b_ip, 9);
+        for seq in 0..DATAGRAMS {
+            socket.send_to(&payload(seq, 64), to).unwrap();
+        }
+    });
+    wait_until("the sender to finish", Duration::from_secs(60), || {
+        sender.is_finished()
+    });
+    sender.join().unwrap();
+    wait_until("the sink to receive", Duration::from_secs(10), || {
+        received.load(Ordering::Relaxed) > 0
+    });
+    let stats = daemon.stats();
+    let source = stats["runtimes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "source")
+        .cloned()
+        .unwrap();
+    assert!(
+        source["grants"].as_u64().unwrap() > 1,
+        "the core never changed hands: {source:#}"
+    );
+    daemon.assert_alive();
+}

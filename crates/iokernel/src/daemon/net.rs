@@ -788,6 +788,21 @@ impl Daemon {
         // Room was checked before the descriptors were taken; fewer fit only if the kthread
         // lied about its ring position, and then the loss is its own.
         rt.kthreads[index].ingress.push_data(&completions[..n]);
+        if !rt.kthreads[index].active && rt.active.is_empty() && !rt.core_requested {
+            // Frames pushed just before the kthread parked: their completions may be what a
+            // blocked sender waits for, and no running kthread will see them. Ask for the next
+            // idle core, without taking one from anybody (this often follows a preemption).
+            rt.core_requested = true;
+            let id = rt.id;
+            let now = self.sched.now();
+            if let Err(e) = self
+                .sched
+                .alloc
+                .parked_with_work(id, now, &mut self.sched.decisions)
+            {
+                error!("parked_with_work refused for {id}: {e}");
+            }
+        }
         Ok(true)
     }
 }
