@@ -1,0 +1,113 @@
+//! `spin`: a UDP server whose requests each burn their requested service time as calibrated
+//! CPU work and are then echoed back. Runs on Corral (one uthread per request, optionally
+//! under iokerneld) or on plain Linux sockets for the baseline.
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::path::PathBuf;
+
+use clap::{Parser, ValueEnum};
+use corral_app_spin::{Calibration, serve};
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Mode {
+    Corral,
+    Linux,
+}
+
+#[derive(Parser, Debug)]
+#[command(about = "UDP spin server: burn each request's service time, then echo it")]
+struct Args {
+    #[arg(long, value_enum, default_value_t = Mode::Corral)]
+    runtime: Mode,
+    /// Address to serve on. On Corral, also the runtime's own IP address.
+    #[arg(long, default_value = "10.99.0.2:5000")]
+    addr: SocketAddrV4,
+    /// Prefix length of the runtime's subnet (Corral).
+    #[arg(long, default_value_t = 24)]
+    prefix: u8,
+    /// iokerneld's control socket (Corral); default: `CORRAL_IOKERNELD`, else standalone.
+    #[arg(long)]
+    iokerneld: Option<PathBuf>,
+    /// Kthreads (Corral).
+    #[arg(long, default_value_t = 1)]
+    kthreads: usize,
+    /// Guaranteed cores, each with a spinning kthread (Corral under iokerneld).
+    #[arg(long, default_value_t = 0)]
+    spinning: usize,
+    /// CPU to pin the server thread to (Linux).
+    #[arg(long)]
+    cpu: Option<usize>,
+}
+
+fn main() {
+    let args = Args::parse();
+    let calibration = Calibration::measure();
+    eprintln!(
+        "spin: {:.1} iterations per microsecond; serving {} on {:?}",
+        calibration.iterations_per_us, args.addr, args.runtime
+    );
+    match args.runtime {
+        Mode::Linux => serve_linux(&args, calibration),
+        Mode::Corral => serve_corral(&args, calibration),
+    }
+}
+
+fn serve_linux(args: &Args, calibration: Calibration) {
+    if let Some(cpu) = args.cpu {
+        // SAFETY: cpu_set_t is plain data; pinning the calling thread.
+        unsafe {
+            let mut set: libc::cpu_set_t = core::mem::zeroed();
+            libc::CPU_SET(cpu, &mut set);
+            libc::sched_setaffinity(0, core::mem::size_of::<libc::cpu_set_t>(), &set);
+        }
+    }
+    let socket = std::net::UdpSocket::bind(args.addr).unwrap_or_else(|e| {
+        eprintln!("spin: cannot bind {}: {e}", args.addr);
+        std::process::exit(1)
+    });
+    let mut buf = vec![0u8; 65_536];
+    loop {
+        let Ok((n, from)) = socket.recv_from(&mut buf) else {
+            continue;
+        };
+        if serve(&calibration, &buf[..n]) {
+            let _ = socket.send_to(&buf[..n], from);
+        }
+    }
+}
+
+fn serve_corral(args: &Args, calibration: Calibration) {
+    let ip: Ipv4Addr = *args.addr.ip();
+    let mut config = corral::Config::from_env()
+        .kthreads(args.kthreads)
+        .net(corral::net::NetConfig::new(ip, args.prefix));
+    if let Some(socket) = &args.iokerneld {
+        config = config.iokernel(corral::IokernelSettings::new(socket, "spin"));
+    }
+    if let corral::Mode::Iokernel(settings) = &config.mode {
+        let settings = settings
+            .clone()
+            .guaranteed_cores(args.spinning)
+            .spinning_kthreads(args.spinning);
+        config = config.iokernel(settings);
+    }
+    let rt = corral::Runtime::new(config).unwrap_or_else(|e| {
+        eprintln!("spin: cannot start the runtime: {e}");
+        std::process::exit(1)
+    });
+    let addr = args.addr;
+    rt.block_on(move || {
+        let _server = corral::net::UdpSpawner::bind(addr, move |request, _from, reply| {
+            if serve(&calibration, &request) {
+                let _ = reply.send(&request);
+            }
+        })
+        .unwrap_or_else(|e| {
+            eprintln!("spin: cannot bind {addr}: {e}");
+            std::process::exit(1)
+        });
+        loop {
+            corral::sleep(std::time::Duration::from_secs(3600));
+        }
+    });
+}
