@@ -183,19 +183,7 @@ fn start_sink(rt: &Runtime, addr: SocketAddrV4) -> Arc<AtomicU64> {
 /// Datagrams per second a Linux sender gets through the TAP device to a Corral receiver
 /// spinning on the managed core, and the rate it offered.
 fn tap_rate(args: &Args, binary: &PathBuf, seconds: f64) -> (f64, f64) {
-    let (_daemon, socket) = start_daemon(
-        args,
-        binary,
-        &[
-            "--nic",
-            "tap",
-            "--tap-name",
-            "crlbench0",
-            "--host-ip",
-            "10.97.0.1/24",
-        ],
-        "tap",
-    );
+    let (_daemon, socket) = start_daemon(args, binary, &TAP_ARGS, "tap");
     let ip = Ipv4Addr::new(10, 97, 0, 2);
     let rt = net_runtime(&socket, "tap-sink", ip, true);
     let count = start_sink(&rt, SocketAddrV4::new(ip, 9));
@@ -276,48 +264,20 @@ impl Drop for Daemon {
     }
 }
 
+/// The TAP device and host address both Corral experiments use.
+const TAP_ARGS: [&str; 6] = [
+    "--nic",
+    "tap",
+    "--tap-name",
+    "crlbench0",
+    "--host-ip",
+    "10.97.0.1/24",
+];
+
 fn corral_side(args: &Args, binary: &PathBuf) -> Vec<Tails> {
-    let dir = std::env::temp_dir().join(format!("corral-bench-net-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let socket = dir.join("iokerneld.sock");
-    let child = Command::new(binary)
-        .args(["--core", &args.iokernel_cpu.to_string()])
-        .args(["--managed-cores", &args.server_cpu.to_string()])
-        .args([
-            "--nic",
-            "tap",
-            "--tap-name",
-            "crlbench0",
-            "--host-ip",
-            "10.97.0.1/24",
-        ])
-        .args(["--log-level", "warn"])
-        .arg("--socket")
-        .arg(&socket)
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("start iokerneld");
-    let _daemon = Daemon(child, dir);
-    let start = Instant::now();
-    while !socket.exists() {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "iokerneld did not start"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    let (_daemon, socket) = start_daemon(args, binary, &TAP_ARGS, "echo");
     let server_ip = Ipv4Addr::new(10, 97, 0, 2);
-    let mut settings = IokernelSettings::new(&socket, "echo-bench");
-    if args.parked_gap_us == 0 {
-        settings = settings.guaranteed_cores(1).spinning_kthreads(1);
-    }
-    let rt = Runtime::new(
-        Config::default()
-            .kthreads(1)
-            .iokernel(settings)
-            .net(NetConfig::new(server_ip, 24)),
-    )
-    .expect("start the Corral echo server");
+    let rt = net_runtime(&socket, "echo-bench", server_ip, args.parked_gap_us == 0);
     let server = SocketAddrV4::new(server_ip, 7);
     let _server = rt.spawn(move || {
         let socket = CorralUdp::bind(server).expect("bind the echo port");

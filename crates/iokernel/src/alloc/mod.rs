@@ -492,18 +492,7 @@ impl Allocator {
         now: u64,
         out: &mut Vec<Decision>,
     ) -> Result<(), AllocError> {
-        self.check_clock(now)?;
-        let slot = self.slot_of(runtime)?;
-        self.now = now;
-        if self.runtimes[slot].committed() > 0 {
-            return Ok(());
-        }
-        self.victim_rank_valid = false;
-        self.runtimes[slot].has_pending_work = true;
-        if !self.grant_one_core(slot, false, out) {
-            self.set_waiting(slot, true);
-        }
-        Ok(())
+        self.wants_first_core(runtime, now, false, out)
     }
 
     /// A preempted kthread parked with runnable work left on its queue. The runtime waits for
@@ -516,6 +505,19 @@ impl Allocator {
         now: u64,
         out: &mut Vec<Decision>,
     ) -> Result<(), AllocError> {
+        self.wants_first_core(runtime, now, true, out)
+    }
+
+    /// A runtime with no core has work: a core at once if one can be had (`only_idle`: without
+    /// preempting), else the next one freed. Remembered until it is granted one, since with no
+    /// kthread running there is nothing to observe.
+    fn wants_first_core(
+        &mut self,
+        runtime: RuntimeId,
+        now: u64,
+        only_idle: bool,
+        out: &mut Vec<Decision>,
+    ) -> Result<(), AllocError> {
         self.check_clock(now)?;
         let slot = self.slot_of(runtime)?;
         self.now = now;
@@ -523,8 +525,12 @@ impl Allocator {
             return Ok(());
         }
         self.victim_rank_valid = false;
-        self.runtimes[slot].has_stranded_work = true;
-        if !self.grant_one_core(slot, true, out) {
+        if only_idle {
+            self.runtimes[slot].has_stranded_work = true;
+        } else {
+            self.runtimes[slot].has_pending_work = true;
+        }
+        if !self.grant_one_core(slot, only_idle, out) {
             self.set_waiting(slot, true);
         }
         Ok(())
