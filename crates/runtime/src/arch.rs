@@ -134,9 +134,10 @@ pub(crate) unsafe fn gs_dec32_is_zero<const OFFSET: usize>() -> bool {
 }
 
 /// Saves the callee-saved registers on the current stack, stores the stack pointer to
-/// `*save_rsp`, marks the old context as no longer running (`*prev_running = 0`, after the save,
-/// so whoever resumes it next sees a complete context), and resumes the context whose stack
-/// pointer is `next_rsp`.
+/// `*save_rsp`, moves to the stack `next_rsp`, and only then marks the old context as no longer
+/// running (`*prev_running = 0`), so that whoever resumes it next sees a complete context and
+/// nothing of ours (not even a signal frame) is still being written to its stack; then resumes
+/// the new context.
 ///
 /// Only callee-saved state is kept: this is called like a function, so the caller has already
 /// given up every register the System V ABI lets a callee clobber, including all vector state.
@@ -159,9 +160,12 @@ pub(crate) unsafe extern "C" fn switch_context(
         "push r14",
         "push r15",
         "mov [rdi], rsp",
+        // Leave the old stack before publishing that it is free: a signal delivered between
+        // the two would otherwise push its frame onto a stack another kthread may already be
+        // running the old context on.
+        "mov rsp, rsi",
         // x86 stores are not reordered with older stores: this is a release store.
         "mov byte ptr [rdx], 0",
-        "mov rsp, rsi",
         "pop r15",
         "pop r14",
         "pop r13",
