@@ -5,7 +5,10 @@
 //! and one eventfd per kthread attached as `SCM_RIGHTS`, in that order, and gets one
 //! [`Reply`]. It then keeps the connection open for as long as it lives: iokerneld takes the
 //! closing of the connection as the runtime's exit and reclaims its cores at once. Any client
-//! may instead send [`Request::Stats`] and get the daemon's counters as JSON text.
+//! may instead send [`Request::Stats`] and get the daemon's counters as JSON text, or
+//! [`Request::Gen`] with a run spec (JSON text) for iokerneld's built-in traffic generator (the
+//! `gen` NIC backend); the [`Reply::Gen`] with the results comes when the run has ended, and
+//! closing the connection before then abandons the run.
 //!
 //! Every message starts with a 16-byte [`MessageHeader`]. All integers are little-endian.
 //! [`Request::decode`] checks every field of what a runtime sent, and its errors name the field
@@ -32,8 +35,20 @@ pub const HEADER_LEN: usize = 16;
 /// Bytes of a registration body before its table of thread ids.
 pub const REGISTER_FIXED_LEN: usize = NAME_LEN + 28;
 
-/// Largest request: a registration with [`MAX_REGISTER_KTHREADS`] thread ids.
-pub const MAX_REQUEST_LEN: usize = HEADER_LEN + REGISTER_FIXED_LEN + 4 * MAX_REGISTER_KTHREADS;
+/// Longest run spec a [`Request::Gen`] may carry, in bytes of JSON.
+pub const MAX_GEN_SPEC_LEN: usize = 64 << 10;
+
+/// Largest request: a registration with [`MAX_REGISTER_KTHREADS`] thread ids, or a
+/// [`Request::Gen`] with the longest spec, whichever is longer.
+pub const MAX_REQUEST_LEN: usize = {
+    let register = HEADER_LEN + REGISTER_FIXED_LEN + 4 * MAX_REGISTER_KTHREADS;
+    let generate = HEADER_LEN + MAX_GEN_SPEC_LEN;
+    if register > generate {
+        register
+    } else {
+        generate
+    }
+};
 
 /// Largest reply iokerneld sends (a statistics dump may be long).
 pub const MAX_REPLY_LEN: usize = 1 << 20;
@@ -44,12 +59,16 @@ pub mod kind {
     pub const REGISTER: u16 = 1;
     /// Request: dump statistics.
     pub const STATS: u16 = 2;
+    /// Request: play a traffic generator run (the body is its spec, JSON text).
+    pub const GEN: u16 = 3;
     /// Reply: the registration was accepted.
     pub const REGISTERED: u16 = 0x81;
     /// Reply: the request was refused.
     pub const ERROR: u16 = 0x82;
     /// Reply: statistics, as JSON text.
     pub const STATS_REPLY: u16 = 0x83;
+    /// Reply: a traffic generator run's results, as JSON text.
+    pub const GEN_REPLY: u16 = 0x84;
 }
 
 /// The first 16 bytes of every message.
@@ -232,6 +251,13 @@ pub enum Request {
     Register(Registration),
     /// Dump statistics.
     Stats,
+    /// Play a run of the built-in traffic generator. Answered with [`Reply::Gen`] when the run
+    /// has ended, or at once with [`Reply::Error`].
+    Gen {
+        /// The run spec: 1 to [`MAX_GEN_SPEC_LEN`] bytes of UTF-8 (its contents are the
+        /// daemon's business).
+        json: String,
+    },
 }
 
 impl Request {
@@ -266,6 +292,10 @@ impl Request {
                 }
             }
             Request::Stats => MessageHeader::encode(kind::STATS, 0, &mut out),
+            Request::Gen { json } => {
+                MessageHeader::encode(kind::GEN, json.len(), &mut out);
+                out.extend_from_slice(json.as_bytes());
+            }
         }
         out
     }
@@ -374,6 +404,29 @@ impl Request {
                 }
                 Ok(Request::Stats)
             }
+            kind::GEN => {
+                if body.is_empty() || body.len() > MAX_GEN_SPEC_LEN {
+                    return Err(ControlError::BadField {
+                        field: "spec",
+                        value: format!("{} bytes", body.len()),
+                        expected: "1 to 65536 bytes of JSON",
+                    });
+                }
+                let json = core::str::from_utf8(body).map_err(|e| ControlError::BadField {
+                    field: "spec",
+                    value: format!("invalid UTF-8 at byte {}", e.valid_up_to()),
+                    expected: "UTF-8 JSON text",
+                })?;
+                if descriptors != 0 {
+                    return Err(ControlError::Descriptors {
+                        expected: 0,
+                        actual: descriptors,
+                    });
+                }
+                Ok(Request::Gen {
+                    json: json.to_owned(),
+                })
+            }
             other => Err(ControlError::UnknownKind(other)),
         }
     }
@@ -389,6 +442,8 @@ pub enum Reply {
     Error { message: String },
     /// Statistics as JSON text.
     Stats { json: String },
+    /// A traffic generator run's results as JSON text.
+    Gen { json: String },
 }
 
 impl Reply {
@@ -400,9 +455,12 @@ impl Reply {
                 MessageHeader::encode(kind::REGISTERED, 8, &mut out);
                 out.extend_from_slice(&runtime_id.to_le_bytes());
             }
-            Reply::Error { message } | Reply::Stats { json: message } => {
+            Reply::Error { message }
+            | Reply::Stats { json: message }
+            | Reply::Gen { json: message } => {
                 let kind = match self {
                     Reply::Error { .. } => kind::ERROR,
+                    Reply::Gen { .. } => kind::GEN_REPLY,
                     _ => kind::STATS_REPLY,
                 };
                 let text = &message.as_bytes()[..message.len().min(MAX_REPLY_LEN - HEADER_LEN)];
@@ -440,6 +498,7 @@ impl Reply {
                 message: text(body)?,
             }),
             kind::STATS_REPLY => Ok(Reply::Stats { json: text(body)? }),
+            kind::GEN_REPLY => Ok(Reply::Gen { json: text(body)? }),
             other => Err(ControlError::UnknownKind(other)),
         }
     }
@@ -745,6 +804,80 @@ mod tests {
         bytes[kthreads_at..kthreads_at + 2].copy_from_slice(&60000u16.to_le_bytes());
         let err = Request::decode(&bytes, 3).unwrap_err();
         assert!(err.to_string().contains("kthreads = 60000"), "{err}");
+    }
+
+    #[test]
+    fn gen_requests_and_replies_round_trip() {
+        let json = r#"{"target":"10.99.0.2:5000","phases":[{"rate_rps":1000.0,"duration_s":1.0}]}"#;
+        let request = Request::Gen {
+            json: json.to_owned(),
+        };
+        let bytes = request.encode();
+        assert_eq!(bytes.len(), HEADER_LEN + json.len());
+        assert_eq!(u16::from_le_bytes([bytes[6], bytes[7]]), kind::GEN);
+        assert_eq!(Request::decode(&bytes, 0), Ok(request));
+        let longest = Request::Gen {
+            json: "x".repeat(MAX_GEN_SPEC_LEN),
+        };
+        let bytes = longest.encode();
+        assert!(bytes.len() <= MAX_REQUEST_LEN);
+        assert_eq!(Request::decode(&bytes, 0), Ok(longest));
+        let reply = Reply::Gen {
+            json: "{\"summary\":{}}".into(),
+        };
+        assert_eq!(Reply::decode(&reply.encode()), Ok(reply));
+    }
+
+    #[test]
+    fn bad_gen_requests_are_refused_naming_the_spec() {
+        let field = |e: ControlError| match e {
+            ControlError::BadField { field, .. } => field,
+            other => panic!("expected a bad field, got {other}"),
+        };
+        let empty = Request::Gen {
+            json: String::new(),
+        };
+        let err = Request::decode(&empty.encode(), 0).unwrap_err();
+        assert!(err.to_string().contains("invalid spec = 0 bytes"), "{err}");
+        assert_eq!(field(err), "spec");
+        let too_long = Request::Gen {
+            json: "x".repeat(MAX_GEN_SPEC_LEN + 1),
+        };
+        let err = Request::decode(&too_long.encode(), 0).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains(&format!("{} bytes", MAX_GEN_SPEC_LEN + 1)),
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains(&MAX_GEN_SPEC_LEN.to_string()),
+            "{err}"
+        );
+        let mut bytes = Request::Gen {
+            json: "{\"a\":1}".into(),
+        }
+        .encode();
+        bytes[HEADER_LEN + 2] = 0xff;
+        let err = Request::decode(&bytes, 0).unwrap_err();
+        assert!(err.to_string().contains("invalid UTF-8 at byte 2"), "{err}");
+        assert_eq!(field(err), "spec");
+        let bytes = Request::Gen { json: "{}".into() }.encode();
+        assert_eq!(
+            Request::decode(&bytes, 1),
+            Err(ControlError::Descriptors {
+                expected: 0,
+                actual: 1
+            })
+        );
+        for len in 0..bytes.len() {
+            assert!(Request::decode(&bytes[..len], 0).is_err(), "length {len}");
+        }
+        let mut bytes = Reply::Gen { json: "{}".into() }.encode();
+        bytes[HEADER_LEN] = 0xff;
+        assert!(matches!(
+            Reply::decode(&bytes),
+            Err(ControlError::BadField { field: "text", .. })
+        ));
     }
 
     #[test]

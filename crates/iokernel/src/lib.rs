@@ -1,6 +1,8 @@
 //! iokerneld's building blocks: the core allocator (`alloc`), its settings (`config`), the
-//! machine's CPUs (`cpus`), the control socket (`control`), the daemon loop and packet switch (`daemon`), the NIC backends (`nic`), and a
-//! client that speaks the shared-memory ABI directly (`client`, for tests and benchmarks).
+//! machine's CPUs (`cpus`), the control socket (`control`), the daemon loop and packet switch
+//! (`daemon`), the NIC backends (`nic`), the traffic generator's run spec and results
+//! (`genrun`), and a client that speaks the shared-memory ABI directly (`client`, for tests and
+//! benchmarks).
 
 pub mod alloc;
 pub mod client;
@@ -8,6 +10,7 @@ pub mod config;
 pub mod control;
 pub mod cpus;
 pub mod daemon;
+pub mod genrun;
 pub mod logger;
 pub mod netclient;
 pub mod nic;

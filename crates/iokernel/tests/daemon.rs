@@ -346,7 +346,10 @@ fn help_explains_every_setting() {
         "`log_level`",
         "--log-file",
         "`log_file`",
+        "--nic",
+        "`gen`",
         "stats",
+        "gen",
     ] {
         assert!(
             text.contains(setting),
@@ -356,6 +359,29 @@ fn help_explains_every_setting() {
     let (code, text) = run_iokerneld(&["stats", "--help"]);
     assert_eq!(code, 0, "{text}");
     assert!(text.contains("--socket"), "{text}");
+    let (code, text) = run_iokerneld(&["gen", "--help"]);
+    assert_eq!(code, 0, "{text}");
+    for flag in [
+        "--socket",
+        "--target",
+        "--rate",
+        "--duration",
+        "--phase",
+        "RPS@SECONDS",
+        "--service",
+        "--arrivals",
+        "--clients",
+        "--seed",
+        "--payload",
+        "--grace-ms",
+        "--window-ms",
+        "--json",
+    ] {
+        assert!(
+            text.contains(flag),
+            "gen --help does not mention {flag}:\n{text}"
+        );
+    }
 }
 
 #[test]

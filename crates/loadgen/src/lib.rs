@@ -5,6 +5,9 @@
 //! - [`wire`]: the fixed-size little-endian request payload that a spin server echoes back.
 //! - [`recorder`]: latency from each request's scheduled send time (no coordinated omission),
 //!   loss and duplicate accounting, offered versus achieved rate, and schedule adherence.
+//! - [`phases`]: schedules made of phases at different rates played back to back, ids
+//!   continuing across them.
+//! - [`windows`]: latency per window of scheduled send time, to see it change over a run.
 //! - [`queueing`]: the zero-overhead bound, the sojourn time of one ideal FCFS server, from the
 //!   M/M/1 formula and by simulation of the same schedule.
 //! - [`client`]: a Linux UDP client that plays a schedule against a server (the baseline; the
@@ -40,11 +43,16 @@
 //! ```
 
 pub mod client;
+pub mod phases;
 pub mod queueing;
 pub mod recorder;
 pub mod schedule;
+pub mod windows;
 pub mod wire;
+
+pub use phases::{Phase, PhasedSchedule, Phases, PhasesError};
 
 pub use recorder::{AdherencePolicy, Percentiles, Recorder, RunInfo, Summary};
 pub use schedule::{Arrivals, Request, Schedule, ScheduleConfig, ServiceDist};
+pub use windows::{WindowReport, WindowedLatency};
 pub use wire::Message;

@@ -15,7 +15,7 @@
 
 use std::fmt;
 
-use hdrhistogram::Histogram;
+use hdrhistogram::{Counter, Histogram};
 use serde::{Deserialize, Serialize};
 
 use crate::schedule::{NS_PER_SEC, ScheduleConfig};
@@ -48,7 +48,7 @@ pub struct Percentiles {
 }
 
 impl Percentiles {
-    pub fn of(h: &Histogram<u64>) -> Percentiles {
+    pub fn of<T: Counter>(h: &Histogram<T>) -> Percentiles {
         if h.is_empty() {
             return Percentiles::default();
         }

@@ -1,7 +1,7 @@
 //! The control socket, polled from the busy loop: accepting connections, registering runtimes,
-//! answering statistics requests, and noticing hang-ups.
+//! answering statistics requests, starting traffic generator runs, and noticing hang-ups.
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 
 use corral_abi::control::{Registration, Reply, Request};
@@ -19,6 +19,22 @@ use crate::sys::Mapping;
 
 /// Messages read from one connection per poll, so that a chatty client cannot stall the loop.
 const MESSAGES_PER_POLL: usize = 8;
+
+/// Sends a reply that may be long (statistics, a run's results). A whole message must fit in
+/// the socket's send buffer, which with many runtimes or windows the text outgrows.
+pub(super) fn send_text_reply(fd: BorrowedFd<'_>, reply: &Reply) -> std::io::Result<()> {
+    let text = match reply {
+        Reply::Stats { json } | Reply::Gen { json } => json.len(),
+        Reply::Error { message } => message.len(),
+        Reply::Registered { .. } => 0,
+    };
+    let room = 2 * text + 4096;
+    if room > 200 << 10 {
+        let _ = rustix::net::sockopt::set_socket_send_buffer_size_force(fd, room)
+            .or_else(|_| rustix::net::sockopt::set_socket_send_buffer_size(fd, room));
+    }
+    send_reply(fd, reply)
+}
 
 impl Daemon {
     /// Handles whatever happened on the control socket since the last poll, without waiting.
@@ -174,24 +190,13 @@ impl Daemon {
             Err(e) => self.refuse(index, e.to_string()),
             Ok(Request::Stats) => {
                 let json = self.stats_json();
-                if let Some(conn) = self.conns[index].as_ref() {
-                    // A whole message must fit in the send buffer; with many runtimes the dump
-                    // outgrows the default.
-                    let room = 2 * json.len() + 4096;
-                    if room > 200 << 10 {
-                        let fd = conn.fd.as_fd();
-                        let _ = rustix::net::sockopt::set_socket_send_buffer_size_force(fd, room)
-                            .or_else(|_| {
-                                rustix::net::sockopt::set_socket_send_buffer_size(fd, room)
-                            });
-                    }
-                }
                 if let Some(conn) = self.conns[index].as_ref()
-                    && let Err(e) = send_reply(conn.fd.as_fd(), &Reply::Stats { json })
+                    && let Err(e) = send_text_reply(conn.fd.as_fd(), &Reply::Stats { json })
                 {
                     warn!("cannot send statistics to pid {}: {e}", conn.pid);
                 }
             }
+            Ok(Request::Gen { json }) => self.gen_request(index, &json),
             Ok(Request::Register(registration)) => {
                 if let Some(id) = self.conns[index].as_ref().and_then(|c| c.runtime) {
                     let message = format!("this connection already registered {id}");
@@ -401,6 +406,14 @@ impl Daemon {
 
     /// Closes a connection (its runtime, if any, must already be gone).
     pub(super) fn close_conn(&mut self, index: usize) {
+        if let Some(conn) = self.conns.get(index).and_then(Option::as_ref)
+            && self
+                .gen_run
+                .as_ref()
+                .is_some_and(|run| run.is_conn(index, conn.generation))
+        {
+            self.abandon_gen("the connection that asked for it closed");
+        }
         if let Some(conn) = self.conns.get_mut(index).and_then(Option::take) {
             let _ = epoll::delete(&self.epoll, &conn.fd);
             self.free_conns.push(index);

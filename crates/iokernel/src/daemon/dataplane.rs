@@ -294,6 +294,7 @@ fn command(
                 .alloc
                 .kthread_parked(id, kthread, now, &mut sched.decisions)
                 .map_err(bad)?;
+            sched.counters.parks += 1;
             net::refresh_active(&sched.alloc, runtime);
             // A frame steered to this kthread after its last look at the ring, but before its
             // park was read here, would otherwise wait for its next wake-up.

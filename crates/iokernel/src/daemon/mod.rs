@@ -1,6 +1,6 @@
 //! The iokerneld daemon: one busy-polling thread that drains the runtimes' command rings, runs
 //! the core allocator every interval, carries out its decisions, and every `control_poll_us`
-//! serves the control socket (registrations, statistics, hang-ups).
+//! serves the control socket (registrations, statistics, traffic generator runs, hang-ups).
 //!
 //! Everything a runtime wrote is untrusted: a bad command, impossible queue counters or a
 //! kthread that cannot be woken evicts that runtime (its threads are moved off the managed
@@ -9,6 +9,7 @@
 
 mod control_plane;
 mod dataplane;
+mod generator;
 mod net;
 mod stats;
 
@@ -135,6 +136,8 @@ struct Counters {
     wakes: u64,
     preemptions_signalled: u64,
     timer_wakeups: u64,
+    /// Kthreads that gave back a core (`Park`, or `Yielded` after a preemption).
+    parks: u64,
 }
 
 /// The allocator and what feeds it, apart from the runtime table so that both can be
@@ -174,6 +177,8 @@ pub struct Daemon {
     /// decided, so that the runtime can measure the whole preemption.
     promised: Vec<Option<(RuntimeId, u64)>>,
     switch: Switch,
+    /// The traffic generator's run in progress (with `nic = gen`).
+    gen_run: Option<Box<generator::GenOwner>>,
     started: Instant,
 }
 
@@ -223,6 +228,7 @@ impl Daemon {
             evictions: Vec::new(),
             promised,
             switch: Switch::new(nic),
+            gen_run: None,
             started: Instant::now(),
         })
     }
@@ -251,6 +257,7 @@ impl Daemon {
                 }
             }
             if now >= next_poll {
+                self.poll_gen(now);
                 self.poll_control();
                 self.execute();
                 next_poll = now + poll;

@@ -232,6 +232,11 @@ impl Tables {
         self.ips.insert(ip_key(ipv4), slot);
     }
 
+    /// The runtime that registered `ipv4`.
+    pub fn ip_owner(&self, ipv4: [u8; 4]) -> Option<usize> {
+        self.ips.get(&ip_key(ipv4)).copied()
+    }
+
     pub fn remove(&mut self, mac: [u8; 6], ipv4: [u8; 4], slot: usize) {
         let key = mac_key(&mac);
         if self.macs.get(&key) == Some(&slot) {
@@ -654,7 +659,7 @@ impl Daemon {
             return;
         }
         sw.batch.clear();
-        let got = nic.recv_burst(&mut sw.batch);
+        let got = nic.recv_burst_at(&mut sw.batch, now);
         sw.nic_busy = got > 0;
         sw.next_nic_poll = now + nic.idle_poll_interval_ns();
         for i in 0..got {

@@ -64,6 +64,9 @@ pub struct GlobalStats {
     pub wakes: u64,
     pub preemptions_signalled: u64,
     pub timer_wakeups: u64,
+    /// Kthreads that gave back a core (parked, or yielded after a preemption).
+    #[serde(default)]
+    pub parks: u64,
     pub idle_cores: usize,
 }
 
@@ -141,6 +144,7 @@ impl Daemon {
             wakes: c.wakes,
             preemptions_signalled: c.preemptions_signalled,
             timer_wakeups: c.timer_wakeups,
+            parks: c.parks,
             idle_cores: alloc.idle_core_count(),
         };
         let runtimes = self

@@ -6,12 +6,17 @@
 //! equally be a device (`tap`) or a traffic source and sink living inside iokerneld (`gen`,
 //! which plays a request schedule onto the receive path and takes responses from `send`).
 
+mod generator;
 mod tap;
 
 use std::io;
 
 use serde::{Deserialize, Serialize};
 
+pub use generator::{
+    ARP_REFRESH_NS, CLIENT_PORT_BASE, CLIENT_PORTS, FinishedRun, GEN_MAC, Gen, GenCounters,
+    START_DELAY_NS, client_port,
+};
 pub use tap::Tap;
 
 use crate::config::NicConfig;
@@ -114,6 +119,14 @@ pub trait Nic {
     /// returns how many were added.
     fn recv_burst(&mut self, out: &mut FrameBatch) -> usize;
 
+    /// [`Nic::recv_burst`] for a loop that has just read `CLOCK_MONOTONIC` (`now`, in ns): a
+    /// backend that needs the time (`gen`, to know which requests are due) uses it rather than
+    /// read the clock again on every poll.
+    fn recv_burst_at(&mut self, out: &mut FrameBatch, now: u64) -> usize {
+        let _ = now;
+        self.recv_burst(out)
+    }
+
     /// Sends one frame without waiting. An error means the frame was not sent.
     fn send(&mut self, frame: &[u8]) -> io::Result<()>;
 
@@ -126,6 +139,12 @@ pub trait Nic {
     fn idle_poll_interval_ns(&self) -> u64 {
         0
     }
+
+    /// The traffic generator, if this backend is `gen`: the daemon starts and collects its
+    /// runs through it.
+    fn as_gen(&mut self) -> Option<&mut Gen> {
+        None
+    }
 }
 
 /// Opens the configured backend; `None` for `nic = none`.
@@ -137,6 +156,7 @@ pub fn open(config: &NicConfig) -> io::Result<Option<Box<dyn Nic>>> {
             host_ip,
             prefix,
         } => Ok(Some(Box::new(Tap::open(name, *host_ip, *prefix)?))),
+        NicConfig::Gen { host_ip, prefix } => Ok(Some(Box::new(Gen::new(*host_ip, *prefix)))),
     }
 }
 

@@ -1,0 +1,717 @@
+//! Runs of the `gen` NIC backend: what a run is asked to do ([`GenSpec`], sent as JSON in a
+//! `Request::Gen`) and what it reports ([`GenResult`], the JSON of the `Reply::Gen`).
+//!
+//! A spec is checked field by field and every refusal names the field (`phases[1].rate_rps`,
+//! `payload`, ...) and the value, because it travels back to whoever asked for the run. Both
+//! `iokerneld gen` (before sending) and the daemon (on receipt) check it.
+
+use std::fmt;
+use std::net::{Ipv4Addr, SocketAddrV4};
+
+use corral_loadgen::schedule::ScheduleError;
+use corral_loadgen::wire;
+use corral_loadgen::{
+    AdherencePolicy, Arrivals, Phase, Phases, PhasesError, ServiceDist, Summary, WindowReport,
+    WindowedLatency,
+};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// Most phases in one run: their spec must fit in one control message.
+pub const MAX_PHASES: usize = 256;
+/// Longest phase, in seconds (a day).
+pub const MAX_PHASE_S: f64 = 86_400.0;
+/// Most requests one run's schedule may make. The daemon keeps one bit per request to match
+/// responses, so this caps that table at 125 MB.
+pub const MAX_REQUESTS: u64 = 1_000_000_000;
+/// Most latency windows: each takes about 14 KiB while the run is on and about 200 bytes of
+/// the reply.
+pub const MAX_WINDOWS: u64 = 2_000;
+/// Shortest latency window.
+pub const MIN_WINDOW_MS: f64 = 0.001;
+/// Longest grace period after the last send.
+pub const MAX_GRACE_MS: f64 = 60_000.0;
+/// Largest payload: a UDP datagram in one 1514-byte frame.
+pub const MAX_PAYLOAD: usize = crate::daemon::MAX_FRAME - corral_wire::frame::UDP_PAYLOAD_OFFSET;
+/// Smallest payload: the request header.
+pub const MIN_PAYLOAD: usize = wire::HEADER_LEN;
+
+/// One phase of a run, as in the spec.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PhaseSpec {
+    /// Target rate in requests per second.
+    pub rate_rps: f64,
+    /// Seconds of requests.
+    pub duration_s: f64,
+}
+
+impl PhaseSpec {
+    pub fn duration_ns(&self) -> u64 {
+        (self.duration_s * 1e9).round() as u64
+    }
+}
+
+/// What a run plays. In JSON only `target` and `phases` are required; see the field defaults.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GenSpec {
+    /// `IP:PORT` of a UDP service on a registered runtime.
+    pub target: String,
+    /// Played back to back; request ids continue from one to the next.
+    pub phases: Vec<PhaseSpec>,
+    /// `poisson` (default) or `constant`.
+    pub arrivals: Arrivals,
+    /// Service time each request asks for; in JSON either corral-loadgen's form
+    /// (`{"kind": "exponential", "mean_ns": 10000}`) or text such as `"exp:10us"` (default).
+    pub service: ServiceDist,
+    /// Simulated clients (default 64); client `c` sends from UDP port
+    /// [`CLIENT_PORT_BASE`](crate::nic::CLIENT_PORT_BASE) + `c % 1024`.
+    pub clients: u32,
+    /// Seed of the schedule (default 1).
+    pub seed: u64,
+    /// Bytes of each request's UDP payload, 36 to 1472 (default 64).
+    pub payload: usize,
+    /// Milliseconds after the later of the last send and the end of the last phase that
+    /// responses still count (default 100).
+    pub grace_ms: f64,
+    /// Width of the latency windows in ms of scheduled time; none if absent.
+    pub window_ms: Option<f64>,
+    /// When the generator is judged to have fallen behind (default: corral-loadgen's).
+    pub policy: AdherencePolicy,
+}
+
+/// A refused spec: the field, its value, and what was expected.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GenSpecError {
+    pub field: String,
+    pub value: String,
+    pub expected: String,
+}
+
+impl fmt::Display for GenSpecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "invalid {} = {}: expected {}",
+            self.field, self.value, self.expected
+        )
+    }
+}
+
+impl std::error::Error for GenSpecError {}
+
+fn refuse(
+    field: impl Into<String>,
+    value: impl fmt::Display,
+    expected: impl Into<String>,
+) -> GenSpecError {
+    GenSpecError {
+        field: field.into(),
+        value: value.to_string(),
+        expected: expected.into(),
+    }
+}
+
+const FIELDS: [&str; 10] = [
+    "target",
+    "phases",
+    "arrivals",
+    "service",
+    "clients",
+    "seed",
+    "payload",
+    "grace_ms",
+    "window_ms",
+    "policy",
+];
+
+/// Reads `object[key]` as a `T`; `None` if absent (or null). The error names `path`.
+fn field<T: DeserializeOwned>(
+    object: &Map<String, Value>,
+    key: &str,
+    path: &str,
+) -> Result<Option<T>, GenSpecError> {
+    match object.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(value) => serde_json::from_value(value.clone())
+            .map(Some)
+            .map_err(|e| refuse(path, value, format!("a valid value ({e})"))),
+    }
+}
+
+fn required<T: DeserializeOwned>(
+    object: &Map<String, Value>,
+    key: &str,
+    expected: &str,
+) -> Result<T, GenSpecError> {
+    field(object, key, key)?.ok_or_else(|| refuse(key, "nothing", expected))
+}
+
+fn unknown_keys(object: &Map<String, Value>, known: &[&str], at: &str) -> Result<(), GenSpecError> {
+    match object.keys().find(|k| !known.contains(&k.as_str())) {
+        Some(k) => Err(refuse(
+            format!("{at}{k}"),
+            &object[k],
+            format!("no such field (known: {})", known.join(", ")),
+        )),
+        None => Ok(()),
+    }
+}
+
+impl GenSpec {
+    /// `target` with one phase and every other setting at its default.
+    pub fn new(target: SocketAddrV4, phases: Vec<PhaseSpec>) -> Self {
+        GenSpec {
+            target: target.to_string(),
+            phases,
+            arrivals: Arrivals::Poisson,
+            service: ServiceDist::Exponential { mean_ns: 10_000.0 },
+            clients: 64,
+            seed: 1,
+            payload: 64,
+            grace_ms: 100.0,
+            window_ms: None,
+            policy: AdherencePolicy::default(),
+        }
+    }
+
+    /// Parses and checks a spec; the error names the first bad field.
+    pub fn from_json(text: &str) -> Result<GenSpec, GenSpecError> {
+        let value: Value = serde_json::from_str(text).map_err(|e| {
+            refuse(
+                "spec",
+                format!("{:?}", text.chars().take(60).collect::<String>()),
+                format!("a JSON object ({e})"),
+            )
+        })?;
+        let Value::Object(object) = value else {
+            return Err(refuse("spec", value, "a JSON object"));
+        };
+        unknown_keys(&object, &FIELDS, "")?;
+        let target = required(&object, "target", "IP:PORT of the service to load")?;
+        let Some(Value::Array(items)) = object.get("phases") else {
+            let found = object.get("phases").cloned().unwrap_or(Value::Null);
+            return Err(refuse(
+                "phases",
+                found,
+                "an array of {\"rate_rps\": RPS, \"duration_s\": SECONDS}",
+            ));
+        };
+        let mut phases = Vec::with_capacity(items.len().min(MAX_PHASES));
+        for (i, item) in items.iter().enumerate().take(MAX_PHASES + 1) {
+            let Value::Object(phase) = item else {
+                return Err(refuse(
+                    format!("phases[{i}]"),
+                    item,
+                    "{\"rate_rps\": RPS, \"duration_s\": SECONDS}",
+                ));
+            };
+            unknown_keys(phase, &["rate_rps", "duration_s"], &format!("phases[{i}]."))?;
+            let number = |key: &str| -> Result<f64, GenSpecError> {
+                let path = format!("phases[{i}].{key}");
+                field(phase, key, &path)?.ok_or_else(|| refuse(path, "nothing", "a number"))
+            };
+            phases.push(PhaseSpec {
+                rate_rps: number("rate_rps")?,
+                duration_s: number("duration_s")?,
+            });
+        }
+        if items.len() > MAX_PHASES {
+            return Err(refuse(
+                "phases",
+                format!("{} phases", items.len()),
+                format!("at most {MAX_PHASES}"),
+            ));
+        }
+        let mut spec = GenSpec::new(SocketAddrV4::new(Ipv4Addr::UNSPECIFIED, 0), phases);
+        spec.target = target;
+        match object.get("arrivals") {
+            Some(Value::String(text)) => {
+                spec.arrivals = text.parse().map_err(|e: ScheduleError| {
+                    refuse("arrivals", format!("{text:?}"), e.expected)
+                })?;
+            }
+            _ => spec.arrivals = field(&object, "arrivals", "arrivals")?.unwrap_or(spec.arrivals),
+        }
+        match object.get("service") {
+            Some(Value::String(text)) => {
+                spec.service = text.parse().map_err(|e: ScheduleError| {
+                    refuse("service", format!("{text:?}"), e.expected)
+                })?;
+            }
+            _ => spec.service = field(&object, "service", "service")?.unwrap_or(spec.service),
+        }
+        spec.clients = field(&object, "clients", "clients")?.unwrap_or(spec.clients);
+        spec.seed = field(&object, "seed", "seed")?.unwrap_or(spec.seed);
+        spec.payload = field(&object, "payload", "payload")?.unwrap_or(spec.payload);
+        spec.grace_ms = field(&object, "grace_ms", "grace_ms")?.unwrap_or(spec.grace_ms);
+        spec.window_ms = field(&object, "window_ms", "window_ms")?;
+        spec.policy = field(&object, "policy", "policy")?.unwrap_or(spec.policy);
+        spec.validate()?;
+        Ok(spec)
+    }
+
+    /// The spec as JSON text.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("a spec always serializes")
+    }
+
+    /// Checks every value; the error names the first bad field.
+    pub fn validate(&self) -> Result<(), GenSpecError> {
+        self.target_addr()?;
+        if self.phases.is_empty() || self.phases.len() > MAX_PHASES {
+            return Err(refuse(
+                "phases",
+                format!("{} phases", self.phases.len()),
+                format!("1 to {MAX_PHASES} phases"),
+            ));
+        }
+        for (i, p) in self.phases.iter().enumerate() {
+            if !(p.rate_rps.is_finite()
+                && p.rate_rps > 0.0
+                && p.rate_rps <= corral_loadgen::schedule::MAX_RATE_RPS)
+            {
+                return Err(refuse(
+                    format!("phases[{i}].rate_rps"),
+                    p.rate_rps,
+                    "a rate in (0, 1e9] requests/s",
+                ));
+            }
+            if !(p.duration_s.is_finite() && p.duration_s <= MAX_PHASE_S && p.duration_ns() > 0) {
+                return Err(refuse(
+                    format!("phases[{i}].duration_s"),
+                    p.duration_s,
+                    format!("a duration from 1 ns to {MAX_PHASE_S} s"),
+                ));
+            }
+        }
+        if self.clients == 0 {
+            return Err(refuse("clients", 0, "at least 1"));
+        }
+        self.service
+            .validate()
+            .map_err(|e| refuse(e.key, e.value, e.expected))?;
+        if !(MIN_PAYLOAD..=MAX_PAYLOAD).contains(&self.payload) {
+            return Err(refuse(
+                "payload",
+                self.payload,
+                format!("{MIN_PAYLOAD} to {MAX_PAYLOAD} bytes (a request header, in one frame)"),
+            ));
+        }
+        if !(self.grace_ms.is_finite() && (0.0..=MAX_GRACE_MS).contains(&self.grace_ms)) {
+            return Err(refuse(
+                "grace_ms",
+                self.grace_ms,
+                format!("0 to {MAX_GRACE_MS} ms"),
+            ));
+        }
+        if !(self.policy.min_send_ratio.is_finite()
+            && (0.0..=1.0).contains(&self.policy.min_send_ratio))
+        {
+            return Err(refuse(
+                "policy.min_send_ratio",
+                self.policy.min_send_ratio,
+                "a fraction in [0, 1]",
+            ));
+        }
+        let phases = self.schedule();
+        phases.validate().map_err(|e| self.phases_error(e))?;
+        let len = self.to_json().len();
+        if len > corral_abi::control::MAX_GEN_SPEC_LEN {
+            return Err(refuse(
+                "spec",
+                format!("{len} bytes of JSON"),
+                format!(
+                    "at most {} bytes (fewer phases)",
+                    corral_abi::control::MAX_GEN_SPEC_LEN
+                ),
+            ));
+        }
+        let bound = phases.request_bound();
+        if bound > MAX_REQUESTS {
+            return Err(refuse(
+                "phases",
+                format!("a schedule of up to {bound} requests"),
+                format!("at most {MAX_REQUESTS} requests in one run"),
+            ));
+        }
+        if let Some(ms) = self.window_ms {
+            if !(ms.is_finite() && ms >= MIN_WINDOW_MS) {
+                return Err(refuse(
+                    "window_ms",
+                    ms,
+                    format!("at least {MIN_WINDOW_MS} ms"),
+                ));
+            }
+            let count =
+                WindowedLatency::window_count(self.window_ns().unwrap_or(1), self.duration_ns());
+            if count > MAX_WINDOWS {
+                return Err(refuse(
+                    "window_ms",
+                    ms,
+                    format!(
+                        "windows wide enough that the run has at most {MAX_WINDOWS} (it would have \
+                         {count})"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn phases_error(&self, e: PhasesError) -> GenSpecError {
+        match e.phase {
+            Some(i) => {
+                let key = match e.error.key {
+                    "rate" => "rate_rps",
+                    "duration" => "duration_s",
+                    other => other,
+                };
+                refuse(
+                    format!("phases[{i}].{key}"),
+                    e.error.value,
+                    e.error.expected,
+                )
+            }
+            None => refuse(e.error.key, e.error.value, e.error.expected),
+        }
+    }
+
+    /// The target address.
+    pub fn target_addr(&self) -> Result<SocketAddrV4, GenSpecError> {
+        let addr: SocketAddrV4 = self.target.parse().map_err(|_| {
+            refuse(
+                "target",
+                format!("{:?}", self.target),
+                "IPv4 address and port such as 10.99.0.2:5000",
+            )
+        })?;
+        let ip = addr.ip();
+        if ip.is_unspecified() || ip.is_broadcast() || ip.is_multicast() || addr.port() == 0 {
+            return Err(refuse(
+                "target",
+                format!("{:?}", self.target),
+                "a unicast IPv4 address and a nonzero port",
+            ));
+        }
+        Ok(addr)
+    }
+
+    /// The schedule: the phases with the shared settings, ids from 0.
+    pub fn schedule(&self) -> Phases {
+        Phases {
+            phases: self
+                .phases
+                .iter()
+                .map(|p| Phase {
+                    rate_rps: p.rate_rps,
+                    duration_ns: p.duration_ns(),
+                })
+                .collect(),
+            arrivals: self.arrivals,
+            service: self.service,
+            clients: self.clients,
+            seed: self.seed,
+            first_id: 0,
+        }
+    }
+
+    /// All phases together, in ns.
+    pub fn duration_ns(&self) -> u64 {
+        self.phases
+            .iter()
+            .fold(0u64, |t, p| t.saturating_add(p.duration_ns()))
+    }
+
+    pub fn grace_ns(&self) -> u64 {
+        (self.grace_ms * 1e6).round() as u64
+    }
+
+    pub fn window_ns(&self) -> Option<u64> {
+        self.window_ms.map(|ms| ((ms * 1e6).round() as u64).max(1))
+    }
+}
+
+/// What the daemon did while a run was on: differences of its counters between the run's
+/// acceptance and its end.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DaemonDiff {
+    /// The allocator's pass interval (a setting, not a difference).
+    pub interval_us: u64,
+    /// Kthreads woken on a core.
+    pub wakes: u64,
+    /// Preemption signals sent.
+    pub preemptions: u64,
+    /// Grants of a core to a different runtime than its previous user, over every core.
+    pub reallocations: u64,
+    /// `reallocations` over the time between the two snapshots.
+    pub reallocations_per_s: f64,
+    /// Kthreads that gave back a core (parked, or yielded after a preemption).
+    pub parks: u64,
+}
+
+/// What the generator cost the dataplane loop, measured in the loop with `CLOCK_MONOTONIC` on
+/// one burst of requests and one response in eight (the clock read that ends a measurement is
+/// itself a cost): building a burst is timed from the loop's clock read before the poll,
+/// taking a response from the clock read that timestamps it. Means include the times the loop
+/// was interrupted (by the kernel or the hypervisor) inside a timed stretch; medians do not.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct GenCost {
+    /// Requests built and handed to the switch.
+    pub requests: u64,
+    /// `build_ns_per_request + parse_ns_per_response * responses / requests`: what one
+    /// request cost the loop, its response included.
+    pub ns_per_request: f64,
+    /// Frames taken from the transmit path while the run was on (echoes, mostly).
+    pub responses: u64,
+    /// Estimated time spent building requests: `build_ns_per_request * requests`.
+    pub build_ns: u64,
+    /// Estimated time spent parsing and recording responses: `parse_ns_per_response *
+    /// responses`.
+    pub parse_ns: u64,
+    /// Building, per request, over the timed bursts (with one clock read per burst).
+    pub build_ns_per_request: f64,
+    /// Parsing, matching and recording, per response, over the timed responses (with the
+    /// clock read that timestamps each).
+    pub parse_ns_per_response: f64,
+    /// As `ns_per_request`, from the medians below: what a request costs when the loop is not
+    /// interrupted while it is being timed.
+    pub ns_per_request_p50: f64,
+    /// Median over the timed bursts of their time per request.
+    pub build_ns_per_request_p50: u64,
+    /// Median over the timed responses.
+    pub parse_ns_per_response_p50: u64,
+    /// Receive polls that produced requests.
+    pub bursts: u64,
+    pub timed_bursts: u64,
+    pub timed_responses: u64,
+}
+
+/// The results of a run: the JSON of the `Reply::Gen`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GenResult {
+    /// The spec as validated, every default filled in.
+    pub spec: GenSpec,
+    pub summary: Summary,
+    /// By scheduled send time; empty without `window_ms`.
+    pub windows: Vec<WindowReport>,
+    pub daemon: DaemonDiff,
+    pub gen_cost: GenCost,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str =
+        r#"{"target": "10.99.0.2:5000", "phases": [{"rate_rps": 1000, "duration_s": 2}]}"#;
+
+    fn with(extra: &str) -> String {
+        format!(
+            r#"{{"target": "10.99.0.2:5000", "phases": [{{"rate_rps": 1000, "duration_s": 2}}], {extra}}}"#
+        )
+    }
+
+    fn error(text: &str) -> GenSpecError {
+        GenSpec::from_json(text).unwrap_err()
+    }
+
+    #[test]
+    fn defaults_fill_a_minimal_spec() {
+        let spec = GenSpec::from_json(MINIMAL).unwrap();
+        assert_eq!(
+            spec.target_addr().unwrap(),
+            "10.99.0.2:5000".parse().unwrap()
+        );
+        assert_eq!(spec.phases.len(), 1);
+        assert_eq!(spec.duration_ns(), 2_000_000_000);
+        assert_eq!(spec.arrivals, Arrivals::Poisson);
+        assert_eq!(spec.service, ServiceDist::Exponential { mean_ns: 10_000.0 });
+        assert_eq!((spec.clients, spec.seed, spec.payload), (64, 1, 64));
+        assert_eq!(spec.grace_ns(), 100_000_000);
+        assert_eq!(spec.window_ns(), None);
+        assert_eq!(spec.policy, AdherencePolicy::default());
+        // What is reported reads back as the same spec.
+        assert_eq!(GenSpec::from_json(&spec.to_json()).unwrap(), spec);
+    }
+
+    #[test]
+    fn every_setting_is_read() {
+        let text = r#"{"target": "10.1.2.3:7", "phases": [{"rate_rps": 5e5, "duration_s": 0.5},
+            {"rate_rps": 1000, "duration_s": 1}], "arrivals": "constant", "service": "bimodal",
+            "clients": 3, "seed": 9, "payload": 1472, "grace_ms": 0, "window_ms": 2.5,
+            "policy": {"max_p99_lateness_ns": 5000, "min_send_ratio": 0.5}}"#;
+        let spec = GenSpec::from_json(text).unwrap();
+        assert_eq!(spec.arrivals, Arrivals::Constant);
+        assert_eq!(spec.service, ServiceDist::PAPER_BIMODAL);
+        assert_eq!((spec.clients, spec.seed, spec.payload), (3, 9, 1472));
+        assert_eq!(spec.grace_ns(), 0);
+        assert_eq!(spec.window_ns(), Some(2_500_000));
+        assert_eq!(spec.policy.max_p99_lateness_ns, 5000);
+        assert_eq!(spec.duration_ns(), 1_500_000_000);
+        let schedule = spec.schedule();
+        assert_eq!(schedule.phases[0].duration_ns, 500_000_000);
+        assert_eq!(schedule.request_bound(), 251_000);
+        // The structured service form is read too.
+        let spec =
+            GenSpec::from_json(&with(r#""service": {"kind": "constant", "ns": 2000}"#)).unwrap();
+        assert_eq!(spec.service, ServiceDist::Constant { ns: 2000 });
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let cases: &[(&str, &str)] = &[
+            ("[1, 2]", "invalid spec = [1,2]"),
+            ("{nope", "invalid spec"),
+            (r#"{"phases": []}"#, "invalid target = nothing"),
+            (r#"{"target": "10.99.0.2:5000"}"#, "invalid phases = null"),
+            (
+                r#"{"target": "10.99.0.2:5000", "phases": []}"#,
+                "invalid phases = 0 phases",
+            ),
+            (
+                r#"{"target": "10.99.0.2", "phases": [{"rate_rps": 1, "duration_s": 1}]}"#,
+                "invalid target = \"10.99.0.2\"",
+            ),
+            (
+                r#"{"target": "10.99.0.2:0", "phases": [{"rate_rps": 1, "duration_s": 1}]}"#,
+                "invalid target = \"10.99.0.2:0\"",
+            ),
+            (
+                r#"{"target": "224.0.0.1:5", "phases": [{"rate_rps": 1, "duration_s": 1}]}"#,
+                "invalid target",
+            ),
+            (
+                r#"{"target": "10.0.0.2:5", "phases": [{"rate_rps": 1, "duration_s": 1},
+                   {"rate_rps": 0, "duration_s": 1}]}"#,
+                "invalid phases[1].rate_rps = 0",
+            ),
+            (
+                r#"{"target": "10.0.0.2:5", "phases": [{"rate_rps": 1, "duration_s": -1}]}"#,
+                "invalid phases[0].duration_s = -1",
+            ),
+            (
+                r#"{"target": "10.0.0.2:5", "phases": [{"rate_rps": 1}]}"#,
+                "invalid phases[0].duration_s = nothing",
+            ),
+            (
+                r#"{"target": "10.0.0.2:5", "phases": [{"rate_rps": "fast", "duration_s": 1}]}"#,
+                "invalid phases[0].rate_rps = \"fast\"",
+            ),
+            (
+                r#"{"target": "10.0.0.2:5", "phases": [{"rate_rps": 1, "duration_s": 1, "x": 1}]}"#,
+                "invalid phases[0].x = 1: expected no such field",
+            ),
+            (
+                r#"{"target": "10.0.0.2:5", "phases": [5]}"#,
+                "invalid phases[0] = 5",
+            ),
+            (&with(r#""clients": 0"#), "invalid clients = 0"),
+            (&with(r#""clients": -3"#), "invalid clients = -3"),
+            (&with(r#""payload": 35"#), "invalid payload = 35"),
+            (&with(r#""payload": 1473"#), "invalid payload = 1473"),
+            (&with(r#""grace_ms": -1"#), "invalid grace_ms = -1"),
+            (&with(r#""window_ms": 0"#), "invalid window_ms = 0"),
+            (
+                &with(r#""window_ms": 0.5"#),
+                "invalid window_ms = 0.5: expected windows wide enough",
+            ),
+            (&with(r#""service": "exp:0us""#), "invalid service"),
+            (
+                &with(r#""service": {"kind": "exponential", "mean_ns": -5}"#),
+                "invalid service.mean_ns = -5",
+            ),
+            (
+                &with(r#""arrivals": "bursty""#),
+                "invalid arrivals = \"bursty\"",
+            ),
+            (
+                &with(r#""policy": {"max_p99_lateness_ns": 1}"#),
+                "invalid policy = {\"max_p99_lateness_ns\":1}: expected a valid value (missing field \
+                 `min_send_ratio`)",
+            ),
+            (
+                &with(r#""policy": {"max_p99_lateness_ns": 1, "min_send_ratio": 2}"#),
+                "invalid policy.min_send_ratio = 2",
+            ),
+            (
+                &with(r#""rate": 5"#),
+                "invalid rate = 5: expected no such field",
+            ),
+            (
+                r#"{"target": "10.0.0.2:5", "phases": [{"rate_rps": 1e9, "duration_s": 86400}]}"#,
+                "invalid phases = a schedule of up to",
+            ),
+        ];
+        for (text, expected) in cases {
+            let err = error(text).to_string();
+            assert!(err.starts_with(expected), "{text}: {err}");
+        }
+        let too_many: Vec<String> = (0..=MAX_PHASES)
+            .map(|_| r#"{"rate_rps": 1, "duration_s": 1}"#.to_owned())
+            .collect();
+        let text = format!(
+            r#"{{"target": "10.0.0.2:5", "phases": [{}]}}"#,
+            too_many.join(",")
+        );
+        assert_eq!(error(&text).field, "phases");
+    }
+
+    #[test]
+    fn the_longest_spec_fits_in_a_control_message() {
+        let mut spec = GenSpec::from_json(MINIMAL).unwrap();
+        spec.target = "255.255.255.254:65535".into();
+        spec.phases = vec![
+            PhaseSpec {
+                rate_rps: 1.234_567_890_123_456_7e-5,
+                duration_s: 0.300_000_000_000_000_04,
+            };
+            MAX_PHASES
+        ];
+        spec.service = ServiceDist::Bimodal {
+            short_ns: u32::MAX,
+            long_ns: u32::MAX,
+            long_fraction: 0.123_456_789_012_345_67,
+        };
+        spec.window_ms = Some(1_234.567_890_123_456_7);
+        spec.grace_ms = 59_999.123_456_789_01;
+        spec.seed = u64::MAX;
+        spec.validate().unwrap();
+        let json = spec.to_json();
+        assert!(json.len() <= corral_abi::control::MAX_GEN_SPEC_LEN);
+        assert_eq!(GenSpec::from_json(&json).unwrap(), spec);
+    }
+
+    #[test]
+    fn results_read_back() {
+        let spec = GenSpec::from_json(MINIMAL).unwrap();
+        let result = GenResult {
+            spec,
+            summary: corral_loadgen::recorder::summarize(
+                &corral_loadgen::RunInfo {
+                    target_rps: 1000.0,
+                    duration_ns: 2_000_000_000,
+                    scheduled: 0,
+                },
+                &corral_loadgen::recorder::SendRecorder::new(),
+                &corral_loadgen::recorder::ResponseRecorder::new(0, 10),
+                &AdherencePolicy::default(),
+            ),
+            windows: Vec::new(),
+            daemon: DaemonDiff::default(),
+            gen_cost: GenCost::default(),
+        };
+        let json = serde_json::to_string(&result).unwrap();
+        let value: Value = serde_json::from_str(&json).unwrap();
+        let mut keys: Vec<&str> = value
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        keys.sort_unstable();
+        assert_eq!(keys, ["daemon", "gen_cost", "spec", "summary", "windows"]);
+        assert_eq!(serde_json::from_str::<GenResult>(&json).unwrap(), result);
+    }
+}

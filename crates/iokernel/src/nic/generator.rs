@@ -1,0 +1,905 @@
+//! The `gen` backend: an open-loop traffic generator inside iokerneld that stands in for a
+//! fleet of clients behind the NIC.
+//!
+//! It has an address of its own (`host_ip` and [`GEN_MAC`]) and answers ARP requests for it;
+//! until a run is started it sends nothing else. A run ([`Gen::start`], from a
+//! `Request::Gen`) plays a corral-loadgen schedule: every request whose time has come is built
+//! as an Ethernet/IPv4/UDP frame from the generator's address, client `c` using source port
+//! [`CLIENT_PORT_BASE`] + `c % 1024` (so that RSS sees many flows), and handed to the switch as
+//! if it had been received. Frames the runtimes send to the generator's address arrive through
+//! [`Nic::send`]: echoes from the target are matched by request id and timed.
+//!
+//! Times are `CLOCK_MONOTONIC` nanoseconds from the run's start, which is set a few
+//! milliseconds after the run is accepted, so that the requests are not late because of the
+//! setup. Latency counts from each request's *scheduled* time (echoed back in the payload), so
+//! a generator that falls behind shows up as latency and in the send lateness, never as
+//! requests silently not sent. Building and recording allocate nothing: every table is sized
+//! from the schedule's bound when the run starts.
+
+use std::io;
+use std::net::{Ipv4Addr, SocketAddrV4};
+
+use corral_loadgen::recorder::{ResponseRecorder, SendRecorder, new_histogram, summarize};
+use corral_loadgen::{
+    AdherencePolicy, Message, PhasedSchedule, Request, RunInfo, Summary, WindowReport,
+    WindowedLatency,
+};
+use corral_wire::frame::UDP_PAYLOAD_OFFSET;
+use corral_wire::{ArpOp, ArpPacket, Ipv4FrameSpec, MacAddr, Packet, UdpHeader, parse_frame};
+use hdrhistogram::Histogram;
+
+use super::{FrameBatch, Nic, NicCounters};
+use crate::genrun::{GenCost, GenSpec};
+use crate::sys::now_ns;
+
+/// The generator's MAC: locally administered, `GEN` in ASCII.
+pub const GEN_MAC: MacAddr = MacAddr([0x02, 0x47, 0x45, 0x4e, 0x00, 0x01]);
+
+/// Source port of client 0; client `c` uses `CLIENT_PORT_BASE + c % CLIENT_PORTS`.
+pub const CLIENT_PORT_BASE: u16 = 40_000;
+
+/// Distinct source ports (flows) the clients are spread over.
+pub const CLIENT_PORTS: u32 = 1024;
+
+/// How long after a run is accepted its first request may be due: long enough for the ARP
+/// announcement to reach the target and for the accepting loop iteration to finish.
+pub const START_DELAY_NS: u64 = 5_000_000;
+
+/// How often a run announces the generator to its target again (an ARP request for the
+/// target's address). The target's entry for the generator then never expires mid-run, which
+/// would hold its replies behind a new resolution (and drop those beyond the 16 it queues).
+pub const ARP_REFRESH_NS: u64 = 10_000_000_000;
+
+/// ARP frames waiting to be received by the switch.
+const ARP_QUEUE: usize = 16;
+
+/// One burst and one response in this many are timed for the cost report: the clock read that
+/// ends a measurement costs a good part of what parsing a response does, and would otherwise be
+/// both a cost to the loop and part of the cost reported.
+const TIME_ONE_IN: u64 = 8;
+
+const TTL: u8 = 64;
+
+/// The source port of client `client`.
+#[inline]
+pub fn client_port(client: u32) -> u16 {
+    CLIENT_PORT_BASE + (client % CLIENT_PORTS) as u16
+}
+
+/// What the generator did apart from runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GenCounters {
+    /// ARP requests for its address that it answered.
+    pub arp_replies_sent: u64,
+    /// ARP requests it sent to announce itself to a run's target.
+    pub arp_requests_sent: u64,
+    /// ARP replies addressed to it.
+    pub arp_replies_received: u64,
+    /// ARP frames it could not queue (more than 16 waiting).
+    pub arp_queue_full: u64,
+    /// Frames sent to it that were neither ARP for its address nor part of a run.
+    pub ignored: u64,
+    /// Runs started, finished, and abandoned.
+    pub runs_started: u64,
+    pub runs_finished: u64,
+    pub runs_abandoned: u64,
+}
+
+/// The `gen` backend. See the module documentation.
+pub struct Gen {
+    ip: Ipv4Addr,
+    prefix: u8,
+    counters: NicCounters,
+    gen_counters: GenCounters,
+    /// A ring of ARP packets to hand to the switch as received frames.
+    arp: [ArpPacket; ARP_QUEUE],
+    arp_head: usize,
+    arp_len: usize,
+    run: Option<Box<Run>>,
+}
+
+/// A run in progress.
+struct Run {
+    target: SocketAddrV4,
+    /// `CLOCK_MONOTONIC` time of the schedule's time 0.
+    start_ns: u64,
+    duration_ns: u64,
+    mean_rate_rps: f64,
+    grace_ns: u64,
+    request_bound: u64,
+    schedule: PhasedSchedule,
+    /// The next request to send; `None` once the schedule is exhausted.
+    next: Option<Request>,
+    /// Run time after which responses are late; known once the schedule is exhausted.
+    deadline_ns: Option<u64>,
+    scheduled: u64,
+    send: SendRecorder,
+    responses: ResponseRecorder,
+    windows: Option<WindowedLatency>,
+    /// Addresses of every request; only the IPv4 identification changes per frame.
+    frame: Ipv4FrameSpec,
+    payload: usize,
+    /// `CLOCK_MONOTONIC` time the next request is due; `u64::MAX` once none is left. Checked
+    /// on every poll, so kept ready.
+    next_due_ns: u64,
+    /// Run time of the next ARP announcement.
+    next_arp_ns: u64,
+    meter: Meter,
+}
+
+/// The generator's own cost, measured on a sample of bursts and responses (see
+/// [`TIME_ONE_IN`]). Besides the sums, the distributions of the samples are kept: on a shared
+/// or virtual machine the loop is sometimes interrupted inside a timed stretch, and a few such
+/// samples move the mean far more than the median.
+#[derive(Clone, Debug)]
+struct Meter {
+    requests: u64,
+    bursts: u64,
+    responses: u64,
+    timed_bursts: u64,
+    timed_burst_requests: u64,
+    timed_build_ns: u64,
+    timed_responses: u64,
+    timed_parse_ns: u64,
+    /// Per request, for each timed burst.
+    build: Histogram<u64>,
+    /// Per timed response.
+    parse: Histogram<u64>,
+}
+
+impl Meter {
+    fn new() -> Self {
+        Meter {
+            requests: 0,
+            bursts: 0,
+            responses: 0,
+            timed_bursts: 0,
+            timed_burst_requests: 0,
+            timed_build_ns: 0,
+            timed_responses: 0,
+            timed_parse_ns: 0,
+            build: new_histogram(),
+            parse: new_histogram(),
+        }
+    }
+
+    fn cost(&self) -> GenCost {
+        let per = |ns: u64, n: u64| if n == 0 { 0.0 } else { ns as f64 / n as f64 };
+        let build = per(self.timed_build_ns, self.timed_burst_requests);
+        let parse = per(self.timed_parse_ns, self.timed_responses);
+        let responses_per_request = per(self.responses, self.requests);
+        let median = |h: &Histogram<u64>| {
+            if h.is_empty() {
+                0
+            } else {
+                h.value_at_quantile(0.5)
+            }
+        };
+        let (build_p50, parse_p50) = (median(&self.build), median(&self.parse));
+        GenCost {
+            requests: self.requests,
+            ns_per_request: build + parse * responses_per_request,
+            responses: self.responses,
+            build_ns: (build * self.requests as f64).round() as u64,
+            parse_ns: (parse * self.responses as f64).round() as u64,
+            build_ns_per_request: build,
+            parse_ns_per_response: parse,
+            ns_per_request_p50: build_p50 as f64 + parse_p50 as f64 * responses_per_request,
+            build_ns_per_request_p50: build_p50,
+            parse_ns_per_response_p50: parse_p50,
+            bursts: self.bursts,
+            timed_bursts: self.timed_bursts,
+            timed_responses: self.timed_responses,
+        }
+    }
+}
+
+/// What [`Nic::send`] made of a frame.
+enum Taken {
+    /// Recorded by the run (a response, or a malformed one).
+    Run,
+    ArpRequest(ArpPacket),
+    ArpReply,
+    Ignored,
+}
+
+impl Gen {
+    /// A generator at `ip/prefix`, idle.
+    pub fn new(ip: Ipv4Addr, prefix: u8) -> Gen {
+        Gen {
+            ip,
+            prefix,
+            counters: NicCounters::default(),
+            gen_counters: GenCounters::default(),
+            arp: [ArpPacket::request(GEN_MAC, ip, ip); ARP_QUEUE],
+            arp_head: 0,
+            arp_len: 0,
+            run: None,
+        }
+    }
+
+    /// Its IPv4 address.
+    pub fn ip(&self) -> Ipv4Addr {
+        self.ip
+    }
+
+    pub fn gen_counters(&self) -> GenCounters {
+        self.gen_counters
+    }
+
+    /// Whether a run is in progress (including one that has ended and not been taken).
+    pub fn running(&self) -> bool {
+        self.run.is_some()
+    }
+
+    /// Starts a run of `spec` (already validated) against the runtime at `target_mac`. The
+    /// tables are allocated here; the run's clock starts [`START_DELAY_NS`] after they are.
+    pub fn start(&mut self, spec: &GenSpec, target_mac: [u8; 6]) -> Result<(), String> {
+        if self.run.is_some() {
+            return Err("a run is already in progress".into());
+        }
+        let target = spec.target_addr().map_err(|e| e.to_string())?;
+        let phases = spec.schedule();
+        let request_bound = phases.request_bound();
+        let duration_ns = phases.duration_ns();
+        let mut schedule = phases.iter();
+        let next = schedule.next();
+        let mut run = Box::new(Run {
+            target,
+            start_ns: 0,
+            duration_ns,
+            mean_rate_rps: phases.mean_rate_rps(),
+            grace_ns: spec.grace_ns(),
+            request_bound,
+            schedule,
+            next,
+            deadline_ns: None,
+            scheduled: 0,
+            send: SendRecorder::new(),
+            responses: ResponseRecorder::new(phases.first_id, request_bound),
+            windows: spec
+                .window_ns()
+                .map(|w| WindowedLatency::new(w, duration_ns)),
+            frame: Ipv4FrameSpec {
+                src_mac: GEN_MAC,
+                dst_mac: MacAddr(target_mac),
+                src_ip: self.ip,
+                dst_ip: *target.ip(),
+                ttl: TTL,
+                ident: 0,
+                tos: 0,
+            },
+            payload: spec.payload,
+            next_due_ns: u64::MAX,
+            next_arp_ns: ARP_REFRESH_NS,
+            meter: Meter::new(),
+        });
+        if run.next.is_none() {
+            run.schedule_over(0);
+        }
+        run.start_ns = now_ns() + START_DELAY_NS;
+        run.next_due_ns = run.due_ns();
+        self.announce(*target.ip());
+        self.run = Some(run);
+        self.gen_counters.runs_started += 1;
+        Ok(())
+    }
+
+    /// Whether the run in progress has ended: its schedule is exhausted and the grace period
+    /// after it has passed.
+    pub fn finished(&self, now: u64) -> bool {
+        self.run.as_deref().is_some_and(|r| {
+            r.deadline_ns
+                .is_some_and(|d| now >= r.start_ns.saturating_add(d))
+        })
+    }
+
+    /// Takes a run that has [`finished`](Gen::finished); the generator is idle again.
+    pub fn take_finished(&mut self, now: u64) -> Option<FinishedRun> {
+        if !self.finished(now) {
+            return None;
+        }
+        let run = self.run.take()?;
+        self.gen_counters.runs_finished += 1;
+        let windows = Vec::with_capacity(run.windows.as_ref().map_or(0, WindowedLatency::len));
+        Some(FinishedRun { run, windows })
+    }
+
+    /// Drops the run in progress, if any; returns whether there was one.
+    pub fn abandon(&mut self) -> bool {
+        let had = self.run.take().is_some();
+        self.gen_counters.runs_abandoned += u64::from(had);
+        had
+    }
+
+    /// Queues an ARP request for `target` from the generator: the target learns the
+    /// generator's MAC from it (RFC 826), so that it need not resolve it while requests arrive.
+    fn announce(&mut self, target: Ipv4Addr) {
+        if self.queue_arp(ArpPacket::request(GEN_MAC, self.ip, target)) {
+            self.gen_counters.arp_requests_sent += 1;
+        }
+    }
+
+    fn queue_arp(&mut self, arp: ArpPacket) -> bool {
+        if self.arp_len == ARP_QUEUE {
+            self.gen_counters.arp_queue_full += 1;
+            return false;
+        }
+        self.arp[(self.arp_head + self.arp_len) % ARP_QUEUE] = arp;
+        self.arp_len += 1;
+        true
+    }
+
+    fn flush_arp(&mut self, out: &mut FrameBatch) -> usize {
+        let mut got = 0;
+        while self.arp_len > 0 {
+            let Some(buf) = out.next_buffer() else {
+                break;
+            };
+            let arp = self.arp[self.arp_head];
+            self.arp_head = (self.arp_head + 1) % ARP_QUEUE;
+            self.arp_len -= 1;
+            // The buffer holds a whole frame, far more than an ARP frame's 42 bytes.
+            if let Ok(len) = arp.emit_frame(buf) {
+                out.commit(len);
+                self.counters.rx_frames += 1;
+                self.counters.rx_bytes += len as u64;
+                got += 1;
+            }
+        }
+        got
+    }
+}
+
+impl Run {
+    /// When the next request is due, `u64::MAX` if none is left.
+    #[inline]
+    fn due_ns(&self) -> u64 {
+        self.next
+            .map_or(u64::MAX, |r| self.start_ns.saturating_add(r.send_ns))
+    }
+
+    /// The schedule has no more requests; the last was attempted at run time `last_ns`.
+    /// Responses count until the grace period after the later of that and the end of the
+    /// schedule.
+    fn schedule_over(&mut self, last_ns: u64) {
+        let deadline = last_ns.max(self.duration_ns).saturating_add(self.grace_ns);
+        self.deadline_ns = Some(deadline);
+        self.responses.set_deadline(deadline);
+    }
+
+    /// Builds every request due by `now` (at least one is) that fits in `out`; returns frames
+    /// and bytes.
+    fn emit(&mut self, out: &mut FrameBatch, now: u64) -> (usize, u64) {
+        let at = now.saturating_sub(self.start_ns);
+        let (mut frames, mut bytes) = (0, 0);
+        while let Some(req) = self.next
+            && req.send_ns <= at
+        {
+            let Some(buf) = out.next_buffer() else {
+                break;
+            };
+            self.scheduled += 1;
+            if let Some(w) = self.windows.as_mut() {
+                w.record_scheduled(req.send_ns);
+            }
+            match self.build(buf, &req) {
+                Some(len) => {
+                    out.commit(len);
+                    frames += 1;
+                    bytes += len as u64;
+                    self.send.record_sent(req.send_ns, at);
+                }
+                None => self.send.record_send_error(req.send_ns, at),
+            }
+            self.next = self.schedule.next();
+            if self.next.is_none() {
+                self.schedule_over(at);
+            }
+        }
+        self.next_due_ns = self.due_ns();
+        let m = &mut self.meter;
+        if m.bursts.is_multiple_of(TIME_ONE_IN) && frames > 0 {
+            // From the loop's clock read just before the poll.
+            let ns = now_ns().saturating_sub(now);
+            m.timed_build_ns += ns;
+            m.timed_bursts += 1;
+            m.timed_burst_requests += frames as u64;
+            m.build.saturating_record(ns / frames as u64);
+        }
+        m.bursts += 1;
+        m.requests += frames as u64;
+        (frames, bytes)
+    }
+
+    /// Writes request `req` as a whole frame into `buf`; returns its length.
+    #[inline]
+    fn build(&mut self, buf: &mut [u8], req: &Request) -> Option<usize> {
+        let payload = buf.get_mut(UDP_PAYLOAD_OFFSET..UDP_PAYLOAD_OFFSET + self.payload)?;
+        Message::from(req).encode(payload).ok()?;
+        self.frame.ident = self.frame.ident.wrapping_add(1);
+        let ports = UdpHeader {
+            src_port: client_port(req.client),
+            dst_port: self.target.port(),
+        };
+        self.frame.write_udp(buf, ports, self.payload).ok()
+    }
+
+    /// Records the UDP payload of an echo from the target to client port `port`, received at
+    /// `now`.
+    #[inline]
+    fn record(&mut self, port: u16, payload: &[u8], now: u64) {
+        let at = now.saturating_sub(self.start_ns);
+        match Message::decode(payload) {
+            // An echo to another client's port was damaged or misdirected on the way.
+            Ok(m) if client_port(m.client) == port => {
+                let outcome = self
+                    .responses
+                    .record_response(m.id, m.scheduled_send_ns, at);
+                if let Some(w) = self.windows.as_mut() {
+                    w.record_outcome(m.scheduled_send_ns, outcome);
+                }
+            }
+            _ => self.responses.record_malformed(),
+        }
+    }
+}
+
+impl Nic for Gen {
+    fn name(&self) -> &'static str {
+        "gen"
+    }
+
+    fn describe(&self) -> String {
+        let state = match self.run.as_deref() {
+            None => "idle".to_owned(),
+            Some(r) => format!(
+                "playing a run to {}: {} of at most {} requests sent",
+                r.target, r.scheduled, r.request_bound
+            ),
+        };
+        let c = self.gen_counters;
+        format!(
+            "gen: built-in traffic generator at {}/{} (MAC {}); {state}; {} runs started, {} \
+             finished, {} abandoned; {} ARP requests answered, {} ARP replies received, {} \
+             frames ignored",
+            self.ip,
+            self.prefix,
+            GEN_MAC,
+            c.runs_started,
+            c.runs_finished,
+            c.runs_abandoned,
+            c.arp_replies_sent,
+            c.arp_replies_received,
+            c.ignored
+        )
+    }
+
+    fn recv_burst(&mut self, out: &mut FrameBatch) -> usize {
+        self.recv_burst_at(out, now_ns())
+    }
+
+    #[inline]
+    fn recv_burst_at(&mut self, out: &mut FrameBatch, now: u64) -> usize {
+        // Idle, or between requests: this is all the generator costs the loop then.
+        let mut got = 0;
+        if self.arp_len > 0 {
+            got = self.flush_arp(out);
+        }
+        let Some(run) = self.run.as_deref_mut() else {
+            return got;
+        };
+        if now < run.next_due_ns {
+            return got;
+        }
+        let (frames, bytes) = run.emit(out, now);
+        self.counters.rx_frames += frames as u64;
+        self.counters.rx_bytes += bytes;
+        got += frames;
+        if now >= run.start_ns.saturating_add(run.next_arp_ns) {
+            run.next_arp_ns += ARP_REFRESH_NS;
+            let target = *run.target.ip();
+            self.announce(target);
+        }
+        got
+    }
+
+    fn send(&mut self, frame: &[u8]) -> io::Result<()> {
+        self.counters.tx_frames += 1;
+        self.counters.tx_bytes += frame.len() as u64;
+        let received = if self.run.is_some() { now_ns() } else { 0 };
+        let taken = match parse_frame(frame) {
+            Ok(parsed) => match parsed.packet {
+                Packet::Arp(arp) if arp.target_ip == self.ip => match arp.op {
+                    ArpOp::Request => Taken::ArpRequest(arp),
+                    ArpOp::Reply => Taken::ArpReply,
+                },
+                Packet::Udp { ip, udp } => match self.run.as_deref_mut() {
+                    Some(run)
+                        if ip.dst() == self.ip
+                            && ip.src() == *run.target.ip()
+                            && udp.src_port() == run.target.port() =>
+                    {
+                        run.record(udp.dst_port(), udp.payload(), received);
+                        Taken::Run
+                    }
+                    _ => Taken::Ignored,
+                },
+                _ => Taken::Ignored,
+            },
+            // A frame to the generator that does not parse (a bad checksum, say) during a run
+            // can only be a damaged response.
+            Err(_) => match self.run.as_deref_mut() {
+                Some(run) if frame.get(..6) == Some(&GEN_MAC.0[..]) => {
+                    run.responses.record_malformed();
+                    Taken::Run
+                }
+                _ => Taken::Ignored,
+            },
+        };
+        match taken {
+            Taken::Run => {}
+            Taken::ArpRequest(arp) => {
+                if self.queue_arp(arp.reply(GEN_MAC)) {
+                    self.gen_counters.arp_replies_sent += 1;
+                }
+            }
+            Taken::ArpReply => self.gen_counters.arp_replies_received += 1,
+            Taken::Ignored => self.gen_counters.ignored += 1,
+        }
+        if let Some(run) = self.run.as_deref_mut() {
+            let m = &mut run.meter;
+            if m.responses.is_multiple_of(TIME_ONE_IN) {
+                let ns = now_ns().saturating_sub(received);
+                m.timed_parse_ns += ns;
+                m.timed_responses += 1;
+                m.parse.saturating_record(ns);
+            }
+            m.responses += 1;
+        }
+        Ok(())
+    }
+
+    fn counters(&self) -> NicCounters {
+        self.counters
+    }
+
+    fn as_gen(&mut self) -> Option<&mut Gen> {
+        Some(self)
+    }
+}
+
+/// A run that has ended, taken out of the generator to be reported.
+pub struct FinishedRun {
+    run: Box<Run>,
+    windows: Vec<WindowReport>,
+}
+
+impl FinishedRun {
+    /// The target the run loaded.
+    pub fn target(&self) -> SocketAddrV4 {
+        self.run.target
+    }
+
+    /// Reports latency windows until `budget_ns` has passed (at least one window per call);
+    /// returns whether every window is reported. Thousands of windows take milliseconds, which
+    /// the loop must not spend at once.
+    pub fn report_windows(&mut self, budget_ns: u64) -> bool {
+        let Some(w) = self.run.windows.as_ref() else {
+            return true;
+        };
+        let start = now_ns();
+        while let Some(report) = w.report(self.windows.len()) {
+            self.windows.push(report);
+            if now_ns().saturating_sub(start) >= budget_ns {
+                break;
+            }
+        }
+        self.windows.len() == w.len()
+    }
+
+    /// The summary under `policy`, the windows (call [`FinishedRun::report_windows`] until
+    /// it returns true first, or some are missing), and the generator's cost.
+    pub fn finish(self, policy: &AdherencePolicy) -> (Summary, Vec<WindowReport>, GenCost) {
+        let run = &self.run;
+        let info = RunInfo {
+            target_rps: run.mean_rate_rps,
+            duration_ns: run.duration_ns,
+            scheduled: run.scheduled,
+        };
+        let summary = summarize(&info, &run.send, &run.responses, policy);
+        (summary, self.windows, run.meter.cost())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use corral_loadgen::Arrivals;
+    use corral_wire::{DropReason, EthernetFrame, Ipv4Packet, UdpDatagram};
+
+    use crate::genrun::PhaseSpec;
+
+    const GEN_IP: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 1);
+    const TARGET_IP: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 2);
+    const TARGET_MAC: [u8; 6] = [0x02, 0x43, 10, 99, 0, 2];
+
+    /// 100 requests at 1 per 10 us, constant, from 8 clients, 100-byte payloads; responses
+    /// count for 1 ms after the last.
+    fn spec() -> GenSpec {
+        spec_with_grace(1.0)
+    }
+
+    fn spec_with_grace(grace_ms: f64) -> GenSpec {
+        let mut spec = GenSpec::new(
+            SocketAddrV4::new(TARGET_IP, 5000),
+            vec![PhaseSpec {
+                rate_rps: 100_000.0,
+                duration_s: 0.001,
+            }],
+        );
+        spec.arrivals = Arrivals::Constant;
+        spec.clients = 8;
+        spec.payload = 100;
+        spec.grace_ms = grace_ms;
+        spec.window_ms = Some(0.25);
+        spec.validate().unwrap();
+        spec
+    }
+
+    fn started() -> Gen {
+        let mut g = Gen::new(GEN_IP, 24);
+        g.start(&spec(), TARGET_MAC).unwrap();
+        g
+    }
+
+    fn start_of(g: &Gen) -> u64 {
+        g.run.as_ref().unwrap().start_ns
+    }
+
+    /// Takes every frame the generator has due at `now`.
+    fn poll(g: &mut Gen, now: u64) -> Vec<Vec<u8>> {
+        let mut batch = FrameBatch::default();
+        let mut frames = Vec::new();
+        loop {
+            batch.clear();
+            let n = g.recv_burst_at(&mut batch, now);
+            frames.extend((0..n).map(|i| batch.frame(i).to_vec()));
+            if n < crate::nic::BURST {
+                return frames;
+            }
+        }
+    }
+
+    /// The echo the spin server would send for `request`, with the payload changed by `edit`.
+    fn echo(request: &[u8], edit: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+        echo_from(request, 5000, edit)
+    }
+
+    /// The same, sent from port `port`.
+    fn echo_from(request: &[u8], port: u16, edit: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+        let parsed = parse_frame(request).unwrap();
+        let Packet::Udp { ip, udp } = parsed.packet else {
+            panic!("not UDP")
+        };
+        let mut payload = udp.payload().to_vec();
+        edit(&mut payload);
+        let spec = Ipv4FrameSpec::reply_to(&parsed.eth, &ip, 64, 1);
+        let mut buf = vec![0u8; 2048];
+        let len = spec
+            .build_udp(
+                &mut buf,
+                UdpHeader {
+                    src_port: port,
+                    dst_port: udp.src_port(),
+                },
+                &payload,
+            )
+            .unwrap();
+        buf.truncate(len);
+        buf
+    }
+
+    #[test]
+    fn an_idle_generator_sends_nothing_but_arp_answers() {
+        let mut g = Gen::new(GEN_IP, 24);
+        assert!(poll(&mut g, u64::MAX).is_empty());
+        // A runtime resolving the generator's address.
+        let mut request = vec![0u8; 64];
+        let len = ArpPacket::request(MacAddr(TARGET_MAC), TARGET_IP, GEN_IP)
+            .emit_frame(&mut request)
+            .unwrap();
+        g.send(&request[..len]).unwrap();
+        let frames = poll(&mut g, 0);
+        assert_eq!(frames.len(), 1);
+        let eth = EthernetFrame::parse(&frames[0]).unwrap();
+        assert_eq!(eth.dst().0, TARGET_MAC);
+        assert_eq!(eth.src(), GEN_MAC);
+        let reply = ArpPacket::parse(eth.payload()).unwrap();
+        assert_eq!(reply.op, ArpOp::Reply);
+        assert_eq!((reply.sender_mac, reply.sender_ip), (GEN_MAC, GEN_IP));
+        assert_eq!(
+            (reply.target_mac.0, reply.target_ip),
+            (TARGET_MAC, TARGET_IP)
+        );
+        assert!(poll(&mut g, 0).is_empty());
+        // ARP for somebody else, and a stray datagram, are ignored and counted.
+        let len = ArpPacket::request(MacAddr(TARGET_MAC), TARGET_IP, Ipv4Addr::new(10, 99, 0, 7))
+            .emit_frame(&mut request)
+            .unwrap();
+        g.send(&request[..len]).unwrap();
+        g.send(&[0u8; 10]).unwrap();
+        assert!(poll(&mut g, u64::MAX).is_empty());
+        let c = g.gen_counters();
+        assert_eq!((c.arp_replies_sent, c.ignored), (1, 2));
+        assert_eq!(g.counters().tx_frames, 3);
+        assert_eq!(g.counters().rx_frames, 1);
+    }
+
+    #[test]
+    fn requests_are_valid_frames_carrying_the_schedule() {
+        let mut g = started();
+        let start = start_of(&g);
+        // First the announcement to the target; nothing is due before the start.
+        let frames = poll(&mut g, start - 1);
+        assert_eq!(frames.len(), 1);
+        let eth = EthernetFrame::parse(&frames[0]).unwrap();
+        assert!(eth.dst().is_broadcast());
+        let arp = ArpPacket::parse(eth.payload()).unwrap();
+        assert_eq!(
+            (arp.op, arp.sender_mac, arp.sender_ip, arp.target_ip),
+            (ArpOp::Request, GEN_MAC, GEN_IP, TARGET_IP)
+        );
+        // At the start, request 0; 55 us later, 5 more.
+        assert_eq!(poll(&mut g, start).len(), 1);
+        let frames = poll(&mut g, start + 55_000);
+        assert_eq!(frames.len(), 5);
+        let mut ids = Vec::new();
+        for f in &frames {
+            // Every layer verifies, checksums included.
+            let parsed = parse_frame(f).unwrap();
+            assert_eq!(parsed.eth.src(), GEN_MAC);
+            assert_eq!(parsed.eth.dst().0, TARGET_MAC);
+            let Packet::Udp { ip, udp } = parsed.packet else {
+                panic!("not UDP")
+            };
+            assert_eq!((ip.src(), ip.dst()), (GEN_IP, TARGET_IP));
+            assert_eq!(udp.dst_port(), 5000);
+            assert_eq!(udp.payload().len(), 100);
+            assert_eq!(f.len(), UDP_PAYLOAD_OFFSET + 100);
+            let m = Message::decode(udp.payload()).unwrap();
+            assert_eq!(udp.src_port(), CLIENT_PORT_BASE + m.client as u16);
+            assert!(m.client < 8);
+            assert_eq!(m.scheduled_send_ns, m.id * 10_000);
+            ids.push(m.id);
+            // Corrupting any byte of the UDP part is caught by its checksum.
+            let mut bad = f.clone();
+            bad[UDP_PAYLOAD_OFFSET + 40] ^= 1;
+            let ip_bytes = &bad[14..];
+            let ip = Ipv4Packet::parse(ip_bytes).unwrap();
+            assert_eq!(
+                UdpDatagram::parse(ip.payload(), ip.src(), ip.dst()).unwrap_err(),
+                DropReason::BadUdpChecksum
+            );
+        }
+        assert_eq!(ids, vec![1, 2, 3, 4, 5]);
+        // Consecutive IPv4 identifications.
+        let idents: Vec<u16> = frames
+            .iter()
+            .map(|f| Ipv4Packet::parse(&f[14..]).unwrap().ident())
+            .collect();
+        assert!(idents.windows(2).all(|w| w[1] == w[0].wrapping_add(1)));
+    }
+
+    #[test]
+    fn responses_are_matched_by_id_and_damage_is_counted() {
+        let mut g = Gen::new(GEN_IP, 24);
+        g.start(&spec_with_grace(1_000.0), TARGET_MAC).unwrap();
+        let start = start_of(&g);
+        let mut requests = poll(&mut g, start + 1_000_000);
+        requests.remove(0); // the announcement
+        assert_eq!(requests.len(), 100);
+        assert!(!g.finished(start + 1_000_000));
+        // Responses are timed with the real clock: put the run's start 1 ms in its past, so
+        // that they all come after the last request was due and before the deadline.
+        let start = now_ns() - 1_000_000;
+        g.run.as_mut().unwrap().start_ns = start;
+        // Answer all but request 7, in reverse order, one of them twice.
+        for f in requests.iter().rev() {
+            let id = Message::decode(&f[UDP_PAYLOAD_OFFSET..]).unwrap().id;
+            if id != 7 {
+                g.send(&echo(f, |_| {})).unwrap();
+            }
+        }
+        g.send(&echo(&requests[3], |_| {})).unwrap();
+        // A payload that is not a request; an echo to the wrong client port; a frame whose
+        // UDP checksum is wrong; a request id never sent.
+        g.send(&echo(&requests[0], |p| p[0] ^= 1)).unwrap();
+        let mut m = Message::decode(&requests[1][UDP_PAYLOAD_OFFSET..]).unwrap();
+        m.client += 1;
+        g.send(&echo(&requests[1], |p| m.encode(p).unwrap()))
+            .unwrap();
+        let mut bad = echo(&requests[2], |_| {});
+        let last = bad.len() - 1;
+        bad[last] ^= 0x55;
+        g.send(&bad).unwrap();
+        let mut unknown = Message::decode(&requests[4][UDP_PAYLOAD_OFFSET..]).unwrap();
+        unknown.id = 1_000_000;
+        g.send(&echo(&requests[4], |p| unknown.encode(p).unwrap()))
+            .unwrap();
+        // Not from the target's service: ignored, not counted by the run.
+        g.send(&echo_from(&requests[5], 5001, |_| {})).unwrap();
+
+        // The last request went out at 1 ms; the run ends 1 s (the grace) after that.
+        let end = start + 1_001_000_000;
+        assert!(!g.finished(end - 1));
+        assert!(g.take_finished(end - 1).is_none());
+        assert!(g.finished(end));
+        let mut run = g.take_finished(end).unwrap();
+        assert!(!g.running());
+        while !run.report_windows(0) {}
+        let (s, windows, cost) = run.finish(&AdherencePolicy::default());
+        assert_eq!((s.scheduled, s.sent, s.send_errors), (100, 100, 0));
+        assert_eq!((s.matched, s.lost, s.duplicates), (99, 1, 1));
+        assert_eq!((s.malformed, s.unknown, s.late), (3, 1, 0));
+        assert_eq!(s.received, 99 + 1 + 3 + 1);
+        assert_eq!(s.latency.count, 99);
+        assert!(s.latency.min_ns > 0 && s.latency.min_ns <= s.latency.max_ns);
+        // Four windows of 25 requests each; request 7 is in the first.
+        assert_eq!(windows.len(), 4);
+        let counts: Vec<(f64, u64, u64)> = windows
+            .iter()
+            .map(|w| (w.start_ms, w.scheduled, w.matched))
+            .collect();
+        assert_eq!(
+            counts,
+            vec![(0.0, 25, 24), (0.25, 25, 25), (0.5, 25, 25), (0.75, 25, 25)]
+        );
+        assert_eq!(cost.requests, 100);
+        assert_eq!(cost.responses, 105);
+        // The first burst and every eighth response after it were timed.
+        assert!(cost.timed_bursts >= 1);
+        assert_eq!(cost.timed_responses, 14);
+        assert!(cost.ns_per_request > 0.0);
+        assert_eq!(g.gen_counters().ignored, 1);
+    }
+
+    #[test]
+    fn a_late_response_counts_as_lost_and_abandoning_stops_the_run() {
+        let mut g = started();
+        let start = start_of(&g);
+        let requests = poll(&mut g, start + 1_000_000);
+        let first = &requests[1];
+        assert!(g.finished(start + 2_000_000));
+        // The response comes after the deadline (the clock is read when it arrives, long
+        // after the run's start in this test's time).
+        g.run.as_mut().unwrap().start_ns = now_ns().saturating_sub(3_000_000);
+        g.send(&echo(first, |_| {})).unwrap();
+        let run = g.take_finished(u64::MAX).unwrap();
+        let (s, _, _) = run.finish(&AdherencePolicy::default());
+        assert_eq!((s.late, s.matched, s.lost), (1, 0, 100));
+
+        let mut g = started();
+        assert!(g.abandon());
+        assert!(!g.abandon());
+        assert!(poll(&mut g, u64::MAX).iter().all(|f| f.len() == 42));
+        assert_eq!(g.gen_counters().runs_abandoned, 1);
+    }
+
+    #[test]
+    fn a_second_run_is_refused_while_one_is_on() {
+        let mut g = started();
+        let err = g.start(&spec(), TARGET_MAC).unwrap_err();
+        assert!(err.contains("already in progress"), "{err}");
+    }
+
+    #[test]
+    fn the_run_is_described() {
+        let mut g = Gen::new(GEN_IP, 24);
+        assert!(g.describe().contains("idle"), "{}", g.describe());
+        g.start(&spec(), TARGET_MAC).unwrap();
+        let text = g.describe();
+        assert!(text.contains("10.99.0.2:5000"), "{text}");
+        assert!(text.contains("02:47:45:4e:00:01"), "{text}");
+    }
+}
