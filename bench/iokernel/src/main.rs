@@ -313,25 +313,56 @@ fn start_batch(batch: &Runtime, stop: &Arc<AtomicBool>) -> Arc<AtomicU64> {
     progress
 }
 
+/// One repetition of the preemption experiment: medians in ns of the whole hand-over and of
+/// its phases.
+struct Preempt {
+    /// iokerneld's decision to take the batch runtime's core -> the latency-critical uthread
+    /// running on it.
+    total: f64,
+    /// tgkill -> the batch kthread's signal handler (iokerneld's statistics).
+    signal: f64,
+    /// Signal handler -> iokerneld sees the batch kthread park (iokerneld's statistics).
+    park: f64,
+    /// iokerneld writes the latency-critical kthread's eventfd -> its uthread running.
+    wake: f64,
+}
+
 /// Median ns from iokerneld's decision to preempt the busy batch runtime to the
-/// latency-critical uthread running on the core it took.
-fn iokerneld_preempt(daemon: &Daemon, samples: usize) -> f64 {
+/// latency-critical uthread running on the core it took, with the phases of that hand-over.
+fn iokerneld_preempt(daemon: &Daemon, samples: usize) -> Preempt {
     let batch = daemon.runtime("batch-bench");
     let lc = daemon.runtime("preempt-bench");
     let stop = Arc::new(AtomicBool::new(false));
     let _progress = start_batch(&batch, &stop);
-    let mut lat = lc.block_on(move || {
-        let mut lat = Vec::with_capacity(samples);
+    let (mut total, mut wake) = lc.block_on(move || {
+        let mut total = Vec::with_capacity(samples);
+        let mut wake = Vec::with_capacity(samples);
         for _ in 0..samples {
             corral::sleep(Duration::from_micros(300));
             let now = now_ns();
             let decided = corral::core_granted_at_ns().expect("a grant time");
-            lat.push(now.saturating_sub(decided));
+            let sent = corral::core_wake_sent_at_ns().expect("a wake time");
+            total.push(now.saturating_sub(decided));
+            wake.push(now.saturating_sub(sent));
         }
-        lat
+        (total, wake)
     });
+    let stats = daemon.stats();
     stop.store(true, Ordering::Relaxed);
-    median_u64(&mut lat)
+    let handover = stats["runtimes"]
+        .as_array()
+        .expect("runtimes")
+        .iter()
+        .find(|r| r["name"] == "batch-bench")
+        .map(|r| r["handover"].clone())
+        .expect("the batch runtime's statistics");
+    let ns = |key: &str| handover[key].as_u64().expect("handover percentile") as f64;
+    Preempt {
+        total: median_u64(&mut total),
+        signal: ns("signal_p50_ns"),
+        park: ns("park_p50_ns"),
+        wake: median_u64(&mut wake),
+    }
 }
 
 struct Realloc {
@@ -438,7 +469,9 @@ fn main() {
     let raw_wake_m = median_f64(&raw_wake);
     let raw_signal_m = median_f64(&raw_signal);
     let wake_m = median_f64(&wake);
-    let preempt_m = median_f64(&preempt);
+    let preempt_m = median_f64(&preempt.iter().map(|p| p.total).collect::<Vec<_>>());
+    let phase = |f: fn(&Preempt) -> f64| median_f64(&preempt.iter().map(f).collect::<Vec<_>>());
+    let (signal_m, park_m, lc_wake_m) = (phase(|p| p.signal), phase(|p| p.park), phase(|p| p.wake));
     let rate_m = median_f64(&realloc.iter().map(|r| r.per_second).collect::<Vec<_>>());
     let preempt_peer = raw_signal_m + raw_wake_m;
     println!(
@@ -468,6 +501,40 @@ fn main() {
         "  peer part: raw tgkill -> handler",
         raw_signal_m / 1e3
     );
+    println!("preemption hand-over, phase medians (they need not add up to the total's median):");
+    for (name, value, peer) in [
+        (
+            "  signal: tgkill -> batch handler",
+            signal_m,
+            Some(raw_signal_m),
+        ),
+        ("  park: handler -> iokerneld sees the park", park_m, None),
+        (
+            "  iokerneld: park seen -> eventfd written",
+            (preempt_m - signal_m - park_m - lc_wake_m).max(0.0),
+            None,
+        ),
+        (
+            "  wake: eventfd written -> LC running",
+            lc_wake_m,
+            Some(raw_wake_m),
+        ),
+    ] {
+        match peer {
+            Some(peer) => println!(
+                "{name:<44} {:>10.2}us {:>10.2}us {:>7.2}x",
+                value / 1e3,
+                peer / 1e3,
+                value / peer
+            ),
+            None => println!("{name:<44} {:>10.2}us", value / 1e3),
+        }
+    }
+    println!(
+        "{:<44} {:>10.2}us",
+        "  spin before park (LC, configured)",
+        Config::default().spin_before_park.as_nanos() as f64 / 1e3
+    );
     println!(
         "{:<44} {:>10.0}/s",
         "reallocations per second (1 managed core)", rate_m
@@ -484,7 +551,10 @@ fn main() {
             "samples": args.samples,
             "wake_ns": wake,
             "raw_eventfd_wake_ns": raw_wake,
-            "preempt_ns": preempt,
+            "preempt_ns": preempt.iter().map(|p| p.total).collect::<Vec<_>>(),
+            "preempt_signal_ns": preempt.iter().map(|p| p.signal).collect::<Vec<_>>(),
+            "preempt_park_ns": preempt.iter().map(|p| p.park).collect::<Vec<_>>(),
+            "preempt_wake_ns": preempt.iter().map(|p| p.wake).collect::<Vec<_>>(),
             "raw_signal_ns": raw_signal,
             "reallocations_per_second": realloc.iter().map(|r| r.per_second).collect::<Vec<_>>(),
         });

@@ -64,7 +64,7 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"CORRALSM");
 
 /// Bumped whenever the meaning or placement of any byte in the region changes; iokerneld
 /// refuses any other version rather than guessing.
-pub const LAYOUT_VERSION: u32 = 2;
+pub const LAYOUT_VERSION: u32 = 3;
 
 /// Largest number of kthreads (cores) one runtime may register; it sizes the offset table in
 /// the header.

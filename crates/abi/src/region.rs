@@ -91,6 +91,10 @@ fn snapshot(tail: &AtomicU32, head: &AtomicU32) -> RingPositions {
 struct RuntimeLine {
     egress_packet_tail: AtomicU32,
     egress_command_tail: AtomicU32,
+    /// When the kthread's preemption signal handler last ran (`CLOCK_MONOTONIC` nanoseconds):
+    /// with the time iokerneld sent the signal and the time it saw the kthread park, this splits
+    /// a core hand-over into signal delivery and parking. Untrusted, for statistics only.
+    preempt_seen_ns: AtomicU64,
 }
 
 /// Positions written only by iokerneld.
@@ -103,6 +107,9 @@ struct IokernelLine {
     /// When iokerneld decided to give this kthread its current core (`CLOCK_MONOTONIC`
     /// nanoseconds): the runtime measures its wake-up latency from it.
     wake_decision_ns: AtomicU64,
+    /// When iokerneld last signalled the kthread's eventfd to wake it: the runtime measures
+    /// the wake-up itself (eventfd write to running) from it.
+    wake_sent_ns: AtomicU64,
 }
 
 /// The control lines at the start of every kthread area.
@@ -128,11 +135,13 @@ const _: () = {
     assert!(offset_of!(KthreadControl, runtime) == 64);
     assert!(offset_of!(RuntimeLine, egress_packet_tail) == 0);
     assert!(offset_of!(RuntimeLine, egress_command_tail) == 4);
+    assert!(offset_of!(RuntimeLine, preempt_seen_ns) == 8);
     assert!(offset_of!(KthreadControl, iokernel) == 128);
     assert!(offset_of!(IokernelLine, ingress_tail) == 0);
     assert!(offset_of!(IokernelLine, egress_packet_head) == 4);
     assert!(offset_of!(IokernelLine, egress_command_head) == 8);
     assert!(offset_of!(IokernelLine, wake_decision_ns) == 16);
+    assert!(offset_of!(IokernelLine, wake_sent_ns) == 24);
 };
 
 /// A mapping of a region: base and length, with the promise that it stays valid for `'a`.
@@ -317,6 +326,30 @@ impl<'a> KthreadView<'a> {
     /// Runtime side: when iokerneld decided to give this kthread its current core (0: never).
     pub fn wake_decision(&self) -> &'a AtomicU64 {
         &self.control.iokernel.wake_decision_ns
+    }
+
+    /// iokerneld side: records that it is about to signal the kthread's eventfd.
+    pub fn publish_wake_sent(&self, monotonic_ns: u64) {
+        self.control
+            .iokernel
+            .wake_sent_ns
+            .store(monotonic_ns, Ordering::Release);
+    }
+
+    /// Runtime side: when iokerneld last signalled this kthread's eventfd (0: never).
+    pub fn wake_sent(&self) -> &'a AtomicU64 {
+        &self.control.iokernel.wake_sent_ns
+    }
+
+    /// Runtime side: where the kthread records when its preemption signal handler ran.
+    pub fn preempt_seen(&self) -> &'a AtomicU64 {
+        &self.control.runtime.preempt_seen_ns
+    }
+
+    /// iokerneld side: when the kthread says its preemption signal handler last ran (0: never).
+    /// Written by the runtime, so only good for statistics.
+    pub fn preempt_seen_ns(&self) -> u64 {
+        self.control.runtime.preempt_seen_ns.load(Ordering::Acquire)
     }
 
     /// Both published positions of a ring, read from shared memory: consumer first, then

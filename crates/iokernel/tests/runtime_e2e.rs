@@ -221,6 +221,11 @@ fn the_core_goes_back_and_forth_between_latency_critical_and_batch() {
     lc.block_on(move || {
         for _ in 0..ROUNDS {
             corral::sleep(Duration::from_micros(500));
+            // The wake-up that brought us here is stamped, and not in the future.
+            let sent = corral::core_wake_sent_at_ns().expect("a wake-up time");
+            let decided = corral::core_granted_at_ns().expect("a decision time");
+            let now = corral::now_ns();
+            assert!(decided <= sent && sent <= now, "{decided} {sent} {now}");
         }
     });
     stop.store(true, Ordering::Relaxed);
@@ -253,6 +258,18 @@ fn the_core_goes_back_and_forth_between_latency_critical_and_batch() {
         "lc parked {lc_parks} times but batch got the core back only {batch_grants} times"
     );
     assert!(progress.load(Ordering::Relaxed) > 0);
+
+    // Each preemption of the batch runtime was split into its signal and park phases.
+    let handover = &batch_stats["handover"];
+    let timed = handover["samples"].as_u64().unwrap();
+    let untimed = handover["unstamped"].as_u64().unwrap();
+    assert!(
+        timed > 0 && timed + untimed >= ROUNDS as u64 - 1,
+        "{handover:#}"
+    );
+    for phase in ["signal_p50_ns", "park_p50_ns"] {
+        assert!(handover[phase].as_u64().unwrap() > 0, "{handover:#}");
+    }
 }
 
 /// Thousands of reallocations while both runtimes spawn short uthreads: each runs exactly once.

@@ -179,6 +179,10 @@ pub(crate) struct IokKthread {
     pub positions: &'static QueuePositions,
     /// When iokerneld decided to give this kthread its current core.
     wake_decision: &'static AtomicU64,
+    /// When iokerneld last wrote this kthread's eventfd.
+    wake_sent: &'static AtomicU64,
+    /// Where the preemption signal handler stamps its arrival, for iokerneld's statistics.
+    pub preempt_seen: &'static AtomicU64,
     /// A `Preempt` arrived after the latest `Grant`. Atomic: a kthread that steals from this
     /// kthread's ingress ring applies the commands it pops here.
     preempt_requested: AtomicBool,
@@ -299,6 +303,8 @@ pub(crate) fn prepare(config: &Config) -> io::Result<(IokShared, Vec<IokKthread>
             tx_inflight: AtomicU32::new(0),
             positions: view.positions(),
             wake_decision: view.wake_decision(),
+            wake_sent: view.wake_sent(),
+            preempt_seen: view.preempt_seen(),
             preempt_requested: AtomicBool::new(false),
             cpu: AtomicU32::new(u32::MAX),
             grants: AtomicU64::new(0),
@@ -661,6 +667,17 @@ pub fn core_granted_at_ns() -> Option<u64> {
     let _guard = crate::preempt::PreemptGuard::new();
     let k = crate::sched::kthread::current_kthread()?;
     let ns = k.iok.as_ref()?.wake_decision.load(Ordering::Acquire);
+    (ns != 0).then_some(ns)
+}
+
+/// When iokerneld last signalled the eventfd of the calling uthread's kthread, in
+/// `CLOCK_MONOTONIC` nanoseconds: the wake-up proper (eventfd write to running) is the time
+/// since, if the kthread has not parked since. `None` outside a runtime in iokerneld mode or
+/// before the first wake-up.
+pub fn core_wake_sent_at_ns() -> Option<u64> {
+    let _guard = crate::preempt::PreemptGuard::new();
+    let k = crate::sched::kthread::current_kthread()?;
+    let ns = k.iok.as_ref()?.wake_sent.load(Ordering::Acquire);
     (ns != 0).then_some(ns)
 }
 

@@ -54,6 +54,7 @@ pub use {
         IokernelSettings, Mode, allowed_cpus,
     },
     iokernel::core_granted_at_ns,
+    iokernel::core_wake_sent_at_ns,
     malloc::PreemptSafeAlloc,
     runtime::{IokernelKthreadStats, Runtime, run},
     sched::uthread::{

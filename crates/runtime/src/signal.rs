@@ -215,6 +215,13 @@ extern "C" fn on_preempt(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut
         chain(sig, info, ctx);
         return;
     }
+    if let Some(iok) = &k.iok {
+        // For iokerneld's hand-over statistics. clock_gettime is async-signal-safe.
+        iok.preempt_seen.store(
+            crate::timer::now_ns(),
+            core::sync::atomic::Ordering::Release,
+        );
+    }
     if k.preempt_word() & !PREEMPT_NOT_PENDING != 0 || k.current().is_null() {
         // Not now: record it; the next preempt::enable that reaches zero acts on it.
         // SAFETY: on a kthread; one instruction, so it cannot tear against the interrupted code.

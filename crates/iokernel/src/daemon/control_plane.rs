@@ -329,6 +329,7 @@ impl Daemon {
             shared_last,
             doomed: false,
             counters: RuntimeCounters::default(),
+            handover: super::Handover::new(),
             net: reg.net,
             net_counters: NetCounters::default(),
             active: Vec::with_capacity(kthreads.len()),

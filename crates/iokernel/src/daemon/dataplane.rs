@@ -289,6 +289,8 @@ fn command(
                 runtime.counters.preemption_latency_last_ns = latency;
                 runtime.counters.preemption_latency_max_ns =
                     runtime.counters.preemption_latency_max_ns.max(latency);
+                let seen = runtime.kthreads[index].view.preempt_seen_ns();
+                runtime.handover.record(sent, seen, now);
             }
             sched
                 .alloc
@@ -415,6 +417,7 @@ fn wake(kt: &mut Kthread, cpu: usize) -> Result<(), String> {
     kt.ingress
         .push_control(Slot::value(Command::Grant, cpu as u64))
         .map_err(|_| "its ingress ring is full".to_owned())?;
+    kt.view.publish_wake_sent(sys::now_ns());
     sys::eventfd_signal(std::os::fd::AsFd::as_fd(&kt.eventfd))
         .map_err(|e| format!("eventfd write: {e}"))
 }

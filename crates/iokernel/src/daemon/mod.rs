@@ -29,7 +29,7 @@ use crate::sys::{Mapping, now_ns};
 
 pub use net::{CONTROL_RESERVE, MAX_FRAME, NetDrop, NetStats, TX_BURST};
 use net::{Ingress, NetCounters, RxBuffers, Switch};
-pub use stats::{GlobalStats, NicStats, RuntimeNetStats, RuntimeStats, Stats};
+pub use stats::{GlobalStats, HandoverStats, NicStats, RuntimeNetStats, RuntimeStats, Stats};
 
 /// The wire form of a runtime id: slot in the low half, generation in the high half.
 pub fn encode_runtime_id(id: RuntimeId) -> u64 {
@@ -79,6 +79,46 @@ struct RuntimeCounters {
     preemption_latency_max_ns: u64,
 }
 
+/// How long this runtime's kthreads took to give up a core when asked: from the preemption
+/// signal to its handler (as the kthread stamps it in its shared line), and from the handler to
+/// iokerneld seeing the kthread park. Histograms are allocated at registration; recording into
+/// them allocates nothing.
+struct Handover {
+    signal: hdrhistogram::Histogram<u64>,
+    park: hdrhistogram::Histogram<u64>,
+    /// Hand-overs whose handler stamp was missing or out of order (a signal handled before
+    /// this one was sent, say): counted, not timed.
+    unstamped: u64,
+}
+
+/// Hand-over phases longer than this (1 s) are recorded as this.
+const HANDOVER_HIGH_NS: u64 = 1_000_000_000;
+
+impl Handover {
+    fn new() -> Self {
+        let histogram = || {
+            hdrhistogram::Histogram::new_with_bounds(1, HANDOVER_HIGH_NS, 2)
+                .expect("constant histogram bounds are valid")
+        };
+        Handover {
+            signal: histogram(),
+            park: histogram(),
+            unstamped: 0,
+        }
+    }
+
+    /// A preemption signalled at `sent` ended with the kthread parked, seen at `parked`; the
+    /// kthread says its handler ran at `seen`.
+    fn record(&mut self, sent: u64, seen: u64, parked: u64) {
+        if seen < sent || seen > parked {
+            self.unstamped += 1;
+            return;
+        }
+        self.signal.saturating_record((seen - sent).max(1));
+        self.park.saturating_record((parked - seen).max(1));
+    }
+}
+
 /// A registered runtime.
 struct Runtime {
     id: RuntimeId,
@@ -93,6 +133,7 @@ struct Runtime {
     /// Marked for eviction; ignored until the eviction is carried out.
     doomed: bool,
     counters: RuntimeCounters,
+    handover: Handover,
     /// Its addresses, if it registered any; only then does it receive frames.
     net: Option<NetIdentity>,
     net_counters: NetCounters,
