@@ -3,121 +3,43 @@
 //! preemption round trip between two `corral-abi-client` processes.
 //!
 //! Every daemon runs on CPU 0 and manages CPU 1, with its socket in a fresh temporary
-//! directory. The daemon tests share CPU 1, so they hold `SERIAL` while they run. Every wait
+//! directory. The daemon tests share CPU 1, so they hold `serial()` while they run. Every wait
 //! is bounded and fails with what was seen so far.
+
+mod common;
 
 use std::io::{BufRead, BufReader};
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
-use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use common::{IOKERNELD, Launch, WAIT, serial, wait_until};
 use corral_abi::control::{Registration, Reply, Request};
 use corral_iokernel::client::{self, Options, RegionFile, Runtime};
 use corral_iokernel::control;
 use corral_iokernel::daemon::Stats;
 
-const IOKERNELD: &str = env!("CARGO_BIN_EXE_iokerneld");
 const CLIENT: &str = env!("CARGO_BIN_EXE_corral-abi-client");
-const WAIT: Duration = Duration::from_secs(10);
 
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// A running iokerneld, killed on drop.
-struct Daemon {
-    child: Child,
-    dir: tempfile::TempDir,
-    socket: PathBuf,
-}
+type Daemon = common::Daemon<Stats>;
 
 impl Daemon {
+    /// iokerneld with no NIC, its socket in a directory it has to create, and its log kept.
     fn start(extra: &[&str]) -> Daemon {
-        let dir = tempfile::tempdir().unwrap();
-        let socket = dir.path().join("run/iokerneld.sock");
-        let log = std::fs::File::create(dir.path().join("iokerneld.log")).unwrap();
-        let child = Command::new(IOKERNELD)
-            .args([
-                "--core",
-                "0",
-                "--managed-cores",
-                "1",
-                "--nic",
-                "none",
-                "--socket",
-            ])
-            .arg(&socket)
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        let mut daemon = Daemon { child, dir, socket };
-        let deadline = Instant::now() + WAIT;
-        while control::connect(&daemon.socket).is_err() {
-            if let Ok(Some(status)) = daemon.child.try_wait() {
-                panic!("iokerneld exited with {status}: {}", daemon.log());
-            }
-            assert!(
-                Instant::now() < deadline,
-                "iokerneld did not open {} within {WAIT:?}: {}",
-                daemon.socket.display(),
-                daemon.log()
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        daemon
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("iokerneld.log")).unwrap_or_default()
-    }
-
-    fn stats(&self) -> Stats {
-        let conn = control::connect(&self.socket).unwrap();
-        let reply = control::request_on(conn.as_fd(), &Request::Stats.encode(), &[], WAIT).unwrap();
-        match reply {
-            Reply::Stats { json } => serde_json::from_str(&json).unwrap(),
-            other => panic!("expected statistics, got {other:?}"),
-        }
-    }
-
-    /// Polls the statistics until `check` holds.
-    fn wait_for(&self, what: &str, check: impl Fn(&Stats) -> bool) -> Stats {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            let stats = self.stats();
-            if check(&stats) {
-                return stats;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for {what}; last statistics: {stats:#?}\nlog:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        Daemon::launch(Launch {
+            args: &["--nic", "none"],
+            socket: "run/iokerneld.sock",
+            extra,
+            log: true,
+        })
     }
 
     fn client(&self, name: &str, args: &[&str]) -> Client {
         let mut client = Client::start(&self.socket, name, args);
-        client.daemon_log = Some(self.dir.path().join("iokerneld.log"));
+        client.daemon_log = Some(self.log_file());
         client
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -406,15 +328,9 @@ fn config_file_settings_are_used() {
         .stdin(Stdio::null())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + WAIT;
-    while control::connect(&socket).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "no socket at {}",
-            socket.display()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_until(&format!("a socket at {}", socket.display()), WAIT, || {
+        control::connect(&socket).is_ok()
+    });
     let out = Command::new(IOKERNELD)
         .args(["stats", "--config", config.to_str().unwrap()])
         .output()

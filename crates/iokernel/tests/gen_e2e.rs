@@ -6,55 +6,30 @@
 //! Nothing here asserts timing: the grace periods are long and every wait is bounded only so
 //! that a broken build fails instead of hanging.
 
-use std::net::{Ipv4Addr, SocketAddrV4};
-use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+mod common;
 
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use common::{Daemon, IOKERNELD, Launch, serial, wait_until};
 use corral::net::{NetConfig, UdpSpawner};
 use corral::{Config, IokernelSettings, Runtime};
 use corral_app_spin::{Calibration, serve};
 use corral_iokernel::genrun::GenResult;
 
-const IOKERNELD: &str = env!("CARGO_BIN_EXE_iokerneld");
 const SERVER_IP: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 2);
 const TARGET: &str = "10.99.0.2:5000";
 
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// An iokerneld with the given NIC backend (gen at the default 10.99.0.1/24); killed on drop.
-struct Daemon {
-    child: Child,
-    socket: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
 impl Daemon {
+    /// An iokerneld with the given NIC backend (gen at the default 10.99.0.1/24).
     fn start(nic: &str) -> Daemon {
-        let dir = tempfile::tempdir().unwrap();
-        let socket = dir.path().join("iokerneld.sock");
-        let child = Command::new(IOKERNELD)
-            .args(["--core", "0", "--managed-cores", "1", "--log-level", "warn"])
-            .args(["--nic", nic])
-            .arg("--socket")
-            .arg(&socket)
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("start iokerneld");
-        let daemon = Daemon {
-            child,
-            socket,
-            _dir: dir,
-        };
-        wait_until("iokerneld's socket", Duration::from_secs(10), || {
-            daemon.socket.exists()
-        });
-        daemon
+        Daemon::launch(Launch {
+            args: &["--log-level", "warn", "--nic", nic],
+            socket: "iokerneld.sock",
+            extra: &[],
+            log: false,
+        })
     }
 
     /// A runtime at `ip` serving the spin protocol on port 5000: each request burns its
@@ -111,43 +86,12 @@ impl Daemon {
         })
     }
 
-    fn stats(&self) -> serde_json::Value {
-        let out = Command::new(IOKERNELD)
-            .arg("stats")
-            .arg("--socket")
-            .arg(&self.socket)
-            .stdin(Stdio::null())
-            .output()
-            .expect("run iokerneld stats");
-        assert!(out.status.success(), "{out:?}");
-        serde_json::from_slice(&out.stdout).expect("stats are JSON")
-    }
-
     /// The gen backend's description in the statistics.
     fn gen_state(&self) -> String {
         self.stats()["nic"]["description"]
             .as_str()
             .expect("a NIC description")
             .to_owned()
-    }
-
-    fn assert_alive(&mut self) {
-        assert!(self.child.try_wait().unwrap().is_none(), "iokerneld exited");
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < limit, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(5));
     }
 }
 

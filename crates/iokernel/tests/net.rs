@@ -4,111 +4,40 @@
 //!
 //! Every daemon runs on CPU 0 and manages CPU 1, with its socket in a fresh temporary
 //! directory and, for TAP tests, a TAP device and subnet of its own. The tests share CPU 1, so
-//! they hold `SERIAL` while they run. Every wait is bounded.
+//! they hold `serial()` while they run. Every wait is bounded.
+
+mod common;
 
 use std::io::{BufRead, BufReader};
 use std::net::{Ipv4Addr, UdpSocket};
-use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
-use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use corral_abi::control::{Reply, Request};
-use corral_iokernel::control;
+use common::{Launch, WAIT, serial, wait_until};
 use corral_iokernel::daemon::{RuntimeStats, Stats};
 
-const IOKERNELD: &str = env!("CARGO_BIN_EXE_iokerneld");
 const CLIENT: &str = env!("CARGO_BIN_EXE_corral-abi-client");
-const WAIT: Duration = Duration::from_secs(10);
-
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 const MAC_A: &str = "02:00:00:00:0a:01";
 const MAC_B: &str = "02:00:00:00:0b:01";
 
-/// A running iokerneld, killed on drop.
-struct Daemon {
-    child: Child,
-    dir: tempfile::TempDir,
-    socket: PathBuf,
-}
+type Daemon = common::Daemon<Stats>;
 
 impl Daemon {
+    /// iokerneld with its log kept; `extra` chooses the NIC.
     fn start(extra: &[&str]) -> Daemon {
-        let dir = tempfile::tempdir().unwrap();
-        let socket = dir.path().join("iokerneld.sock");
-        let log = std::fs::File::create(dir.path().join("iokerneld.log")).unwrap();
-        let child = Command::new(IOKERNELD)
-            .args(["--core", "0", "--managed-cores", "1", "--socket"])
-            .arg(&socket)
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        let mut daemon = Daemon { child, dir, socket };
-        let deadline = Instant::now() + WAIT;
-        while control::connect(&daemon.socket).is_err() {
-            if let Ok(Some(status)) = daemon.child.try_wait() {
-                panic!("iokerneld exited with {status}: {}", daemon.log());
-            }
-            assert!(Instant::now() < deadline, "no socket: {}", daemon.log());
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        daemon
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("iokerneld.log")).unwrap_or_default()
-    }
-
-    fn stats(&self) -> Stats {
-        let conn = control::connect(&self.socket).unwrap();
-        let reply = control::request_on(conn.as_fd(), &Request::Stats.encode(), &[], WAIT).unwrap();
-        match reply {
-            Reply::Stats { json } => serde_json::from_str(&json).unwrap(),
-            other => panic!("expected statistics, got {other:?}"),
-        }
-    }
-
-    fn wait_for(&self, what: &str, check: impl Fn(&Stats) -> bool) -> Stats {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            let stats = self.stats();
-            if check(&stats) {
-                return stats;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for {what}; statistics: {stats:#?}\nlog:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        Daemon::launch(Launch {
+            args: &[],
+            socket: "iokerneld.sock",
+            extra,
+            log: true,
+        })
     }
 
     fn client(&self, name: &str, args: &[&str]) -> Client {
         Client::start(self, name, args)
-    }
-
-    fn alive(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -158,7 +87,7 @@ impl Client {
             child,
             lines,
             seen: Vec::new(),
-            log: daemon.dir.path().join("iokerneld.log"),
+            log: daemon.log_file(),
         };
         client.expect("registered ");
         client
@@ -437,11 +366,9 @@ fn tap_device_carries_udp_between_linux_and_an_echo_client() {
     );
     drop(daemon);
     // The device was not persistent: it goes with iokerneld.
-    let deadline = Instant::now() + WAIT;
-    while !ip_addr_show(&tap).is_empty() {
-        assert!(Instant::now() < deadline, "{tap} outlived iokerneld");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until(&format!("{tap} to go with iokerneld"), WAIT, || {
+        ip_addr_show(&tap).is_empty()
+    });
 }
 
 /// A raw AF_PACKET socket bound to `dev`, sending whole Ethernet frames.
@@ -602,7 +529,7 @@ fn malformed_frames_from_the_host_are_counted_and_harm_nobody() {
         echo.packets.rx_packets, 0,
         "nothing malformed was delivered: {echo:#?}"
     );
-    assert!(daemon.alive(), "iokerneld survived");
+    daemon.assert_alive();
     // And the client is still reachable.
     udp_round_trip(host, client_ip, b"still here");
 }

@@ -5,32 +5,40 @@
 //! and subnet, and the tests run one at a time. Nothing here asserts timing; every wait is
 //! bounded only so that a broken build fails instead of hanging.
 
+mod common;
+
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket as LinuxUdp};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::ops::{Deref, DerefMut};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use common::{Launch, serial, wait_until};
 use corral::net::{NetConfig, UdpSocket, UdpSpawner};
 use corral::{Config, IokernelSettings, Runtime};
 
-const IOKERNELD: &str = env!("CARGO_BIN_EXE_iokerneld");
 const ECHO_PORT: u16 = 7;
 
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// An iokerneld with a TAP device `tap` whose host side is `subnet.1/24`; killed on drop.
+/// An iokerneld with a TAP device `tap` whose host side is `subnet.1/24`.
 struct Daemon {
-    child: Child,
-    socket: PathBuf,
-    _dir: tempfile::TempDir,
+    iokerneld: common::Daemon,
     subnet: [u8; 3],
     tap: String,
+}
+
+impl Deref for Daemon {
+    type Target = common::Daemon;
+
+    fn deref(&self) -> &common::Daemon {
+        &self.iokerneld
+    }
+}
+
+impl DerefMut for Daemon {
+    fn deref_mut(&mut self) -> &mut common::Daemon {
+        &mut self.iokerneld
+    }
 }
 
 impl Daemon {
@@ -38,28 +46,27 @@ impl Daemon {
         let pid = std::process::id();
         let tap = format!("cre{}t{test}", pid % 100_000);
         let subnet = [10, 120 + (pid % 50) as u8, test];
-        let dir = tempfile::tempdir().unwrap();
-        let socket = dir.path().join("iokerneld.sock");
         let cidr = format!("{}.{}.{}.1/24", subnet[0], subnet[1], subnet[2]);
-        let child = Command::new(IOKERNELD)
-            .args(["--core", "0", "--managed-cores", "1", "--log-level", "warn"])
-            .args(["--nic", "tap", "--tap-name", &tap, "--host-ip", &cidr])
-            .arg("--socket")
-            .arg(&socket)
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("start iokerneld");
-        let daemon = Daemon {
-            child,
-            socket,
-            _dir: dir,
+        let iokerneld = common::Daemon::launch(Launch {
+            args: &[
+                "--log-level",
+                "warn",
+                "--nic",
+                "tap",
+                "--tap-name",
+                &tap,
+                "--host-ip",
+                &cidr,
+            ],
+            socket: "iokerneld.sock",
+            extra: &[],
+            log: false,
+        });
+        Daemon {
+            iokerneld,
             subnet,
             tap,
-        };
-        wait_until("iokerneld's socket", Duration::from_secs(10), || {
-            daemon.socket.exists()
-        });
-        daemon
+        }
     }
 
     fn host(&self) -> Ipv4Addr {
@@ -78,37 +85,6 @@ impl Daemon {
                 .net(NetConfig::new(self.ip(last), 24)),
         )
         .expect("start a networked runtime under iokerneld")
-    }
-
-    fn stats(&self) -> serde_json::Value {
-        let out = Command::new(IOKERNELD)
-            .arg("stats")
-            .arg("--socket")
-            .arg(&self.socket)
-            .stdin(Stdio::null())
-            .output()
-            .expect("run iokerneld stats");
-        assert!(out.status.success());
-        serde_json::from_slice(&out.stdout).expect("stats are JSON")
-    }
-
-    fn assert_alive(&mut self) {
-        assert!(self.child.try_wait().unwrap().is_none(), "iokerneld exited");
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < limit, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(1));
     }
 }
 

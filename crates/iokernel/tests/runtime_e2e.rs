@@ -1,61 +1,26 @@
 //! Corral runtimes under a real iokerneld: one managed core (CPU 1) shared by a
 //! latency-critical runtime and a batch runtime, iokerneld on CPU 0.
 //!
-//! These tests assert behaviour, not timing: every wait is bounded only so that a broken build
-//! fails instead of hanging.
+//! The tests share CPU 1, so they run one at a time. They assert behaviour, not timing: every
+//! wait is bounded only so that a broken build fails instead of hanging.
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+mod common;
+
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use common::{Daemon, Launch, serial, wait_until};
 use corral::{Config, IokernelSettings, Runtime};
-
-const IOKERNELD: &str = env!("CARGO_BIN_EXE_iokerneld");
-
-/// The tests share CPU 1, so they run one at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// A running iokerneld with its own socket; killed on drop.
-struct Daemon {
-    child: Child,
-    socket: PathBuf,
-    dir: PathBuf,
-}
 
 impl Daemon {
     fn start(extra: &[&str]) -> Daemon {
-        let dir = std::env::temp_dir().join(format!(
-            "corral-e2e-{}-{}",
-            std::process::id(),
-            NEXT_DIR.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        let socket = dir.join("iokerneld.sock");
-        let child = Command::new(IOKERNELD)
-            .args(["--core", "0", "--managed-cores", "1", "--log-level", "warn"])
-            .args(["--nic", "none"])
-            .arg("--socket")
-            .arg(&socket)
-            .args(extra)
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("start iokerneld");
-        let daemon = Daemon { child, socket, dir };
-        let start = Instant::now();
-        while !daemon.socket.exists() {
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "iokerneld did not create its socket"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        daemon
+        Daemon::launch(Launch {
+            args: &["--log-level", "warn", "--nic", "none"],
+            socket: "iokerneld.sock",
+            extra,
+            log: false,
+        })
     }
 
     fn settings(&self, name: &str) -> IokernelSettings {
@@ -71,22 +36,6 @@ impl Daemon {
         .expect("register with iokerneld")
     }
 
-    fn stats(&self) -> serde_json::Value {
-        let out = Command::new(IOKERNELD)
-            .arg("stats")
-            .arg("--socket")
-            .arg(&self.socket)
-            .stdin(Stdio::null())
-            .output()
-            .expect("run iokerneld stats");
-        assert!(
-            out.status.success(),
-            "iokerneld stats failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).expect("stats are JSON")
-    }
-
     fn runtime_stats(&self, name: &str) -> serde_json::Value {
         let stats = self.stats();
         stats["runtimes"]
@@ -96,29 +45,6 @@ impl Daemon {
             .find(|r| r["name"] == name)
             .cloned()
             .unwrap_or_else(|| panic!("runtime {name} not in {stats:#}"))
-    }
-
-    /// Asserts the daemon is still alive.
-    fn assert_alive(&mut self) {
-        assert!(self.child.try_wait().unwrap().is_none(), "iokerneld exited");
-    }
-}
-
-static NEXT_DIR: AtomicU64 = AtomicU64::new(0);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < limit, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(1));
     }
 }
 
@@ -193,7 +119,10 @@ fn a_refused_registration_is_an_error_naming_the_reason() {
     let missing = Runtime::new(
         Config::default()
             .kthreads(1)
-            .iokernel(IokernelSettings::new(daemon.dir.join("nope.sock"), "lost")),
+            .iokernel(IokernelSettings::new(
+                daemon.dir().join("nope.sock"),
+                "lost",
+            )),
     )
     .err()
     .expect("registered with no daemon");
