@@ -13,6 +13,7 @@ command -v git >/dev/null || need+=(git)
 [ -e /usr/include/linux/futex.h ] || need+=(linux-libc-dev)
 command -v ping >/dev/null || need+=(iputils-ping)
 command -v ip >/dev/null || need+=(iproute2)
+[ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)
 
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}"

@@ -1,0 +1,384 @@
+//! Command-line options.
+
+use std::path::PathBuf;
+
+use clap::{Parser, ValueEnum};
+use corral_loadgen::ServiceDist;
+
+use crate::results::System;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Experiment {
+    /// Latency and batch throughput against offered load, Corral and Linux side by side (the
+    /// paper's Figure 4).
+    Sweep,
+    /// The same sweep on Corral at several allocation intervals (the paper's Figure 8).
+    Intervals,
+    /// A sudden step up in load and back, p99.9 per window around the step (the paper's
+    /// Figure 5), on Corral.
+    Burst,
+}
+
+/// Shows, on this machine, a latency-critical UDP spin server keeping microsecond tail latency
+/// while a batch job takes the cycles it leaves idle, under Corral and under Linux.
+///
+/// Corral: iokerneld busy-polls CPU `--iokernel-cpu` and plays the load from its built-in
+/// generator (`nic gen`); spin and batch are Corral runtimes sharing CPU `--app-cpu`. Linux: spin
+/// on a UDP socket and batch threads at SCHED_IDLE pinned to `--app-cpu`, load from
+/// corral-loadgen-linux over loopback on `--iokernel-cpu`. Must run as root (iokerneld pins
+/// threads, moves them between cores and signals them).
+#[derive(Clone, Debug, Parser, serde::Serialize)]
+#[command(name = "corral-demo", version, about, long_about)]
+pub struct Args {
+    /// Which experiment to run.
+    #[arg(long, value_enum, default_value_t = Experiment::Sweep)]
+    pub experiment: Experiment,
+
+    /// Systems to measure, comma-separated (`corral`, `linux`) [default: both for sweep,
+    /// corral for intervals and burst].
+    #[arg(long, value_delimiter = ',')]
+    pub systems: Vec<System>,
+
+    /// Service time each request asks for: `exp:10us`, `const:10us` or `bimodal` (90% 5 us,
+    /// 10% 55 us).
+    #[arg(long, default_value = "exp:10us")]
+    #[serde(serialize_with = "display")]
+    pub service: ServiceDist,
+
+    /// Offered loads as fractions of one core, comma-separated; the rate is load / mean
+    /// service time [default: 0.1,0.2,...,0.9; with --quick 0.2,0.5].
+    #[arg(long, value_delimiter = ',')]
+    pub loads: Vec<f64>,
+
+    /// Seconds of load at each point [default: 12 for sweep, 6 for intervals (five sweeps);
+    /// with --quick 1].
+    #[arg(long)]
+    pub point_secs: Option<f64>,
+
+    /// Seconds at the start of each point left out of the batch throughput [default: 1; with
+    /// --quick 0.2].
+    #[arg(long)]
+    pub warmup_secs: Option<f64>,
+
+    /// Seconds the batch job runs alone (server idle) for its standalone throughput
+    /// [default: 4; with --quick 1].
+    #[arg(long)]
+    pub alone_secs: Option<f64>,
+
+    /// iokerneld's allocation interval in microseconds (sweep and burst).
+    #[arg(long, default_value_t = 5)]
+    pub interval_us: u64,
+
+    /// Allocation intervals to compare, microseconds (intervals experiment).
+    #[arg(long, value_delimiter = ',', default_value = "5,25,50,100,1000")]
+    pub intervals: Vec<u64>,
+
+    /// Milliseconds per latency window reported by the Corral generator.
+    #[arg(long, default_value_t = 10)]
+    pub window_ms: u64,
+
+    /// Burst: the base load before and after the step.
+    #[arg(long, default_value_t = 0.1)]
+    pub burst_base: f64,
+
+    /// Burst: the load during the step.
+    #[arg(long, default_value_t = 0.7)]
+    pub burst_peak: f64,
+
+    /// Burst: seconds at each of base, peak, base [default: 1; with --quick 0.3].
+    #[arg(long)]
+    pub burst_secs: Option<f64>,
+
+    /// Burst: seconds of the steady run at the peak rate [default: 4; with --quick 0.5].
+    #[arg(long)]
+    pub steady_secs: Option<f64>,
+
+    /// Simulated clients (request tags) of the generators.
+    #[arg(long, default_value_t = 64)]
+    pub clients: u32,
+
+    /// Seed of the request schedules (the same for both systems, so both get the same
+    /// arrivals and service times).
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+
+    /// Bytes of each request's UDP payload.
+    #[arg(long, default_value_t = 64)]
+    pub payload: usize,
+
+    /// Milliseconds after a point's last request that answers still count.
+    #[arg(long, default_value_t = 100)]
+    pub grace_ms: u64,
+
+    /// A short run for tests: two load points, short points, a few seconds in all.
+    #[arg(long)]
+    pub quick: bool,
+
+    /// Directory for results.json, results.csv, plots and logs [default:
+    /// target/demo/<timestamp>/, next to the runner's own executable].
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+
+    /// Directory holding iokerneld, spin, batch and corral-loadgen-linux [default: the
+    /// directory of this executable].
+    #[arg(long)]
+    pub bin_dir: Option<PathBuf>,
+
+    /// The CPU iokerneld (or the Linux load generator) runs on.
+    #[arg(long, default_value_t = 0)]
+    pub iokernel_cpu: usize,
+
+    /// The CPU the spin server and the batch job share.
+    #[arg(long, default_value_t = 1)]
+    pub app_cpu: usize,
+
+    /// Address of the Corral spin runtime (behind iokerneld's generator).
+    #[arg(long, default_value = "10.99.0.2:5000")]
+    pub corral_addr: std::net::SocketAddrV4,
+
+    /// Loopback address of the Linux spin server.
+    #[arg(long, default_value = "127.0.0.1:5000")]
+    pub linux_addr: std::net::SocketAddrV4,
+
+    /// iokerneld's control socket [default: a fresh path under /run/corral/ for this run].
+    #[arg(long)]
+    pub socket: Option<PathBuf>,
+
+    /// TrueType font for the plots' text.
+    #[arg(
+        long,
+        default_value = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"
+    )]
+    pub font: PathBuf,
+}
+
+fn display<T: std::fmt::Display, S: serde::Serializer>(v: &T, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(v)
+}
+
+/// The options with every default filled in and checked.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Plan {
+    pub experiment: Experiment,
+    pub systems: Vec<System>,
+    #[serde(serialize_with = "display")]
+    pub service: ServiceDist,
+    pub mean_service_ns: f64,
+    pub loads: Vec<f64>,
+    pub point_secs: f64,
+    pub warmup_secs: f64,
+    pub alone_secs: f64,
+    pub interval_us: u64,
+    pub intervals: Vec<u64>,
+    pub window_ms: u64,
+    pub burst_base: f64,
+    pub burst_peak: f64,
+    pub burst_secs: f64,
+    pub steady_secs: f64,
+    pub clients: u32,
+    pub seed: u64,
+    pub payload: usize,
+    pub grace_ms: u64,
+    pub quick: bool,
+    pub iokernel_cpu: usize,
+    pub app_cpu: usize,
+    pub corral_addr: std::net::SocketAddrV4,
+    pub linux_addr: std::net::SocketAddrV4,
+}
+
+impl Plan {
+    /// Requests per second for a load.
+    pub fn rate(&self, load: f64) -> f64 {
+        load * 1e9 / self.mean_service_ns
+    }
+}
+
+fn positive(name: &str, v: f64) -> Result<f64, String> {
+    if v.is_finite() && v > 0.0 && v < 1e6 {
+        Ok(v)
+    } else {
+        Err(format!(
+            "invalid {name} = {v}: expected seconds in (0, 1e6)"
+        ))
+    }
+}
+
+impl Args {
+    pub fn plan(&self) -> Result<Plan, String> {
+        let q = self.quick;
+        let systems = if self.systems.is_empty() {
+            match self.experiment {
+                Experiment::Sweep => vec![System::Corral, System::Linux],
+                Experiment::Intervals | Experiment::Burst => vec![System::Corral],
+            }
+        } else {
+            let mut s = self.systems.clone();
+            s.sort();
+            s.dedup();
+            s
+        };
+        if self.experiment != Experiment::Sweep && systems != [System::Corral] {
+            return Err(format!(
+                "invalid systems = {}: the {} experiment runs on Corral only{}",
+                systems
+                    .iter()
+                    .map(|s| s.name())
+                    .collect::<Vec<_>>()
+                    .join(","),
+                match self.experiment {
+                    Experiment::Intervals => "intervals",
+                    _ => "burst",
+                },
+                if self.experiment == Experiment::Burst {
+                    " (corral-loadgen-linux cannot change rate mid-run or report windows)"
+                } else {
+                    " (Linux has no allocation interval)"
+                }
+            ));
+        }
+        let loads = if self.loads.is_empty() {
+            if q {
+                vec![0.2, 0.5]
+            } else {
+                (1..=9).map(|k| k as f64 / 10.0).collect()
+            }
+        } else {
+            self.loads.clone()
+        };
+        if let Some(bad) = loads
+            .iter()
+            .find(|l| !(l.is_finite() && **l > 0.0 && **l < 1.5))
+        {
+            return Err(format!(
+                "invalid loads = {bad}: expected fractions of one core in (0, 1.5)"
+            ));
+        }
+        for (name, v) in [
+            ("burst-base", self.burst_base),
+            ("burst-peak", self.burst_peak),
+        ] {
+            if !(v.is_finite() && v > 0.0 && v < 1.5) {
+                return Err(format!(
+                    "invalid {name} = {v}: expected a fraction of one core in (0, 1.5)"
+                ));
+            }
+        }
+        let mean_service_ns = self.service.mean_ns();
+        if mean_service_ns.is_nan() || mean_service_ns < 100.0 {
+            return Err(format!(
+                "invalid service = {}: expected a mean of at least 100 ns",
+                self.service
+            ));
+        }
+        if self.intervals.is_empty() || self.intervals.contains(&0) || self.interval_us == 0 {
+            return Err("invalid intervals: expected microseconds of at least 1".into());
+        }
+        if self.window_ms == 0 {
+            return Err("invalid window-ms = 0: expected at least 1".into());
+        }
+        if self.clients == 0 {
+            return Err("invalid clients = 0: expected at least 1".into());
+        }
+        if self.iokernel_cpu == self.app_cpu {
+            return Err(format!(
+                "invalid app-cpu = {}: must differ from iokernel-cpu",
+                self.app_cpu
+            ));
+        }
+        let pick =
+            |v: Option<f64>, normal: f64, quick: f64| v.unwrap_or(if q { quick } else { normal });
+        let normal_point = if self.experiment == Experiment::Intervals {
+            6.0
+        } else {
+            12.0
+        };
+        let point_secs = positive("point-secs", pick(self.point_secs, normal_point, 1.0))?;
+        let warmup_secs = pick(self.warmup_secs, 1.0, 0.2);
+        if !(warmup_secs.is_finite() && warmup_secs >= 0.0 && warmup_secs < point_secs) {
+            return Err(format!(
+                "invalid warmup-secs = {warmup_secs}: expected 0 to less than point-secs ({point_secs})"
+            ));
+        }
+        Ok(Plan {
+            experiment: self.experiment,
+            systems,
+            service: self.service,
+            mean_service_ns,
+            loads,
+            point_secs,
+            warmup_secs,
+            alone_secs: positive("alone-secs", pick(self.alone_secs, 4.0, 1.0))?,
+            interval_us: self.interval_us,
+            intervals: self.intervals.clone(),
+            window_ms: self.window_ms,
+            burst_base: self.burst_base,
+            burst_peak: self.burst_peak,
+            burst_secs: positive("burst-secs", pick(self.burst_secs, 1.0, 0.3))?,
+            steady_secs: positive("steady-secs", pick(self.steady_secs, 4.0, 0.5))?,
+            clients: self.clients,
+            seed: self.seed,
+            payload: self.payload,
+            grace_ms: self.grace_ms,
+            quick: q,
+            iokernel_cpu: self.iokernel_cpu,
+            app_cpu: self.app_cpu,
+            corral_addr: self.corral_addr,
+            linux_addr: self.linux_addr,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(args: &[&str]) -> Result<Plan, String> {
+        let mut v = vec!["corral-demo"];
+        v.extend_from_slice(args);
+        Args::try_parse_from(v).map_err(|e| e.to_string())?.plan()
+    }
+
+    #[test]
+    fn defaults_are_the_demo() {
+        let p = plan(&[]).unwrap();
+        assert_eq!(p.systems, vec![System::Corral, System::Linux]);
+        assert_eq!(p.loads.len(), 9);
+        assert!((p.rate(0.1) - 10_000.0).abs() < 1e-6);
+        assert!((p.rate(0.9) - 90_000.0).abs() < 1e-6);
+        let q = plan(&["--quick"]).unwrap();
+        assert_eq!(q.loads, vec![0.2, 0.5]);
+        assert!(q.point_secs <= 1.0);
+    }
+
+    #[test]
+    fn bimodal_has_a_10us_mean() {
+        let p = plan(&["--service", "bimodal"]).unwrap();
+        assert!((p.mean_service_ns - 10_000.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn bad_options_are_refused_with_their_name() {
+        for (args, want) in [
+            (&["--loads", "0.5,2"][..], "invalid loads"),
+            (&["--point-secs", "0"], "invalid point-secs"),
+            (&["--warmup-secs", "20"], "invalid warmup-secs"),
+            (
+                &["--experiment", "burst", "--systems", "linux"],
+                "invalid systems",
+            ),
+            (
+                &["--experiment", "intervals", "--systems", "corral,linux"],
+                "invalid systems",
+            ),
+            (&["--app-cpu", "0"], "invalid app-cpu"),
+            (
+                &["--intervals", "5,0", "--experiment", "intervals"],
+                "invalid intervals",
+            ),
+        ] {
+            let err = plan(args).unwrap_err();
+            assert!(err.contains(want), "{args:?}: {err}");
+        }
+    }
+}

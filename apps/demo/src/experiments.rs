@@ -1,0 +1,936 @@
+//! The experiments: what runs in which order, what is printed while it runs, and what is
+//! written at the end.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use corral_loadgen::queueing;
+use corral_loadgen::{Arrivals, ScheduleConfig};
+use serde_json::json;
+
+use crate::batch::Clock;
+use crate::cli::{Args, Experiment, Plan};
+use crate::error::{Error, Result};
+use crate::plot::{self, Chart, Line};
+use crate::report::{self, fmt_pct, fmt_us, tail_p999_ns};
+use crate::results::{BatchAlone, BoundPoint, Burst, Point, System, SystemRun};
+use crate::systems::{Bins, Corral, Env, Linux};
+use crate::{machine, procs};
+
+/// Loads at or below this are held to the targets (the paper's claims stop short of saturation).
+pub const TARGET_MAX_LOAD: f64 = 0.8;
+
+fn say(line: impl AsRef<str>) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{}", line.as_ref());
+    let _ = out.flush();
+}
+
+/// Local time as `YYYYMMDD-HHMMSS`, for the default output directory.
+fn timestamp() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs()) as libc::time_t;
+    // SAFETY: tm is plain data; localtime_r writes it from a valid time_t.
+    let tm = unsafe {
+        let mut tm: libc::tm = std::mem::zeroed();
+        libc::localtime_r(&now, &mut tm);
+        tm
+    };
+    format!(
+        "{:04}{:02}{:02}-{:02}{:02}{:02}",
+        tm.tm_year + 1900,
+        tm.tm_mon + 1,
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min,
+        tm.tm_sec
+    )
+}
+
+fn online_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+fn kernel() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default()
+}
+
+/// Runs the experiment the arguments ask for; everything it starts is stopped before it
+/// returns, on every path.
+pub fn run(args: &Args) -> Result<()> {
+    let wall = Instant::now();
+    let plan = args.plan().map_err(Error::Failed)?;
+    // SAFETY: geteuid has no preconditions.
+    if plan.systems.contains(&System::Corral) && unsafe { libc::geteuid() } != 0 {
+        return Err(Error::msg(
+            "corral-demo must run as root: iokerneld pins itself, moves the runtimes' kthreads \
+             between cores and signals them. Run it with sudo (or pass --systems linux for the \
+             Linux half alone).",
+        ));
+    }
+    for cpu in [plan.iokernel_cpu, plan.app_cpu] {
+        if cpu >= online_cpus() {
+            return Err(Error::msg(format!(
+                "CPU {cpu} is not available here ({} online); choose others with \
+                 --iokernel-cpu / --app-cpu",
+                online_cpus()
+            )));
+        }
+    }
+    let exe_dir = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf))
+        .ok_or_else(|| Error::msg("cannot find the runner's own executable"))?;
+    let bins = Bins::locate(args.bin_dir.as_deref().unwrap_or(&exe_dir), &plan.systems)?;
+    // Fail on a missing font now, not after minutes of measuring.
+    plot::load_font(&args.font)?;
+    let out = match &args.out {
+        Some(d) => d.clone(),
+        None => exe_dir
+            .parent()
+            .unwrap_or(&exe_dir)
+            .join("demo")
+            .join(timestamp()),
+    };
+    let logs = out.join("logs");
+    let raw = out.join("raw");
+    for d in [&out, &logs, &raw] {
+        std::fs::create_dir_all(d)
+            .map_err(|e| Error::msg(format!("cannot create {}: {e}", d.display())))?;
+    }
+    let socket = args
+        .socket
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("/run/corral/demo-{}.sock", std::process::id())));
+    let others = machine::other_iokernelds();
+    for (pid, cmd) in &others {
+        say(format!(
+            "WARNING: another iokerneld is running (pid {pid}: {cmd}); it competes for the same \
+             CPUs and will disturb the measurements"
+        ));
+    }
+    let env = Env {
+        plan,
+        bins,
+        out,
+        logs,
+        raw,
+        socket,
+        clock: Clock::start(),
+    };
+    let p = &env.plan;
+    let loads = p
+        .loads
+        .iter()
+        .map(|l| fmt_pct(*l))
+        .collect::<Vec<_>>()
+        .join(",");
+    let what = match p.experiment {
+        Experiment::Sweep => format!(
+            "sweep of {} at loads {loads}, {} s per point",
+            p.systems
+                .iter()
+                .map(|s| s.title())
+                .collect::<Vec<_>>()
+                .join(" and "),
+            p.point_secs
+        ),
+        Experiment::Intervals => format!(
+            "Corral at allocation intervals {}, loads {loads}, {} s per point",
+            p.intervals
+                .iter()
+                .map(|&iv| report::interval_label(iv))
+                .collect::<Vec<_>>()
+                .join(","),
+            p.point_secs
+        ),
+        Experiment::Burst => format!(
+            "Corral load step {} -> {} -> {}, {} s each",
+            fmt_pct(p.burst_base),
+            fmt_pct(p.burst_peak),
+            fmt_pct(p.burst_base),
+            p.burst_secs
+        ),
+    };
+    say(format!(
+        "corral-demo: {what}; service {}; results in {}",
+        report::service_label(&p.service),
+        env.out.display()
+    ));
+    let mut record = json!({
+        "experiment": p.experiment,
+        "plan": p,
+        "runner_command": std::env::args().collect::<Vec<_>>(),
+        "bin_dir": env.bins.dir,
+        "host": { "online_cpus": online_cpus(), "kernel": kernel() },
+        "other_iokernelds": others.iter().map(|(pid, cmd)| json!({"pid": pid, "cmdline": cmd})).collect::<Vec<_>>(),
+        "started_unix_s": std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64()),
+    });
+    let (text, csv, plots) = match p.experiment {
+        Experiment::Sweep => sweep(&env, &mut record)?,
+        Experiment::Intervals => intervals(&env, &mut record)?,
+        Experiment::Burst => burst(&env, &mut record)?,
+    };
+    let csv_path = env.out.join("results.csv");
+    std::fs::write(&csv_path, csv)
+        .map_err(|e| Error::msg(format!("cannot write {}: {e}", csv_path.display())))?;
+    let json_path = env.out.join("results.json");
+    let mut files = vec![json_path.clone(), csv_path.clone()];
+    files.extend(plots);
+    record["files"] = json!(files);
+    record["wall_s"] = json!(wall.elapsed().as_secs_f64());
+    record["summary_text"] = json!(text);
+    let pretty = serde_json::to_string_pretty(&record)
+        .map_err(|e| Error::msg(format!("cannot encode results: {e}")))?;
+    std::fs::write(&json_path, pretty + "\n")
+        .map_err(|e| Error::msg(format!("cannot write {}: {e}", json_path.display())))?;
+    say("");
+    say(text);
+    say(format!(
+        "wall time {:.0} s. Files:",
+        wall.elapsed().as_secs_f64()
+    ));
+    for f in &files {
+        say(format!("  {}", f.display()));
+    }
+    say(format!("  {} (each process's output)", env.logs.display()));
+    Ok(())
+}
+
+/// The zero-overhead FCFS bound at each load, simulated for the same schedule as the runs
+/// (two threads; run when the measurements are over, so it disturbs nothing).
+fn bounds(plan: &Plan, loads: &[f64]) -> Result<Vec<BoundPoint>> {
+    say(format!(
+        "computing the zero-overhead FCFS bound at {} loads ...",
+        loads.len()
+    ));
+    let one = |load: f64| -> std::result::Result<Option<BoundPoint>, String> {
+        let rate = plan.rate(load);
+        let cfg = ScheduleConfig::new(rate, Duration::from_secs_f64(plan.point_secs))
+            .arrivals(Arrivals::Poisson)
+            .service(plan.service)
+            .clients(plan.clients)
+            .seed(plan.seed);
+        let b = queueing::bound(&cfg).map_err(|e| format!("bound at load {load}: {e}"))?;
+        Ok(b.simulated.map(|s| BoundPoint {
+            load,
+            rate_rps: rate,
+            p50_ns: s.sojourn.p50_ns,
+            p99_ns: s.sojourn.p99_ns,
+            p999_ns: s.sojourn.p999_ns,
+            mm1_p999_ns: b.mm1_p999_ns,
+            simulated_requests: s.requests,
+        }))
+    };
+    let results: Vec<_> = std::thread::scope(|s| {
+        let mut pending = Vec::new();
+        for chunk in loads.chunks(loads.len().div_ceil(2).max(1)) {
+            pending.push(s.spawn(move || chunk.iter().map(|&l| one(l)).collect::<Vec<_>>()));
+        }
+        pending
+            .into_iter()
+            .flat_map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| vec![Err("bound thread panicked".into())])
+            })
+            .collect()
+    });
+    let mut out = Vec::new();
+    for r in results {
+        if let Some(b) = r.map_err(Error::Failed)? {
+            out.push(b);
+        }
+    }
+    Ok(out)
+}
+
+/// Runs one point and notes what else used the machine meanwhile: any iokerneld the runner
+/// did not start (seen at its start or end), and the CPU time of processes it did not start.
+fn watched(run: impl FnOnce() -> Result<Point>) -> Result<Point> {
+    let before = machine::other_iokernelds();
+    let cpu_before = machine::snapshot();
+    let mut pt = run()?;
+    let cpu_after = machine::snapshot();
+    pt.foreign_cpus = cpu_before
+        .zip(cpu_after)
+        .and_then(|(a, b)| machine::foreign_cpus(&a, &b));
+    let mut seen: Vec<String> = before
+        .into_iter()
+        .chain(machine::other_iokernelds())
+        .map(|(pid, cmd)| format!("pid {pid}: {cmd}"))
+        .collect();
+    seen.sort();
+    seen.dedup();
+    pt.interference = seen;
+    Ok(pt)
+}
+
+fn point_line(system: System, p: &Point) -> String {
+    let s = &p.summary;
+    let mut line = format!(
+        "  {:<6} {:>4} {:>6.0}/s: achieved {:.0}/s  p50 {}  p99 {}  p99.9 {} us",
+        system.title(),
+        fmt_pct(p.load),
+        p.rate_rps,
+        s.achieved_rps,
+        fmt_us(s.latency.p50_ns),
+        fmt_us(s.latency.p99_ns),
+        fmt_us(s.latency.p999_ns),
+    );
+    if let Some(f) = p.batch_fraction {
+        line.push_str(&format!("  batch {f:.2} of alone"));
+    }
+    if let Some(r) = p.reallocations_per_s {
+        line.push_str(&format!("  {r:.0} realloc/s"));
+    }
+    if s.lost > 0 {
+        line.push_str(&format!("  LOST {}/{}", s.lost, s.sent));
+    }
+    if s.fell_behind {
+        line.push_str(&format!(
+            "  GENERATOR FELL BEHIND ({})",
+            s.fell_behind_reason.as_deref().unwrap_or("?")
+        ));
+    }
+    if !p.interference.is_empty() {
+        line.push_str(&format!(
+            "  ANOTHER IOKERNELD WAS RUNNING ({})",
+            p.interference.join("; ")
+        ));
+    }
+    if let Some(x) = p.foreign_cpus.filter(|&x| x > report::FOREIGN_CPU_FLAG) {
+        line.push_str(&format!("  OTHER PROCESSES USED {x:.2} CPU"));
+    }
+    line
+}
+
+fn alone_line(system: System, a: &BatchAlone) -> String {
+    let mut line = format!(
+        "  {:<6} batch alone: {:.0} units/s over {:.1} s",
+        system.title(),
+        a.units_per_s,
+        a.window_s[1] - a.window_s[0]
+    );
+    if let Some(x) = a.foreign_cpus.filter(|&x| x > report::FOREIGN_CPU_FLAG) {
+        line.push_str(&format!("  OTHER PROCESSES USED {x:.2} CPU"));
+    }
+    line
+}
+
+/// The batch job alone, with the CPU time other processes took meanwhile.
+fn alone_watched(measure: impl FnOnce() -> Result<BatchAlone>) -> Result<BatchAlone> {
+    let a = machine::snapshot();
+    let mut alone = measure()?;
+    let b = machine::snapshot();
+    alone.foreign_cpus = a.zip(b).and_then(|(a, b)| machine::foreign_cpus(&a, &b));
+    Ok(alone)
+}
+
+/// Says how many warnings iokerneld logged, with the first, so that they are not missed.
+fn note_warnings(run: &SystemRun) {
+    if let Some(first) = run.daemon_warnings.first() {
+        say(format!(
+            "  iokerneld logged {} warning(s) during this run; the first: {first}",
+            run.daemon_warnings.len()
+        ));
+    }
+}
+
+fn warnings_text(runs: &[SystemRun]) -> String {
+    let mut text = String::new();
+    for r in runs.iter().filter(|r| !r.daemon_warnings.is_empty()) {
+        text.push_str(&format!(
+            "note: iokerneld{} logged {} warning(s); the first: {}\n",
+            r.interval_us
+                .map(|iv| format!(" (interval {})", report::interval_label(iv)))
+                .unwrap_or_default(),
+            r.daemon_warnings.len(),
+            r.daemon_warnings[0]
+        ));
+    }
+    text
+}
+
+/// One line saying how many measurements other work on the machine may have disturbed.
+fn interference_text(runs: &[SystemRun]) -> String {
+    let disturbed = |foreign: Option<f64>, others: bool| {
+        others || foreign.is_some_and(|x| x > report::FOREIGN_CPU_FLAG)
+    };
+    let points: Vec<String> = runs
+        .iter()
+        .flat_map(|r| {
+            r.points
+                .iter()
+                .filter(|p| disturbed(p.foreign_cpus, !p.interference.is_empty()))
+                .map(move |p| format!("{} {}", r.system.title(), fmt_pct(p.load)))
+        })
+        .collect();
+    let alone: Vec<&str> = runs
+        .iter()
+        .filter(|r| {
+            r.batch_alone
+                .as_ref()
+                .is_some_and(|a| disturbed(a.foreign_cpus, false))
+        })
+        .map(|r| r.system.title())
+        .collect();
+    if points.is_empty() && alone.is_empty() {
+        return String::new();
+    }
+    format!(
+        "note: other processes used the CPUs during {} measurement(s) ({}{}): those numbers are \
+         disturbed; rerun on a quiet machine\n",
+        points.len() + alone.len(),
+        points.join(", "),
+        if alone.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "{}batch alone of {}",
+                if points.is_empty() { "" } else { ", " },
+                alone.join(" and ")
+            )
+        }
+    )
+}
+
+/// Runs Corral at one allocation interval over the plan's loads.
+fn corral_sweep(env: &Env, interval_us: u64) -> Result<SystemRun> {
+    let p = &env.plan;
+    say(format!(
+        "== Corral (allocation interval {}): iokerneld on CPU {} (nic gen), spin and batch \
+         sharing CPU {}",
+        report::interval_label(interval_us),
+        p.iokernel_cpu,
+        p.app_cpu
+    ));
+    let mut c = Corral::start(env, interval_us)?;
+    let alone = alone_watched(|| c.batch_alone())?;
+    say(alone_line(System::Corral, &alone));
+    let mut points = Vec::new();
+    for &load in &p.loads {
+        let name = format!("load{}", fmt_pct(load).trim_end_matches('%'));
+        let pt =
+            watched(|| c.run_point(load, &[(p.rate(load), p.point_secs)], &name, Some(&alone)))?;
+        say(point_line(System::Corral, &pt));
+        points.push(pt);
+    }
+    let stats = c.daemon_stats().ok();
+    let run = SystemRun {
+        system: System::Corral,
+        interval_us: Some(interval_us),
+        commands: c.commands(),
+        spin_iterations_per_us: c.spin_calibration(),
+        batch_alone: Some(alone),
+        points,
+        daemon_stats: stats,
+        daemon_warnings: c.daemon_warnings(),
+    };
+    note_warnings(&run);
+    drop(c);
+    Ok(run)
+}
+
+fn linux_sweep(env: &Env) -> Result<SystemRun> {
+    let p = &env.plan;
+    say(format!(
+        "== Linux: spin (UDP socket) and batch (SCHED_IDLE threads) pinned to CPU {}, \
+         corral-loadgen-linux on CPU {}",
+        p.app_cpu, p.iokernel_cpu
+    ));
+    let mut l = Linux::start(env)?;
+    let alone = alone_watched(|| l.batch_alone())?;
+    say(alone_line(System::Linux, &alone));
+    let mut points = Vec::new();
+    for &load in &p.loads {
+        let pt = watched(|| l.run_point(load, p.rate(load), Some(&alone)))?;
+        say(point_line(System::Linux, &pt));
+        points.push(pt);
+    }
+    let run = SystemRun {
+        system: System::Linux,
+        interval_us: None,
+        commands: l.commands(),
+        spin_iterations_per_us: l.spin_calibration(),
+        batch_alone: Some(alone),
+        points,
+        daemon_stats: None,
+        daemon_warnings: Vec::new(),
+    };
+    drop(l);
+    Ok(run)
+}
+
+type Written = (String, String, Vec<PathBuf>);
+
+fn sweep(env: &Env, record: &mut serde_json::Value) -> Result<Written> {
+    let p = &env.plan;
+    let mut runs: Vec<SystemRun> = Vec::new();
+    for &sys in &p.systems {
+        procs::check_interrupt()?;
+        let run = match sys {
+            System::Corral => corral_sweep(env, p.interval_us)?,
+            System::Linux => linux_sweep(env)?,
+        };
+        runs.push(run);
+    }
+    let bounds = bounds(p, &p.loads)?;
+    procs::check_interrupt()?;
+    let corral = runs.iter().find(|r| r.system == System::Corral);
+    let linux = runs.iter().find(|r| r.system == System::Linux);
+    let rates: Vec<f64> = p.loads.iter().map(|&l| p.rate(l)).collect();
+    let rows = report::sweep_rows(&p.loads, &rates, corral, linux, &bounds);
+    let checks = report::check_targets(&rows, TARGET_MAX_LOAD);
+
+    let mut text = format!(
+        "Spin server ({} service) and batch job sharing one core: Corral vs Linux\n\
+         C = Corral, L = Linux; latencies in us from each request's scheduled send time; \
+         batch = batch throughput as a fraction of the batch job alone; realloc/s = core \
+         reallocations per second; bound = zero-overhead FCFS server fed the same schedule\n\n",
+        report::service_label(&p.service)
+    );
+    text.push_str(&report::sweep_table(&rows, corral.is_some(), linux.is_some()).render());
+    for r in &runs {
+        if let Some(a) = &r.batch_alone {
+            text.push_str(&format!(
+                "batch alone: {} {:.0} units/s\n",
+                r.system.title(),
+                a.units_per_s
+            ));
+        }
+    }
+    for r in &runs {
+        for pt in &r.points {
+            if let Some(reason) = &pt.summary.fell_behind_reason {
+                text.push_str(&format!(
+                    "note: {} at {}: the generator fell behind: {reason}\n",
+                    r.system.title(),
+                    fmt_pct(pt.load)
+                ));
+            }
+        }
+    }
+    text.push_str(&warnings_text(&runs));
+    text.push_str(&interference_text(&runs));
+    text.push_str(&format!(
+        "\nTargets at loads up to {} (p99.9 with lost requests counted as infinitely late; \
+         batch in units/s):\n",
+        fmt_pct(TARGET_MAX_LOAD)
+    ));
+    text.push_str(&report::render_checks(&checks));
+
+    let csv = report::sweep_csv(&rows);
+    let plots = sweep_plots(env, &runs, &bounds)?;
+    record["systems"] = json!(runs);
+    record["bounds"] = json!(bounds);
+    record["rows"] = json!(rows);
+    record["checks"] = json!(checks);
+    Ok((text, csv, plots))
+}
+
+fn us_points(run: &SystemRun, f: impl Fn(&Point) -> Option<u64>) -> Vec<(f64, f64)> {
+    run.points
+        .iter()
+        .filter_map(|p| f(p).map(|ns| (p.load, ns as f64 / 1e3)))
+        .collect()
+}
+
+fn x_range(loads: &[f64]) -> (f64, f64) {
+    let hi = loads.iter().copied().fold(0.0, f64::max);
+    (0.0, (hi + 0.1).max(1.0))
+}
+
+fn sweep_plots(env: &Env, runs: &[SystemRun], bounds: &[BoundPoint]) -> Result<Vec<PathBuf>> {
+    let p = &env.plan;
+    let mut lat = Vec::new();
+    let mut batch = Vec::new();
+    for r in runs {
+        let color = match r.system {
+            System::Corral => plot::BLUE,
+            System::Linux => plot::ORANGE,
+        };
+        // Points whose tail is unbounded by losses are left out of the p99.9 line rather than
+        // drawn at a finite value.
+        lat.push(Line::new(
+            format!("{} p99.9", r.system),
+            color,
+            us_points(r, |pt| tail_p999_ns(&pt.summary)),
+        ));
+        let unbounded: Vec<f64> = r
+            .points
+            .iter()
+            .filter(|pt| tail_p999_ns(&pt.summary).is_none())
+            .map(|pt| pt.load)
+            .collect();
+        if !unbounded.is_empty() {
+            lat.push(Line::ceiling(
+                format!("{} p99.9 unbounded (>0.1% lost)", r.system),
+                color,
+                unbounded,
+            ));
+        }
+        lat.push(
+            Line::new(
+                format!("{} p50", r.system),
+                color,
+                us_points(r, |pt| {
+                    (pt.summary.matched > 0).then_some(pt.summary.latency.p50_ns)
+                }),
+            )
+            .dashed(),
+        );
+        batch.push(Line::new(
+            format!("{} batch", r.system),
+            color,
+            r.points
+                .iter()
+                .filter_map(|pt| pt.batch_fraction.map(|f| (pt.load, f)))
+                .collect(),
+        ));
+    }
+    let bound_pts: Vec<(f64, f64)> = bounds
+        .iter()
+        .map(|b| (b.load, b.p999_ns as f64 / 1e3))
+        .collect();
+    lat.push(Line::new("bound p99.9", plot::GREY, bound_pts.clone()));
+    lat.push(
+        Line::new(
+            "2x bound",
+            plot::GREY,
+            bound_pts.iter().map(|&(x, y)| (x, 2.0 * y)).collect(),
+        )
+        .dashed()
+        .no_markers(),
+    );
+    batch.push(
+        Line::new("ideal: 1 - load", plot::GREY, vec![(0.0, 1.0), (1.0, 0.0)])
+            .dashed()
+            .no_markers(),
+    );
+    let xr = x_range(&p.loads);
+    let mut files = plot::save(
+        &env.out,
+        "latency",
+        &[Chart {
+            title: format!(
+                "Spin server latency ({} service), batch job co-located",
+                report::service_label(&p.service)
+            ),
+            x_label: "offered load (fraction of one core)".into(),
+            y_label: "latency (us, log)".into(),
+            log_y: true,
+            x_range: xr,
+            y_range: None,
+            lines: lat,
+        }],
+    )?;
+    files.extend(plot::save(
+        &env.out,
+        "batch",
+        &[Chart {
+            title: "Batch throughput while the server runs".into(),
+            x_label: "offered load (fraction of one core)".into(),
+            y_label: "batch units/s (fraction of batch alone)".into(),
+            log_y: false,
+            x_range: xr,
+            y_range: Some((0.0, 1.1)),
+            lines: batch,
+        }],
+    )?);
+    Ok(files)
+}
+
+fn intervals(env: &Env, record: &mut serde_json::Value) -> Result<Written> {
+    let p = &env.plan;
+    let mut runs = Vec::new();
+    for &iv in &p.intervals {
+        procs::check_interrupt()?;
+        runs.push(corral_sweep(env, iv)?);
+    }
+    let bounds = bounds(p, &p.loads)?;
+    procs::check_interrupt()?;
+    let mut text = format!(
+        "Corral at several allocation intervals ({} service; spin and batch sharing one core)\n\n",
+        report::service_label(&p.service)
+    );
+    text.push_str(&report::intervals_tables(&runs, &p.loads, &bounds));
+    text.push_str(&warnings_text(&runs));
+    text.push_str(&interference_text(&runs));
+    let csv = report::intervals_csv(&runs, &bounds);
+    let mut lines: Vec<Line> = runs
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            Line::new(
+                format!(
+                    "p99.9, interval {}",
+                    report::interval_label(r.interval_us.unwrap_or(0))
+                ),
+                plot::PALETTE[i % plot::PALETTE.len()],
+                us_points(r, |pt| tail_p999_ns(&pt.summary)),
+            )
+        })
+        .collect();
+    lines.push(Line::new(
+        "bound p99.9",
+        plot::GREY,
+        bounds
+            .iter()
+            .map(|b| (b.load, b.p999_ns as f64 / 1e3))
+            .collect(),
+    ));
+    let batch_lines: Vec<Line> = runs
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            Line::new(
+                format!(
+                    "interval {}",
+                    report::interval_label(r.interval_us.unwrap_or(0))
+                ),
+                plot::PALETTE[i % plot::PALETTE.len()],
+                r.points
+                    .iter()
+                    .filter_map(|pt| pt.batch_fraction.map(|f| (pt.load, f)))
+                    .collect(),
+            )
+        })
+        .collect();
+    let xr = x_range(&p.loads);
+    let mut plots = plot::save(
+        &env.out,
+        "intervals",
+        &[Chart {
+            title: format!(
+                "Corral p99.9 by core allocation interval ({} service)",
+                report::service_label(&p.service)
+            ),
+            x_label: "offered load (fraction of one core)".into(),
+            y_label: "p99.9 latency (us, log)".into(),
+            log_y: true,
+            x_range: xr,
+            y_range: None,
+            lines,
+        }],
+    )?;
+    plots.extend(plot::save(
+        &env.out,
+        "intervals-batch",
+        &[Chart {
+            title: "Batch throughput by core allocation interval".into(),
+            x_label: "offered load (fraction of one core)".into(),
+            y_label: "batch units/s (fraction of batch alone)".into(),
+            log_y: false,
+            x_range: xr,
+            y_range: Some((0.0, 1.1)),
+            lines: batch_lines,
+        }],
+    )?);
+    record["systems"] = json!(runs);
+    record["bounds"] = json!(bounds);
+    Ok((text, csv, plots))
+}
+
+fn burst(env: &Env, record: &mut serde_json::Value) -> Result<Written> {
+    let p = &env.plan;
+    say(format!(
+        "== Corral burst: {} for {} s, then {} for {} s, then {} for {} s; and {} s steady at {}",
+        fmt_pct(p.burst_base),
+        p.burst_secs,
+        fmt_pct(p.burst_peak),
+        p.burst_secs,
+        fmt_pct(p.burst_base),
+        p.burst_secs,
+        p.steady_secs,
+        fmt_pct(p.burst_peak)
+    ));
+    say(
+        "   (Linux is not measured: corral-loadgen-linux cannot change rate mid-run or report windows)",
+    );
+    let mut c = Corral::start(env, p.interval_us)?;
+    let alone = alone_watched(|| c.batch_alone())?;
+    say(alone_line(System::Corral, &alone));
+    let (base, peak) = (p.rate(p.burst_base), p.rate(p.burst_peak));
+    let burst_pt = watched(|| {
+        c.run_point(
+            p.burst_base,
+            &[
+                (base, p.burst_secs),
+                (peak, p.burst_secs),
+                (base, p.burst_secs),
+            ],
+            "burst",
+            Some(&alone),
+        )
+    })?;
+    say(point_line(System::Corral, &burst_pt));
+    let steady = c.run_point(
+        p.burst_peak,
+        &[(peak, p.steady_secs)],
+        "steady",
+        Some(&alone),
+    )?;
+    say(point_line(System::Corral, &steady));
+    let run = SystemRun {
+        system: System::Corral,
+        interval_us: Some(p.interval_us),
+        commands: c.commands(),
+        spin_iterations_per_us: c.spin_calibration(),
+        batch_alone: Some(alone),
+        points: Vec::new(),
+        daemon_stats: c.daemon_stats().ok(),
+        daemon_warnings: c.daemon_warnings(),
+    };
+    note_warnings(&run);
+    drop(c);
+    if burst_pt.windows.is_empty() {
+        return Err(Error::msg(
+            "iokerneld gen reported no latency windows for the burst run (see raw/)",
+        ));
+    }
+    let b = Burst {
+        system: System::Corral,
+        base_load: p.burst_base,
+        peak_load: p.burst_peak,
+        base_rps: base,
+        peak_rps: peak,
+        phase_secs: p.burst_secs,
+        window_ms: p.window_ms as f64,
+        burst: burst_pt,
+        steady,
+    };
+    let check = report::check_burst(&b);
+    let mut text = format!(
+        "Corral under a load step {} -> {} -> {} ({} service, {} ms windows)\n\
+         windows around the step up and the step down; vs steady = window p99.9 over the \
+         p99.9 of a steady run at {}\n\n",
+        fmt_pct(p.burst_base),
+        fmt_pct(p.burst_peak),
+        fmt_pct(p.burst_base),
+        report::service_label(&p.service),
+        p.window_ms,
+        fmt_pct(p.burst_peak)
+    );
+    text.push_str(&report::burst_table(&b, check.steady_p999_ns).render());
+    text.push_str(&format!(
+        "\nsteady p99.9 at {}: {}; worst window p99.9 in the high phase: {}\n",
+        fmt_pct(p.burst_peak),
+        check.steady_p999_ns.map_or_else(
+            || "unbounded (lost requests)".into(),
+            |n| format!("{} us", fmt_us(n))
+        ),
+        check
+            .worst_peak_window_ns
+            .map_or_else(|| "-".into(), |n| format!("{} us", fmt_us(n)))
+    ));
+    text.push_str(&format!(
+        "Target: every high-phase window within 2x the steady p99.9: {} ({})\n",
+        match check.verdict {
+            report::Verdict::Met => "MET",
+            report::Verdict::Missed => "MISSED",
+            report::Verdict::NotMeasured => "not measured",
+        },
+        check.reason
+    ));
+    text.push_str(&warnings_text(std::slice::from_ref(&run)));
+    let csv = report::burst_csv(&b);
+    let plots = burst_plots(env, &b, check.steady_p999_ns)?;
+    record["systems"] = json!([run]);
+    record["burst"] = json!(b);
+    record["burst_check"] = json!(check);
+    Ok((text, csv, plots))
+}
+
+fn burst_plots(env: &Env, b: &Burst, steady: Option<u64>) -> Result<Vec<PathBuf>> {
+    let secs = 3.0 * b.phase_secs;
+    let to_s = |ms: f64| ms / 1e3;
+    let mut lat = vec![
+        Line::new(
+            "p99.9 per window",
+            plot::BLUE,
+            b.burst
+                .windows
+                .iter()
+                .filter(|w| w.matched > 0)
+                .map(|w| (to_s(w.start_ms), w.latency.p999_ns as f64 / 1e3))
+                .collect(),
+        )
+        .no_markers(),
+    ];
+    if let Some(s) = steady {
+        let s = s as f64 / 1e3;
+        lat.push(
+            Line::new(
+                "steady p99.9 at the high rate",
+                plot::GREY,
+                vec![(0.0, s), (secs, s)],
+            )
+            .no_markers(),
+        );
+        lat.push(
+            Line::new(
+                "2x steady",
+                plot::RED,
+                vec![(0.0, 2.0 * s), (secs, 2.0 * s)],
+            )
+            .dashed()
+            .no_markers(),
+        );
+    }
+    let window_s = b.window_ms / 1e3;
+    let rate = vec![
+        Line::new(
+            "offered",
+            plot::GREY,
+            b.burst
+                .windows
+                .iter()
+                .map(|w| (to_s(w.start_ms), report::burst_rate_at(b, w.start_ms) / 1e3))
+                .collect(),
+        )
+        .no_markers(),
+        Line::new(
+            "answered",
+            plot::GREEN,
+            b.burst
+                .windows
+                .iter()
+                .map(|w| (to_s(w.start_ms), w.matched as f64 / window_s / 1e3))
+                .collect(),
+        )
+        .no_markers(),
+    ];
+    plot::save(
+        &env.out,
+        "burst",
+        &[
+            Chart {
+                title: format!(
+                    "Corral: p99.9 per {} ms window through a load step",
+                    b.window_ms
+                ),
+                x_label: "time (s)".into(),
+                y_label: "p99.9 latency (us, log)".into(),
+                log_y: true,
+                x_range: (0.0, secs),
+                y_range: None,
+                lines: lat,
+            },
+            Chart {
+                title: "Offered and answered rate".into(),
+                x_label: "time (s)".into(),
+                y_label: "thousand requests/s".into(),
+                log_y: false,
+                x_range: (0.0, secs),
+                y_range: None,
+                lines: rate,
+            },
+        ],
+    )
+}

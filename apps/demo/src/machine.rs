@@ -1,0 +1,170 @@
+//! Who else is using the machine: another iokerneld, or any CPU time spent by processes the
+//! runner did not start. Both make a point's numbers suspect on a 2-CPU machine where the
+//! experiment owns both CPUs, so each point records them and the table flags them.
+
+use std::time::Instant;
+
+/// iokerneld processes on this machine that the runner did not start: they would compete for
+/// the same CPUs.
+pub fn other_iokernelds() -> Vec<(u32, String)> {
+    let me = std::process::id();
+    processes()
+        .into_iter()
+        .filter(|p| p.comm == "iokerneld" && p.pid != me && p.ppid != me)
+        .map(|p| {
+            let cmd = std::fs::read(format!("/proc/{}/cmdline", p.pid))
+                .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+                .unwrap_or_default();
+            (p.pid, cmd.trim().to_owned())
+        })
+        .collect()
+}
+
+#[derive(Clone, Debug, PartialEq)]
+struct ProcStat {
+    pid: u32,
+    comm: String,
+    ppid: u32,
+    /// utime + stime, clock ticks.
+    ticks: u64,
+    /// cutime + cstime: reaped children's, clock ticks.
+    child_ticks: u64,
+}
+
+/// Parses `/proc/PID/stat`. The command name is in parentheses and may itself hold spaces
+/// and parentheses, so fields are counted from the last `)`.
+fn parse_stat(text: &str) -> Option<ProcStat> {
+    let open = text.find('(')?;
+    let close = text.rfind(')')?;
+    let pid = text[..open].trim().parse().ok()?;
+    let comm = text[open + 1..close].to_owned();
+    // After ")": state(3) ppid(4) ... utime(14) stime(15) cutime(16) cstime(17).
+    let rest: Vec<&str> = text[close + 1..].split_whitespace().collect();
+    let field = |n: usize| -> Option<u64> { rest.get(n - 3)?.parse().ok() };
+    Some(ProcStat {
+        pid,
+        comm,
+        ppid: field(4)? as u32,
+        ticks: field(14)? + field(15)?,
+        child_ticks: field(16)? + field(17)?,
+    })
+}
+
+fn processes() -> Vec<ProcStat> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| {
+        let e = e.ok()?;
+        e.file_name().to_str()?.parse::<u32>().ok()?;
+        parse_stat(&std::fs::read_to_string(e.path().join("stat")).ok()?)
+    })
+    .collect()
+}
+
+/// Busy clock ticks of all CPUs (user, nice, system) from `/proc/stat`'s first line.
+fn parse_total_busy(text: &str) -> Option<u64> {
+    let line = text.lines().next()?;
+    let mut f = line.split_whitespace();
+    if f.next()? != "cpu" {
+        return None;
+    }
+    let v: Vec<u64> = f.take(3).filter_map(|x| x.parse().ok()).collect();
+    (v.len() == 3).then(|| v.iter().sum())
+}
+
+/// CPU time of the whole machine, of the runner's own processes and of kernel threads at one
+/// moment.
+#[derive(Clone, Copy, Debug)]
+pub struct CpuSnapshot {
+    at: Instant,
+    total: u64,
+    /// The runner's own (itself, its reaped children and its live children, which is every
+    /// process it starts) and the kernel threads'.
+    ours: u64,
+}
+
+/// Kernel threads are pid 2 (kthreadd) and its children.
+const KTHREADD: u32 = 2;
+
+/// Takes a snapshot. Kernel threads count with the runner's own processes: the Linux baseline
+/// has them (ksoftirqd, kworkers) process its loopback traffic, which is the system under test
+/// at work, not somebody else's.
+pub fn snapshot() -> Option<CpuSnapshot> {
+    let total = parse_total_busy(&std::fs::read_to_string("/proc/stat").ok()?)?;
+    let me = std::process::id();
+    let ours = processes()
+        .iter()
+        .map(|p| {
+            if p.pid == me {
+                p.ticks + p.child_ticks
+            } else if p.ppid == me || p.pid == KTHREADD || p.ppid == KTHREADD {
+                p.ticks
+            } else {
+                0
+            }
+        })
+        .sum();
+    Some(CpuSnapshot {
+        at: Instant::now(),
+        total,
+        ours,
+    })
+}
+
+/// CPUs' worth of time (0.25 = a quarter of one CPU) spent by other processes between two
+/// snapshots. Time the kernel spends in interrupts, and in its own threads, is left out, so
+/// loopback networking is not blamed on others.
+pub fn foreign_cpus(a: &CpuSnapshot, b: &CpuSnapshot) -> Option<f64> {
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let secs = b.at.duration_since(a.at).as_secs_f64();
+    if hz <= 0 || secs <= 0.0 {
+        return None;
+    }
+    let total = b.total.saturating_sub(a.total) as f64;
+    let ours = b.ours.saturating_sub(a.ours) as f64;
+    Some(((total - ours) / hz as f64 / secs).max(0.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_fields_are_counted_from_the_last_parenthesis() {
+        let line = "1234 (a (weird) name) S 1 1234 1234 0 -1 4194304 100 0 0 0 250 50 7 3 20 0 \
+                    1 0 100 1000 10";
+        let s = parse_stat(line).unwrap();
+        assert_eq!(s.pid, 1234);
+        assert_eq!(s.comm, "a (weird) name");
+        assert_eq!(s.ppid, 1);
+        assert_eq!(s.ticks, 300);
+        assert_eq!(s.child_ticks, 10);
+        assert_eq!(parse_stat("garbage"), None);
+    }
+
+    #[test]
+    fn machine_busy_time_is_user_nice_system() {
+        let text = "cpu  100 2 30 5000 7 8 9 10 0 0\ncpu0 50 1 15 2500 3 4 4 5 0 0\n";
+        assert_eq!(parse_total_busy(text), Some(132));
+        assert_eq!(parse_total_busy("intr 5\n"), None);
+    }
+
+    #[test]
+    fn our_own_work_is_not_foreign() {
+        let a = snapshot().unwrap();
+        // Burn about 100 ms of CPU in this process.
+        let start = Instant::now();
+        let mut x = 0u64;
+        while start.elapsed().as_millis() < 100 {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+        }
+        let b = snapshot().unwrap();
+        let foreign = foreign_cpus(&a, &b).unwrap();
+        // Our own CPU-bound burn is not counted: whatever the other processes do, they fill
+        // at most the other CPUs (plus a tick of rounding at each end).
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+        assert!((0.0..=cpus - 0.5).contains(&foreign), "{foreign}");
+    }
+}

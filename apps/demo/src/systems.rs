@@ -1,0 +1,839 @@
+//! The two systems under test, each a set of long-running processes on the application CPU
+//! plus a load generator run once per load point.
+//!
+//! - Corral: `iokerneld --nic gen` on the iokernel CPU, `spin` and `batch` as Corral runtimes
+//!   registered with it (no guaranteed cores) sharing the application CPU; each point is one
+//!   `iokerneld gen` run, which makes iokerneld itself play the schedule onto its RX path.
+//! - Linux: `spin` on a loopback UDP socket and `batch` threads at SCHED_IDLE, both pinned to the
+//!   application CPU; each point is one `corral-loadgen-linux` run pinned to the other CPU.
+//!
+//! Both keep the batch job running across all points, and measure its throughput over each
+//! point's window from its report stream.
+
+use std::collections::BTreeMap;
+use std::net::{SocketAddr, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use corral_loadgen::Summary;
+use corral_loadgen::wire::Message;
+use serde::Deserialize;
+
+use crate::batch::{BatchReader, Clock};
+use crate::cli::Plan;
+use crate::error::{Error, Result};
+use crate::procs::{self, Proc, Spec};
+use crate::report::fmt_pct;
+use crate::results::{BatchAlone, Point, System, Window};
+
+/// Sibling executables.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Bins {
+    pub dir: PathBuf,
+    pub iokerneld: PathBuf,
+    pub spin: PathBuf,
+    pub batch: PathBuf,
+    pub loadgen_linux: PathBuf,
+}
+
+impl Bins {
+    /// Finds the binaries in `dir`; the error names each missing one and how to build it.
+    pub fn locate(dir: &Path, systems: &[System]) -> Result<Bins> {
+        let bins = Bins {
+            dir: dir.to_owned(),
+            iokerneld: dir.join("iokerneld"),
+            spin: dir.join("spin"),
+            batch: dir.join("batch"),
+            loadgen_linux: dir.join("corral-loadgen-linux"),
+        };
+        let mut need = vec![
+            (&bins.spin, "corral-app-spin"),
+            (&bins.batch, "corral-app-batch"),
+        ];
+        if systems.contains(&System::Corral) {
+            need.push((&bins.iokerneld, "corral-iokernel"));
+        }
+        if systems.contains(&System::Linux) {
+            need.push((&bins.loadgen_linux, "corral-loadgen"));
+        }
+        let missing: Vec<String> = need
+            .iter()
+            .filter(|(p, _)| !p.is_file())
+            .map(|(p, pkg)| format!("{} (package {pkg})", p.display()))
+            .collect();
+        if !missing.is_empty() {
+            let pkgs: Vec<&str> = need
+                .iter()
+                .filter(|(p, _)| !p.is_file())
+                .map(|(_, pkg)| *pkg)
+                .collect();
+            return Err(Error::msg(format!(
+                "missing {}; build with `cargo build --release -p {}` (or point --bin-dir at \
+                 the directory that has them)",
+                missing.join(", "),
+                pkgs.join(" -p ")
+            )));
+        }
+        Ok(bins)
+    }
+}
+
+/// Where a run writes, and what every system needs to know.
+pub struct Env {
+    pub plan: Plan,
+    pub bins: Bins,
+    pub out: PathBuf,
+    pub logs: PathBuf,
+    pub raw: PathBuf,
+    pub socket: PathBuf,
+    pub clock: Clock,
+}
+
+impl Env {
+    fn log(&self, name: &str) -> PathBuf {
+        self.logs.join(format!("{name}.log"))
+    }
+}
+
+/// Time a child gets to come up (calibrate, register, bind) before the runner gives up.
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+/// Batch runs far longer than any experiment; the runner stops it.
+const BATCH_FOREVER_S: &str = "86400";
+
+/// Extra time a generator gets beyond its schedule and grace period before it is declared hung.
+fn gen_timeout(plan: &Plan, schedule_secs: f64) -> Duration {
+    Duration::from_secs_f64(schedule_secs + plan.grace_ms as f64 / 1e3 + 30.0)
+}
+
+/// Reads "spin: 123.4 iterations per microsecond" from spin's log.
+fn spin_calibration(log: &Path) -> Option<f64> {
+    let text = std::fs::read_to_string(log).ok()?;
+    text.lines().find_map(|l| {
+        let rest = l.strip_prefix("spin: ")?;
+        let (num, tail) = rest.split_once(' ')?;
+        tail.starts_with("iterations per microsecond")
+            .then(|| num.parse().ok())
+            .flatten()
+    })
+}
+
+fn batch_spec(env: &Env, name: &str, extra: &[&str]) -> Spec {
+    let mut args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+    args.extend(
+        [
+            "--duration",
+            BATCH_FOREVER_S,
+            "--report-ms",
+            "100",
+            "--json",
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
+    let mut spec = Spec::new("batch", &env.bins.batch, args, env.log(name));
+    spec.pipe_stdout = true;
+    spec
+}
+
+/// Measures the batch job with the server idle: `settle` seconds to let it reach its pace,
+/// then `secs` seconds measured.
+fn measure_alone(
+    env: &Env,
+    reader: &BatchReader,
+    mut alive: impl FnMut() -> Result<()>,
+) -> Result<BatchAlone> {
+    let settle = if env.plan.quick { 0.2 } else { 0.5 };
+    let t0 = env.clock.now_s() + settle;
+    let t1 = t0 + env.plan.alone_secs;
+    while env.clock.now_s() < t1 {
+        alive()?;
+        procs::sleep(procs::POLL)?;
+    }
+    let units_per_s = reader.rate(t0, t1, Duration::from_secs(10), alive)?;
+    Ok(BatchAlone {
+        units_per_s,
+        window_s: [t0, t1],
+        foreign_cpus: None,
+    })
+}
+
+/// Batch throughput during one point.
+#[derive(Default)]
+struct PointBatch {
+    units_per_s: Option<f64>,
+    fraction: Option<f64>,
+    window_s: Option<[f64; 2]>,
+}
+
+/// Batch throughput over a point's measured span: from `warmup` after the generator started to
+/// the end of its schedule.
+fn point_batch(
+    env: &Env,
+    reader: &BatchReader,
+    started: f64,
+    schedule_secs: f64,
+    alone: Option<&BatchAlone>,
+    alive: impl FnMut() -> Result<()>,
+) -> Result<PointBatch> {
+    let t0 = started + env.plan.warmup_secs;
+    let t1 = started + schedule_secs;
+    if t1 <= t0 {
+        return Ok(PointBatch::default());
+    }
+    let rate = reader.rate(t0, t1, Duration::from_secs(10), alive)?;
+    Ok(PointBatch {
+        units_per_s: Some(rate),
+        fraction: alone
+            .filter(|a| a.units_per_s > 0.0)
+            .map(|a| rate / a.units_per_s),
+        window_s: Some([t0, t1]),
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Corral
+
+/// What `iokerneld gen` prints (the fields the runner uses; the rest is kept raw).
+#[derive(Debug, Deserialize)]
+pub struct GenResult {
+    pub summary: Summary,
+    #[serde(default)]
+    pub windows: Vec<Window>,
+    #[serde(default)]
+    pub daemon: Option<GenDaemon>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct GenDaemon {
+    #[serde(default)]
+    pub reallocations_per_s: Option<f64>,
+}
+
+pub struct Corral<'e> {
+    env: &'e Env,
+    pub interval_us: u64,
+    // Stopped in this order on drop: the runtimes before the daemon they registered with.
+    batch: Proc,
+    reader: BatchReader,
+    spin: Proc,
+    iokerneld: Proc,
+    tag: String,
+}
+
+impl<'e> Corral<'e> {
+    /// Starts iokerneld, then spin (and waits until it registered), then batch (and waits for
+    /// its first report), then checks that spin answers a short generated load.
+    pub fn start(env: &'e Env, interval_us: u64) -> Result<Corral<'e>> {
+        let plan = &env.plan;
+        let tag = format!("corral-{interval_us}us");
+        if env.socket.exists() {
+            if daemon_stats(&env.bins.iokerneld, &env.socket).is_ok() {
+                return Err(Error::msg(format!(
+                    "an iokerneld is already listening on {}; stop it or pick another --socket",
+                    env.socket.display()
+                )));
+            }
+            // Left by a daemon that died without cleaning up.
+            std::fs::remove_file(&env.socket).map_err(|e| {
+                Error::msg(format!(
+                    "cannot remove the stale socket {}: {e}",
+                    env.socket.display()
+                ))
+            })?;
+        }
+        let socket = env.socket.display().to_string();
+        let mut spec = Spec::new(
+            "iokerneld",
+            &env.bins.iokerneld,
+            vec![
+                "--core".into(),
+                plan.iokernel_cpu.to_string(),
+                "--managed-cores".into(),
+                plan.app_cpu.to_string(),
+                "--socket".into(),
+                socket.clone(),
+                "--nic".into(),
+                "gen".into(),
+                "--interval-us".into(),
+                interval_us.to_string(),
+                "--log-level".into(),
+                "warn".into(),
+            ],
+            env.log(&format!("{tag}-iokerneld")),
+        );
+        spec.stop_signal = libc::SIGTERM;
+        let mut iokerneld = Proc::spawn(spec)?;
+        let end = Instant::now() + START_TIMEOUT;
+        while !env.socket.exists() {
+            procs::check_interrupt()?;
+            iokerneld.check_running()?;
+            if Instant::now() > end {
+                return Err(Error::msg(format!(
+                    "iokerneld did not create its socket {} within {} s: {}",
+                    socket,
+                    START_TIMEOUT.as_secs(),
+                    iokerneld.log_tail()
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+
+        let mut spin = Proc::spawn(Spec::new(
+            "spin",
+            &env.bins.spin,
+            vec![
+                "--runtime".into(),
+                "corral".into(),
+                "--iokerneld".into(),
+                socket.clone(),
+                "--addr".into(),
+                plan.corral_addr.to_string(),
+                "--kthreads".into(),
+                "1".into(),
+            ],
+            env.log(&format!("{tag}-spin")),
+        ))?;
+        wait_registered(env, "spin", &mut [&mut iokerneld, &mut spin])?;
+
+        let mut batch = Proc::spawn(batch_spec(
+            env,
+            &format!("{tag}-batch"),
+            &[
+                "--runtime",
+                "corral",
+                "--iokerneld",
+                &socket,
+                "--kthreads",
+                "1",
+            ],
+        ))?;
+        let stdout = batch
+            .take_stdout()
+            .ok_or_else(|| Error::msg("batch: no stdout pipe"))?;
+        let reader = BatchReader::start(stdout, env.clock);
+        let mut me = Corral {
+            env,
+            interval_us,
+            batch,
+            reader,
+            spin,
+            iokerneld,
+            tag,
+        };
+        let now = env.clock.now_s();
+        me.reader.wait_past(now, START_TIMEOUT, || {
+            me.batch.check_running()?;
+            me.spin.check_running()?;
+            me.iokerneld.check_running()
+        })?;
+        me.probe()?;
+        Ok(me)
+    }
+
+    pub fn alive(&mut self) -> Result<()> {
+        self.iokerneld.check_running()?;
+        self.spin.check_running()?;
+        self.batch.check_running()
+    }
+
+    pub fn commands(&self) -> BTreeMap<String, Vec<String>> {
+        [
+            ("iokerneld", &self.iokerneld),
+            ("spin", &self.spin),
+            ("batch", &self.batch),
+        ]
+        .into_iter()
+        .map(|(n, p)| (n.to_owned(), p.spec.command_line()))
+        .collect()
+    }
+
+    pub fn spin_calibration(&self) -> Option<f64> {
+        spin_calibration(&self.spin.spec.log)
+    }
+
+    /// Checks that spin answers: a short, light generated load must get answers.
+    fn probe(&mut self) -> Result<()> {
+        let end = Instant::now() + START_TIMEOUT;
+        let mut last = String::new();
+        while Instant::now() < end {
+            let args = self.gen_args(&[(1000.0, 0.2)], "probe");
+            match self.run_gen(args.0, &args.1, 0.2) {
+                Ok(r) if r.summary.matched > 0 => return Ok(()),
+                Ok(r) => last = format!("{} requests sent, none answered", r.summary.sent),
+                Err(Error::Interrupted) => return Err(Error::Interrupted),
+                Err(e) => last = e.to_string(),
+            }
+            procs::sleep(Duration::from_millis(200))?;
+        }
+        Err(Error::msg(format!(
+            "spin (Corral) does not answer generated requests: {last}; spin's log: {}",
+            self.spin.log_tail()
+        )))
+    }
+
+    /// `iokerneld gen`'s arguments for a run of `phases` (requests per second, seconds): one
+    /// phase as --rate/--duration, several as --phase RPS@SECONDS each.
+    fn gen_args(&self, phases: &[(f64, f64)], name: &str) -> (Vec<String>, PathBuf) {
+        let plan = &self.env.plan;
+        let json = self.env.raw.join(format!("{}-{name}.json", self.tag));
+        let mut args: Vec<String> = vec![
+            "gen".into(),
+            "--socket".into(),
+            self.env.socket.display().to_string(),
+            "--target".into(),
+            plan.corral_addr.to_string(),
+        ];
+        match phases {
+            [(rate, secs)] => args.extend([
+                "--rate".into(),
+                format!("{rate}"),
+                "--duration".into(),
+                format!("{secs}"),
+            ]),
+            _ => {
+                for (rps, secs) in phases {
+                    args.push("--phase".into());
+                    args.push(format!("{rps}@{secs}"));
+                }
+            }
+        }
+        args.extend([
+            "--service".into(),
+            plan.service.to_string(),
+            "--arrivals".into(),
+            "poisson".into(),
+            "--clients".into(),
+            plan.clients.to_string(),
+            "--seed".into(),
+            plan.seed.to_string(),
+            "--payload".into(),
+            plan.payload.to_string(),
+            "--grace-ms".into(),
+            plan.grace_ms.to_string(),
+            "--window-ms".into(),
+            plan.window_ms.to_string(),
+            "--json".into(),
+            json.display().to_string(),
+        ]);
+        (args, json)
+    }
+
+    /// Runs one `iokerneld gen` to completion and parses what it wrote.
+    fn run_gen(&mut self, args: Vec<String>, json: &Path, schedule_secs: f64) -> Result<GenResult> {
+        let raw = self.run_gen_raw(args, json, schedule_secs)?;
+        serde_json::from_value(raw).map_err(|e| {
+            Error::msg(format!(
+                "cannot read iokerneld gen's result {}: {e}",
+                json.display()
+            ))
+        })
+    }
+
+    fn run_gen_raw(
+        &mut self,
+        args: Vec<String>,
+        json: &Path,
+        schedule_secs: f64,
+    ) -> Result<serde_json::Value> {
+        let _ = std::fs::remove_file(json);
+        let name = json
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let spec = Spec::new(
+            "iokerneld gen",
+            &self.env.bins.iokerneld,
+            args,
+            self.env.logs.join(format!("{name}.log")),
+        );
+        let mut gen_proc = Proc::spawn(spec)?;
+        let timeout = gen_timeout(&self.env.plan, schedule_secs);
+        let status = gen_proc.wait_timeout(timeout, || self.alive())?;
+        if !status.success() {
+            return Err(Error::msg(format!(
+                "iokerneld gen failed ({status}): {}",
+                gen_proc.log_tail()
+            )));
+        }
+        read_json(json)
+    }
+
+    /// One load point: `phases` of (requests per second, seconds) played back to back; a
+    /// sweep point has one. `load` and the recorded rate are the first phase's.
+    pub fn run_point(
+        &mut self,
+        load: f64,
+        phases: &[(f64, f64)],
+        name: &str,
+        alone: Option<&BatchAlone>,
+    ) -> Result<Point> {
+        let rate = phases.first().map_or(0.0, |p| p.0);
+        let total_secs: f64 = phases.iter().map(|p| p.1).sum();
+        let (args, json) = self.gen_args(phases, name);
+        let command: Vec<String> = std::iter::once(self.env.bins.iokerneld.display().to_string())
+            .chain(args.iter().cloned())
+            .collect();
+        let started = self.env.clock.now_s();
+        let mut raw = self.run_gen_raw(args, &json, total_secs)?;
+        let parsed: GenResult = serde_json::from_value(raw.clone()).map_err(|e| {
+            Error::msg(format!(
+                "cannot read iokerneld gen's result {}: {e}",
+                json.display()
+            ))
+        })?;
+        // The windows are kept once, in the point's `windows`; the file in raw/ has them too.
+        if let Some(obj) = raw.as_object_mut() {
+            obj.remove("windows");
+        }
+        let batch = {
+            let Corral {
+                env,
+                reader,
+                batch,
+                spin,
+                iokerneld,
+                ..
+            } = self;
+            point_batch(env, reader, started, total_secs, alone, || {
+                iokerneld.check_running()?;
+                spin.check_running()?;
+                batch.check_running()
+            })?
+        };
+        Ok(Point {
+            load,
+            rate_rps: rate,
+            command,
+            summary: parsed.summary,
+            batch_units_per_s: batch.units_per_s,
+            batch_fraction: batch.fraction,
+            batch_window_s: batch.window_s,
+            reallocations_per_s: parsed.daemon.and_then(|d| d.reallocations_per_s),
+            windows: parsed.windows,
+            interference: Vec::new(),
+            foreign_cpus: None,
+            raw,
+        })
+    }
+
+    pub fn batch_alone(&mut self) -> Result<BatchAlone> {
+        let Corral {
+            env,
+            reader,
+            batch,
+            spin,
+            iokerneld,
+            ..
+        } = self;
+        measure_alone(env, reader, || {
+            iokerneld.check_running()?;
+            spin.check_running()?;
+            batch.check_running()
+        })
+    }
+
+    /// The warning and error lines iokerneld has logged so far.
+    pub fn daemon_warnings(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.iokerneld.spec.log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// iokerneld's statistics now.
+    pub fn daemon_stats(&self) -> Result<serde_json::Value> {
+        daemon_stats(&self.env.bins.iokerneld, &self.env.socket)
+    }
+}
+
+fn daemon_stats(iokerneld: &Path, socket: &Path) -> Result<serde_json::Value> {
+    let text = procs::run_capture(
+        iokerneld,
+        &["stats", "--socket", &socket.display().to_string()],
+        Duration::from_secs(10),
+    )?;
+    serde_json::from_str(&text).map_err(|e| {
+        Error::msg(format!(
+            "iokerneld stats printed invalid JSON ({e}): {text}"
+        ))
+    })
+}
+
+/// Waits until iokerneld lists a runtime called `name`.
+fn wait_registered(env: &Env, name: &str, procs_: &mut [&mut Proc]) -> Result<()> {
+    let end = Instant::now() + START_TIMEOUT;
+    loop {
+        procs::check_interrupt()?;
+        for p in procs_.iter_mut() {
+            p.check_running()?;
+        }
+        if let Ok(stats) = daemon_stats(&env.bins.iokerneld, &env.socket)
+            && stats["runtimes"]
+                .as_array()
+                .is_some_and(|rs| rs.iter().any(|r| r["name"] == name))
+        {
+            return Ok(());
+        }
+        if Instant::now() > end {
+            return Err(Error::msg(format!(
+                "{name} did not register with iokerneld within {} s: {}",
+                START_TIMEOUT.as_secs(),
+                procs_
+                    .iter()
+                    .map(|p| format!("{}: {}", p.spec.name, p.log_tail()))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            )));
+        }
+        procs::sleep(Duration::from_millis(100))?;
+    }
+}
+
+fn read_json(path: &Path) -> Result<serde_json::Value> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::msg(format!("cannot read {}: {e}", path.display())))?;
+    serde_json::from_str(&text)
+        .map_err(|e| Error::msg(format!("{} is not valid JSON: {e}", path.display())))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Linux
+
+/// What `corral-loadgen-linux --json` writes (the summary; the rest is kept raw).
+#[derive(Debug, Deserialize)]
+struct LinuxGenResult {
+    summary: Summary,
+}
+
+pub struct Linux<'e> {
+    env: &'e Env,
+    batch: Proc,
+    reader: BatchReader,
+    spin: Proc,
+}
+
+impl<'e> Linux<'e> {
+    /// Starts spin (and waits until it answers), then batch (and waits for its first report).
+    pub fn start(env: &'e Env) -> Result<Linux<'e>> {
+        let plan = &env.plan;
+        let cpu = plan.app_cpu.to_string();
+        // The port must be free, or spin fails to bind; say which port and why.
+        if let Err(e) = UdpSocket::bind(plan.linux_addr) {
+            return Err(Error::msg(format!(
+                "cannot use {} for the Linux spin server: {e} (another server there? pick \
+                 another with --linux-addr)",
+                plan.linux_addr
+            )));
+        }
+        let mut spin = Proc::spawn(Spec::new(
+            "spin",
+            &env.bins.spin,
+            vec![
+                "--runtime".into(),
+                "linux".into(),
+                "--addr".into(),
+                plan.linux_addr.to_string(),
+                "--cpu".into(),
+                cpu.clone(),
+            ],
+            env.log("linux-spin"),
+        ))?;
+        probe_udp(plan.linux_addr.into(), &mut spin)?;
+        let mut batch = Proc::spawn(batch_spec(
+            env,
+            "linux-batch",
+            &["--runtime", "linux", "--cpu", &cpu],
+        ))?;
+        let stdout = batch
+            .take_stdout()
+            .ok_or_else(|| Error::msg("batch: no stdout pipe"))?;
+        let reader = BatchReader::start(stdout, env.clock);
+        let mut me = Linux {
+            env,
+            batch,
+            reader,
+            spin,
+        };
+        let now = env.clock.now_s();
+        me.reader.wait_past(now, START_TIMEOUT, || {
+            me.batch.check_running()?;
+            me.spin.check_running()
+        })?;
+        Ok(me)
+    }
+
+    pub fn commands(&self) -> BTreeMap<String, Vec<String>> {
+        [("spin", &self.spin), ("batch", &self.batch)]
+            .into_iter()
+            .map(|(n, p)| (n.to_owned(), p.spec.command_line()))
+            .collect()
+    }
+
+    pub fn spin_calibration(&self) -> Option<f64> {
+        spin_calibration(&self.spin.spec.log)
+    }
+
+    pub fn batch_alone(&mut self) -> Result<BatchAlone> {
+        let Linux {
+            env,
+            reader,
+            batch,
+            spin,
+        } = self;
+        measure_alone(env, reader, || {
+            spin.check_running()?;
+            batch.check_running()
+        })
+    }
+
+    pub fn run_point(&mut self, load: f64, rate: f64, alone: Option<&BatchAlone>) -> Result<Point> {
+        let plan = &self.env.plan;
+        let name = format!("linux-load{}", fmt_pct(load).trim_end_matches('%'));
+        let json = self.env.raw.join(format!("{name}.json"));
+        let _ = std::fs::remove_file(&json);
+        let args: Vec<String> = vec![
+            "--server".into(),
+            plan.linux_addr.to_string(),
+            "--rate".into(),
+            format!("{rate}"),
+            "--duration".into(),
+            format!("{}", plan.point_secs),
+            "--service".into(),
+            plan.service.to_string(),
+            "--arrivals".into(),
+            "poisson".into(),
+            "--clients".into(),
+            plan.clients.to_string(),
+            "--seed".into(),
+            plan.seed.to_string(),
+            "--payload".into(),
+            plan.payload.to_string(),
+            "--grace-ms".into(),
+            plan.grace_ms.to_string(),
+            "--cpu".into(),
+            plan.iokernel_cpu.to_string(),
+            "--json".into(),
+            json.display().to_string(),
+        ];
+        let spec = Spec::new(
+            "corral-loadgen-linux",
+            &self.env.bins.loadgen_linux,
+            args,
+            self.env.logs.join(format!("{name}.log")),
+        );
+        let command = spec.command_line();
+        let started = self.env.clock.now_s();
+        let mut lg = Proc::spawn(spec)?;
+        let Linux {
+            env,
+            reader,
+            batch,
+            spin,
+        } = self;
+        let mut alive = || {
+            spin.check_running()?;
+            batch.check_running()
+        };
+        let status = lg.wait_timeout(gen_timeout(&env.plan, env.plan.point_secs), &mut alive)?;
+        if !status.success() {
+            return Err(Error::msg(format!(
+                "corral-loadgen-linux failed ({status}): {}",
+                lg.log_tail()
+            )));
+        }
+        let raw = read_json(&json)?;
+        let parsed: LinuxGenResult = serde_json::from_value(raw.clone()).map_err(|e| {
+            Error::msg(format!(
+                "cannot read corral-loadgen-linux's result {}: {e}",
+                json.display()
+            ))
+        })?;
+        let batch = point_batch(env, reader, started, env.plan.point_secs, alone, alive)?;
+        Ok(Point {
+            load,
+            rate_rps: rate,
+            command,
+            summary: parsed.summary,
+            batch_units_per_s: batch.units_per_s,
+            batch_fraction: batch.fraction,
+            batch_window_s: batch.window_s,
+            reallocations_per_s: None,
+            windows: Vec::new(),
+            interference: Vec::new(),
+            foreign_cpus: None,
+            raw,
+        })
+    }
+}
+
+/// Sends a tiny request to a Linux UDP spin server until it echoes it, or fails naming why.
+fn probe_udp(addr: SocketAddr, spin: &mut Proc) -> Result<()> {
+    let sock = UdpSocket::bind("127.0.0.1:0")
+        .map_err(|e| Error::msg(format!("cannot open a UDP socket to probe spin: {e}")))?;
+    sock.set_read_timeout(Some(Duration::from_millis(100)))
+        .map_err(|e| Error::msg(format!("probe socket: {e}")))?;
+    let mut req = [0u8; 64];
+    Message {
+        id: 1,
+        scheduled_send_ns: 0,
+        service_ns: 1_000,
+        client: 0,
+    }
+    .encode(&mut req)
+    .map_err(|e| Error::msg(format!("probe request: {e}")))?;
+    let end = Instant::now() + START_TIMEOUT;
+    let mut buf = [0u8; 256];
+    while Instant::now() < end {
+        procs::check_interrupt()?;
+        spin.check_running()?;
+        let _ = sock.send_to(&req, addr);
+        if let Ok((n, _)) = sock.recv_from(&mut buf)
+            && buf[..n] == req[..]
+        {
+            return Ok(());
+        }
+    }
+    Err(Error::msg(format!(
+        "spin (Linux) at {addr} did not answer within {} s: {}",
+        START_TIMEOUT.as_secs(),
+        spin.log_tail()
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn calibration_is_read_from_spins_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("spin.log");
+        std::fs::write(
+            &log,
+            "spin: 312.5 iterations per microsecond; serving 127.0.0.1:5000 on Linux\n",
+        )
+        .unwrap();
+        assert_eq!(spin_calibration(&log), Some(312.5));
+        std::fs::write(&log, "something else\n").unwrap();
+        assert_eq!(spin_calibration(&log), None);
+    }
+
+    #[test]
+    fn missing_binaries_are_named_with_their_package() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = Bins::locate(dir.path(), &[System::Corral, System::Linux])
+            .unwrap_err()
+            .to_string();
+        for want in [
+            "iokerneld (package corral-iokernel)",
+            "spin (package corral-app-spin)",
+            "batch (package corral-app-batch)",
+            "corral-loadgen-linux (package corral-loadgen)",
+            "cargo build --release -p",
+        ] {
+            assert!(err.contains(want), "{want}: {err}");
+        }
+    }
+}

@@ -1,0 +1,360 @@
+//! The runner end to end: a `--quick` run of both systems produces well-formed results, a
+//! Ctrl-C stops every process it started, and missing binaries are named. These start
+//! iokerneld, so they need root and CPUs 0 and 1, like the demo itself.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// Runs touching CPU 1 one at a time, even when the test harness runs tests in parallel.
+static CPU: Mutex<()> = Mutex::new(());
+
+/// `target/<profile>/`: the test executable lives in its `deps/`.
+fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("the test runs from target/<profile>/deps")
+        .to_path_buf()
+}
+
+/// Fails, saying how to build them, when a sibling binary the runner needs is missing.
+fn require_binaries() -> PathBuf {
+    let dir = bin_dir();
+    let profile = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let profile_flag = match profile.as_str() {
+        "debug" => String::new(),
+        "release" => " --release".into(),
+        p => format!(" --profile {p}"),
+    };
+    let missing: Vec<String> = [
+        ("iokerneld", "corral-iokernel"),
+        ("spin", "corral-app-spin"),
+        ("batch", "corral-app-batch"),
+        ("corral-loadgen-linux", "corral-loadgen"),
+    ]
+    .iter()
+    .filter(|(bin, _)| !dir.join(bin).is_file())
+    .map(|(bin, pkg)| format!("{bin}: build it with `cargo build{profile_flag} -p {pkg}`"))
+    .collect();
+    assert!(
+        missing.is_empty(),
+        "binaries missing from {} (`cargo test --workspace` builds them all): {}",
+        dir.display(),
+        missing.join("; ")
+    );
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(
+        unsafe { libc::geteuid() },
+        0,
+        "these tests start iokerneld, which needs root: run them as root"
+    );
+    dir
+}
+
+/// A loopback port for the Linux spin server that no other test run uses.
+fn port() -> u16 {
+    30_000 + (std::process::id() % 20_000) as u16
+}
+
+fn demo() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_corral-demo"));
+    c.stdin(Stdio::null());
+    c
+}
+
+/// Runs to completion, killing it after `timeout`.
+fn run_with_timeout(mut cmd: Command, timeout: Duration) -> Output {
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(timeout) {
+        Ok(out) => out.unwrap(),
+        Err(_) => {
+            // SAFETY: the child has not been reaped (its waiter has not returned).
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGINT) };
+            let out = rx.recv_timeout(Duration::from_secs(15));
+            panic!(
+                "corral-demo did not finish within {} s; after SIGINT: {:?}",
+                timeout.as_secs(),
+                out.map(|o| o.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()))
+            );
+        }
+    }
+}
+
+/// Processes whose command line mentions `needle`.
+fn processes_mentioning(needle: &str) -> Vec<String> {
+    let me = std::process::id().to_string();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let name = e.file_name().to_str()?.to_owned();
+            name.parse::<u32>().ok()?;
+            if name == me {
+                return None;
+            }
+            let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            cmd.contains(needle).then(|| format!("{name}: {cmd}"))
+        })
+        .collect()
+}
+
+#[test]
+fn quick_run_of_both_systems_writes_well_formed_results() {
+    let bins = require_binaries();
+    let _cpu = CPU.lock().unwrap_or_else(|e| e.into_inner());
+    let out = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    let mut cmd = demo();
+    cmd.args(["--quick", "--out"])
+        .arg(out.path())
+        .arg("--bin-dir")
+        .arg(&bins)
+        .args(["--linux-addr", &format!("127.0.0.1:{}", port())]);
+    let o = run_with_timeout(cmd, Duration::from_secs(180));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        started.elapsed() < Duration::from_secs(90),
+        "a quick run took {:?}",
+        started.elapsed()
+    );
+    // Progress for each system and point, then the table and the target checks.
+    for want in [
+        "== Corral",
+        "== Linux",
+        "C p99.9",
+        "L p99.9",
+        "bound p99.9",
+        "C p99.9 <= 0.5x L p99.9",
+        "C p99.9 <= 2x bound",
+        "C batch >= L batch",
+        "results.json",
+    ] {
+        assert!(stdout.contains(want), "{want:?} missing from:\n{stdout}");
+    }
+
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.path().join("results.json")).unwrap())
+            .unwrap();
+    assert_eq!(json["experiment"], "sweep");
+    let loads: Vec<f64> = json["plan"]["loads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l.as_f64().unwrap())
+        .collect();
+    assert_eq!(loads.len(), 2, "{}", json["plan"]);
+    let systems = json["systems"].as_array().unwrap();
+    let names: Vec<&str> = systems
+        .iter()
+        .map(|s| s["system"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["corral", "linux"]);
+    for s in systems {
+        let name = s["system"].as_str().unwrap();
+        assert!(
+            s["batch_alone"]["units_per_s"].as_f64().unwrap() > 0.0,
+            "{name}"
+        );
+        assert!(s["commands"]["spin"].as_array().is_some(), "{name}");
+        let points = s["points"].as_array().unwrap();
+        assert_eq!(points.len(), loads.len(), "{name}");
+        for (p, &load) in points.iter().zip(&loads) {
+            assert_eq!(p["load"].as_f64().unwrap(), load);
+            assert!(p["rate_rps"].as_f64().unwrap() > 0.0);
+            let summary = &p["summary"];
+            assert!(
+                summary["matched"].as_u64().unwrap() > 0,
+                "{name} at {load}: nothing answered: {summary}"
+            );
+            for field in ["achieved_rps", "lost", "fell_behind", "scheduled", "sent"] {
+                assert!(!summary[field].is_null(), "{name}: {field}");
+            }
+            for field in ["p50_ns", "p99_ns", "p999_ns"] {
+                assert!(summary["latency"][field].as_u64().unwrap() > 0, "{field}");
+            }
+            assert!(p["batch_units_per_s"].as_f64().is_some(), "{name}: {p}");
+            assert!(p["batch_fraction"].as_f64().is_some(), "{name}");
+            assert!(!p["command"].as_array().unwrap().is_empty());
+            assert!(p["raw"].is_object());
+        }
+        if name == "corral" {
+            assert!(s["commands"]["iokerneld"].as_array().is_some());
+            for p in points {
+                assert!(p["reallocations_per_s"].as_f64().is_some(), "{p}");
+                assert!(!p["windows"].as_array().unwrap().is_empty());
+            }
+        }
+    }
+    assert_eq!(json["bounds"].as_array().unwrap().len(), 2);
+    assert_eq!(json["rows"].as_array().unwrap().len(), 2);
+    // Three targets at each load up to 80%.
+    assert_eq!(json["checks"].as_array().unwrap().len(), 6);
+
+    let csv = std::fs::read_to_string(out.path().join("results.csv")).unwrap();
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines.len(), 1 + loads.len(), "{csv}");
+    assert!(
+        lines[0].starts_with("load,rate_rps,corral_"),
+        "{}",
+        lines[0]
+    );
+
+    for stem in ["latency", "batch"] {
+        let png = std::fs::read(out.path().join(format!("{stem}.png"))).unwrap();
+        assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "{stem}.png");
+        let svg = std::fs::read_to_string(out.path().join(format!("{stem}.svg"))).unwrap();
+        assert!(
+            svg.trim_start().starts_with("<svg") || svg.trim_start().starts_with("<?xml"),
+            "{stem}.svg"
+        );
+        assert!(
+            svg.contains("<svg") && svg.trim_end().ends_with("</svg>"),
+            "{stem}.svg"
+        );
+    }
+}
+
+#[test]
+fn quick_burst_reports_windows_through_the_step() {
+    let bins = require_binaries();
+    let _cpu = CPU.lock().unwrap_or_else(|e| e.into_inner());
+    let out = tempfile::tempdir().unwrap();
+    let mut cmd = demo();
+    cmd.args(["--experiment", "burst", "--quick", "--out"])
+        .arg(out.path())
+        .arg("--bin-dir")
+        .arg(&bins);
+    let o = run_with_timeout(cmd, Duration::from_secs(120));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        stdout.contains("Target: every high-phase window"),
+        "{stdout}"
+    );
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.path().join("results.json")).unwrap())
+            .unwrap();
+    let burst = &json["burst"];
+    let windows = burst["burst"]["windows"].as_array().unwrap();
+    // Three phases of 0.3 s in 10 ms windows.
+    assert!(windows.len() >= 80, "{} windows", windows.len());
+    assert!(burst["steady"]["summary"]["matched"].as_u64().unwrap() > 0);
+    assert!(!json["burst_check"]["verdict"].is_null());
+    let csv = std::fs::read_to_string(out.path().join("results.csv")).unwrap();
+    assert!(csv.starts_with("run,start_ms,"), "{csv}");
+    assert!(
+        csv.lines().count() > windows.len(),
+        "burst and steady windows"
+    );
+    let png = std::fs::read(out.path().join("burst.png")).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    assert!(
+        std::fs::read_to_string(out.path().join("burst.svg"))
+            .unwrap()
+            .contains("<svg")
+    );
+}
+
+#[test]
+fn ctrl_c_stops_every_process_it_started() {
+    let bins = require_binaries();
+    let _cpu = CPU.lock().unwrap_or_else(|e| e.into_inner());
+    let out = tempfile::tempdir().unwrap();
+    let socket = format!("/run/corral/demo-test-{}.sock", std::process::id());
+    let mut child = demo()
+        .args([
+            "--quick",
+            "--point-secs",
+            "30",
+            "--socket",
+            &socket,
+            "--out",
+        ])
+        .arg(out.path())
+        .arg("--bin-dir")
+        .arg(&bins)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until the Corral half is up (its daemon and runtimes run with that socket).
+    let end = Instant::now() + Duration::from_secs(60);
+    while processes_mentioning(&socket).len() < 3 {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "corral-demo exited early"
+        );
+        assert!(
+            Instant::now() < end,
+            "the Corral processes never all started"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    // SAFETY: the child has not been reaped.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    let end = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > end {
+            let _ = child.kill();
+            panic!("corral-demo did not stop within 20 s of SIGINT");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("interrupted"), "{stderr}");
+    let left = processes_mentioning(&socket);
+    assert!(left.is_empty(), "left running: {left:?}");
+    assert!(
+        !Path::new(&socket).exists(),
+        "iokerneld's socket was left behind"
+    );
+}
+
+#[test]
+fn missing_binaries_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = demo()
+        .args(["--quick", "--systems", "linux", "--bin-dir"])
+        .arg(dir.path())
+        .arg("--out")
+        .arg(dir.path().join("out"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(
+        stderr.contains("missing") && stderr.contains("corral-loadgen-linux"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("cargo build"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
