@@ -289,6 +289,12 @@ fn point_line(system: System, p: &Point) -> String {
     if let Some(r) = p.reallocations_per_s {
         line.push_str(&format!("  {r:.0} realloc/s"));
     }
+    if let Some([n, ns]) = p.iokerneld_stalls.filter(|[n, _]| *n > 0) {
+        line.push_str(&format!(
+            "  iokerneld lost its CPU {n}x ({:.1} ms)",
+            ns as f64 / 1e6
+        ));
+    }
     if s.lost > 0 {
         line.push_str(&format!("  LOST {}/{}", s.lost, s.sent));
     }

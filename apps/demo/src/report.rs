@@ -999,6 +999,7 @@ mod tests {
             batch_fraction: frac,
             batch_window_s: None,
             reallocations_per_s: Some(1234.0),
+            iokerneld_stalls: None,
             windows: Vec::new(),
             interference: Vec::new(),
             foreign_cpus: None,

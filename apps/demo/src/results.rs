@@ -80,6 +80,10 @@ pub struct Point {
     pub batch_window_s: Option<[f64; 2]>,
     /// Core reallocations per second during the point (Corral).
     pub reallocations_per_s: Option<f64>,
+    /// Times iokerneld's loop went more than 50 µs without its CPU during the point, and the
+    /// total time lost (Corral): every packet and generated request waits that long.
+    #[serde(default)]
+    pub iokerneld_stalls: Option<[u64; 2]>,
     /// The generator's own latency windows, when it reports them.
     #[serde(default)]
     pub windows: Vec<Window>,

@@ -207,6 +207,10 @@ pub struct GenResult {
 pub struct GenDaemon {
     #[serde(default)]
     pub reallocations_per_s: Option<f64>,
+    #[serde(default)]
+    pub loop_stalls: u64,
+    #[serde(default)]
+    pub loop_stall_ns: u64,
 }
 
 pub struct Corral<'e> {
@@ -508,7 +512,11 @@ impl<'e> Corral<'e> {
             batch_units_per_s: batch.units_per_s,
             batch_fraction: batch.fraction,
             batch_window_s: batch.window_s,
-            reallocations_per_s: parsed.daemon.and_then(|d| d.reallocations_per_s),
+            reallocations_per_s: parsed.daemon.as_ref().and_then(|d| d.reallocations_per_s),
+            iokerneld_stalls: parsed
+                .daemon
+                .as_ref()
+                .map(|d| [d.loop_stalls, d.loop_stall_ns]),
             windows: parsed.windows,
             interference: Vec::new(),
             foreign_cpus: None,
@@ -760,6 +768,7 @@ impl<'e> Linux<'e> {
             batch_fraction: batch.fraction,
             batch_window_s: batch.window_s,
             reallocations_per_s: None,
+            iokerneld_stalls: None,
             windows: Vec::new(),
             interference: Vec::new(),
             foreign_cpus: None,

@@ -449,6 +449,12 @@ pub struct DaemonDiff {
     pub reallocations_per_s: f64,
     /// Kthreads that gave back a core (parked, or yielded after a preemption).
     pub parks: u64,
+    /// Loop iterations longer than 50 µs, and their total: time the daemon (and so the
+    /// generator, and every packet) lost its CPU. A run with many is measuring the machine.
+    #[serde(default)]
+    pub loop_stalls: u64,
+    #[serde(default)]
+    pub loop_stall_ns: u64,
 }
 
 /// What the generator cost the dataplane loop, measured in the loop with `CLOCK_MONOTONIC` on

@@ -191,6 +191,8 @@ pub(crate) struct IokKthread {
     /// Grants and preemptions seen, for tests and statistics.
     pub grants: AtomicU64,
     pub preemptions: AtomicU64,
+    /// Wake-ups that came with no grant, after which the kthread went back to waiting.
+    pub spurious_wakes: AtomicU64,
 }
 
 impl IokShared {
@@ -308,6 +310,7 @@ pub(crate) fn prepare(config: &Config) -> io::Result<(IokShared, Vec<IokKthread>
             preempt_requested: AtomicBool::new(false),
             cpu: AtomicU32::new(u32::MAX),
             grants: AtomicU64::new(0),
+            spurious_wakes: AtomicU64::new(0),
             preemptions: AtomicU64::new(0),
         });
     }
@@ -704,6 +707,20 @@ pub(crate) fn poll_own(k: &KThread) -> bool {
         kio.flush_reposts(true);
     }
     kio.preempt_requested.load(Ordering::Acquire)
+}
+
+/// After a wake-up: drains the kthread's own ingress ring, waiting for a thief that is
+/// draining it to finish (a grant it pops still counts), and returns the grants seen so far.
+/// iokerneld pushes a grant before it writes the eventfd, so once the eventfd was read the grant
+/// is in the ring or already counted. Scheduler context.
+pub(crate) fn drain_own_after_wake(k: &KThread) -> u64 {
+    let kio = k.iok();
+    kio.ingress_lock.lock();
+    // SAFETY: we hold the ring's consumer lock.
+    unsafe { drain_locked(k.shared(), k.index, crate::timer::now_ns()) };
+    // SAFETY: taken above.
+    unsafe { kio.ingress_lock.unlock() };
+    kio.grants.load(Ordering::Acquire)
 }
 
 /// Packet stealing: drains the ingress ring of any other kthread that nobody is draining.

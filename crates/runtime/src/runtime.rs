@@ -80,6 +80,7 @@ impl Runtime {
                 cpu: Some(iok.cpu.load(Relaxed)).filter(|&c| c != u32::MAX),
                 grants: iok.grants.load(Relaxed),
                 preemptions: iok.preemptions.load(Relaxed),
+                spurious_wakes: iok.spurious_wakes.load(Relaxed),
             })
             .collect()
     }
@@ -163,6 +164,8 @@ pub struct IokernelKthreadStats {
     pub cpu: Option<u32>,
     pub grants: u64,
     pub preemptions: u64,
+    /// Wake-ups that came without a grant and were ignored.
+    pub spurious_wakes: u64,
 }
 
 impl Drop for Runtime {

@@ -46,6 +46,8 @@ struct Snapshot {
     preemptions: u64,
     reallocations: u64,
     parks: u64,
+    loop_stalls: u64,
+    loop_stall_ns: u64,
 }
 
 fn snapshot(sched: &mut Sched, cores: usize) -> Snapshot {
@@ -59,6 +61,8 @@ fn snapshot(sched: &mut Sched, cores: usize) -> Snapshot {
         preemptions: sched.counters.preemptions_signalled,
         reallocations,
         parks: sched.counters.parks,
+        loop_stalls: sched.counters.loop_stalls,
+        loop_stall_ns: sched.counters.loop_stall_ns,
     }
 }
 
@@ -209,6 +213,8 @@ impl Daemon {
                 0.0
             },
             parks: after.parks.saturating_sub(before.parks),
+            loop_stalls: after.loop_stalls.saturating_sub(before.loop_stalls),
+            loop_stall_ns: after.loop_stall_ns.saturating_sub(before.loop_stall_ns),
         };
         info!(
             "gen: run for pid {pid} against {target} done: {summary}; the generator cost \

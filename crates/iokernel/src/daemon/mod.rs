@@ -179,7 +179,16 @@ struct Counters {
     timer_wakeups: u64,
     /// Kthreads that gave back a core (`Park`, or `Yielded` after a preemption).
     parks: u64,
+    /// Loop iterations that took longer than [`LOOP_STALL_NS`] (the daemon was descheduled, or
+    /// the machine took its CPU away), their total and the longest.
+    loop_stalls: u64,
+    loop_stall_ns: u64,
+    loop_stall_max_ns: u64,
 }
+
+/// A loop iteration longer than this is counted as a stall: normal ones take well under a
+/// microsecond, so this much means the daemon did not have its CPU.
+pub const LOOP_STALL_NS: u64 = 50_000;
 
 /// The allocator and what feeds it, apart from the runtime table so that both can be
 /// borrowed at once.
@@ -280,11 +289,20 @@ impl Daemon {
         let poll = self.config.control_poll_us * 1000;
         let mut next_pass = now_ns() + interval;
         let mut next_poll = 0;
+        let mut last = now_ns();
         while !stop.load(Ordering::Relaxed) {
             self.sched.counters.loop_iterations += 1;
             self.drain_commands();
             self.execute();
             let now = now_ns();
+            let took = now.saturating_sub(last);
+            last = now;
+            if took > LOOP_STALL_NS {
+                let c = &mut self.sched.counters;
+                c.loop_stalls += 1;
+                c.loop_stall_ns += took;
+                c.loop_stall_max_ns = c.loop_stall_max_ns.max(took);
+            }
             self.poll_nic(now);
             self.drain_tx();
             self.execute();

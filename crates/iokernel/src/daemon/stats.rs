@@ -67,6 +67,10 @@ pub struct GlobalStats {
     /// Kthreads that gave back a core (parked, or yielded after a preemption).
     #[serde(default)]
     pub parks: u64,
+    /// Loop iterations longer than 50 µs (the daemon lost its CPU), their total and the longest.
+    pub loop_stalls: u64,
+    pub loop_stall_ns: u64,
+    pub loop_stall_max_ns: u64,
     pub idle_cores: usize,
 }
 
@@ -182,6 +186,9 @@ impl Daemon {
             preemptions_signalled: c.preemptions_signalled,
             timer_wakeups: c.timer_wakeups,
             parks: c.parks,
+            loop_stalls: c.loop_stalls,
+            loop_stall_ns: c.loop_stall_ns,
+            loop_stall_max_ns: c.loop_stall_max_ns,
             idle_cores: alloc.idle_core_count(),
         };
         let runtimes = self

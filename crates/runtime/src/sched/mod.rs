@@ -523,10 +523,18 @@ fn iok_park(k: &'static KThread, preempted: bool) {
         // SAFETY: our own command ring, scheduler context.
         unsafe { crate::iokernel::send_timer_deadline(kio, rt.earliest_timer()) };
     }
+    let grants = kio.grants.load(Ordering::Acquire);
     // SAFETY: as above.
     unsafe { kio.send_park(preempted, work_left) };
-    if !rt.shutdown.load(Ordering::SeqCst) {
+    // Run again only with a grant (or to shut down). An eventfd count that arrives without one
+    // would otherwise put this kthread on a core iokerneld has given to someone else, where
+    // Linux time-slices the two.
+    while !rt.shutdown.load(Ordering::SeqCst) {
         kio.wait();
+        if crate::iokernel::drain_own_after_wake(k) != grants {
+            break;
+        }
+        kio.spurious_wakes.fetch_add(1, Ordering::Relaxed);
     }
     crate::iokernel::poll_own(k);
     iok.active.fetch_add(1, Ordering::SeqCst);
