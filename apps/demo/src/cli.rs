@@ -70,6 +70,13 @@ pub struct Args {
     #[arg(long, default_value_t = 5)]
     pub interval_us: u64,
 
+    /// How long the Corral spin server's idle kthread polls before parking, in microseconds
+    /// [default: the runtime's, 2]. Each park costs two core hand-overs when the next request
+    /// comes; polling about one hand-over's time keeps the server's core when requests arrive
+    /// closer together than that, at the batch job's expense.
+    #[arg(long)]
+    pub spin_before_park_us: Option<u64>,
+
     /// Allocation intervals to compare, microseconds (intervals experiment).
     #[arg(long, value_delimiter = ',', default_value = "5,25,50,100,1000")]
     pub intervals: Vec<u64>,
@@ -170,6 +177,7 @@ pub struct Plan {
     pub warmup_secs: f64,
     pub alone_secs: f64,
     pub interval_us: u64,
+    pub spin_before_park_us: Option<u64>,
     pub intervals: Vec<u64>,
     pub window_ms: u64,
     pub burst_base: f64,
@@ -310,6 +318,7 @@ impl Args {
             warmup_secs,
             alone_secs: positive("alone-secs", pick(self.alone_secs, 4.0, 1.0))?,
             interval_us: self.interval_us,
+            spin_before_park_us: self.spin_before_park_us,
             intervals: self.intervals.clone(),
             window_ms: self.window_ms,
             burst_base: self.burst_base,

@@ -113,6 +113,12 @@ pub fn run(args: &Args) -> Result<()> {
              CPUs and will disturb the measurements"
         ));
     }
+    let spin_iterations_per_us = crate::systems::calibrate_spin(&bins.spin, plan.app_cpu)?;
+    say(format!(
+        "spin servers' burn rate: {spin_iterations_per_us:.1} iterations per microsecond, measured \
+         once on CPU {} and used by both systems",
+        plan.app_cpu
+    ));
     let env = Env {
         plan,
         bins,
@@ -121,6 +127,7 @@ pub fn run(args: &Args) -> Result<()> {
         raw,
         socket,
         clock: Clock::start(),
+        spin_iterations_per_us,
     };
     let p = &env.plan;
     let loads = p

@@ -87,6 +87,35 @@ pub struct Env {
     pub raw: PathBuf,
     pub socket: PathBuf,
     pub clock: Clock,
+    /// The spin servers' burn rate, measured once on the application CPU and given to both
+    /// systems' servers, so that a requested microsecond is the same work in each.
+    pub spin_iterations_per_us: f64,
+}
+
+/// Measures the spin servers' burn rate once, with `spin --calibrate-only` pinned to `cpu`.
+pub fn calibrate_spin(spin: &std::path::Path, cpu: usize) -> Result<f64> {
+    let out = std::process::Command::new(spin)
+        .args(["--calibrate-only", "--cpu", &cpu.to_string()])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| {
+            Error::msg(format!(
+                "cannot run {} --calibrate-only: {e}",
+                spin.display()
+            ))
+        })?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.trim()
+        .strip_prefix("iterations_per_us=")
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|v| v.is_finite() && *v > 0.0)
+        .ok_or_else(|| {
+            Error::msg(format!(
+                "spin --calibrate-only printed {:?} ({}): expected iterations_per_us=RATE",
+                text.trim(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+        })
 }
 
 impl Env {
@@ -294,7 +323,17 @@ impl<'e> Corral<'e> {
                 plan.corral_addr.to_string(),
                 "--kthreads".into(),
                 "1".into(),
-            ],
+                "--iterations-per-us".into(),
+                env.spin_iterations_per_us.to_string(),
+            ]
+            .into_iter()
+            .chain(
+                plan.spin_before_park_us
+                    .map(|us| ["--spin-before-park-us".into(), us.to_string()])
+                    .into_iter()
+                    .flatten(),
+            )
+            .collect(),
             env.log(&format!("{tag}-spin")),
         ))?;
         wait_registered(env, "spin", &mut [&mut iokerneld, &mut spin])?;
@@ -645,6 +684,8 @@ impl<'e> Linux<'e> {
                 plan.linux_addr.to_string(),
                 "--cpu".into(),
                 cpu.clone(),
+                "--iterations-per-us".into(),
+                env.spin_iterations_per_us.to_string(),
             ],
             env.log("linux-spin"),
         ))?;

@@ -34,6 +34,19 @@ struct Args {
     /// Guaranteed cores, each with a spinning kthread (Corral under iokerneld).
     #[arg(long, default_value_t = 0)]
     spinning: usize,
+    /// Microseconds an idle kthread keeps polling before it parks (Corral) [default: the
+    /// runtime's]. Under iokerneld each park costs a core hand-over; polling about as long as
+    /// one hand-over takes bounds the waste to twice the best choice in hindsight.
+    #[arg(long)]
+    spin_before_park_us: Option<u64>,
+    /// Use this burn rate instead of measuring one at start, so that servers compared with
+    /// each other burn exactly the same work per requested microsecond.
+    #[arg(long)]
+    iterations_per_us: Option<f64>,
+    /// Measure the burn rate (on `--cpu`, if given), print it as `iterations_per_us=RATE` and
+    /// exit.
+    #[arg(long)]
+    calibrate_only: bool,
     /// CPU to pin the server thread to (Linux).
     #[arg(long)]
     cpu: Option<usize>,
@@ -41,7 +54,23 @@ struct Args {
 
 fn main() {
     let args = Args::parse();
-    let calibration = Calibration::measure();
+    if let Some(cpu) = args.cpu.filter(|_| args.calibrate_only) {
+        pin(cpu);
+    }
+    let calibration = match args.iterations_per_us {
+        Some(rate) if rate.is_finite() && rate > 0.0 => Calibration {
+            iterations_per_us: rate,
+        },
+        Some(rate) => {
+            eprintln!("spin: invalid iterations-per-us = {rate}: expected a positive rate");
+            std::process::exit(2)
+        }
+        None => Calibration::measure(),
+    };
+    if args.calibrate_only {
+        println!("iterations_per_us={}", calibration.iterations_per_us);
+        return;
+    }
     eprintln!(
         "spin: {:.1} iterations per microsecond; serving {} on {:?}",
         calibration.iterations_per_us, args.addr, args.runtime
@@ -52,14 +81,18 @@ fn main() {
     }
 }
 
+fn pin(cpu: usize) {
+    // SAFETY: cpu_set_t is plain data; pinning the calling thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = core::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, core::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
 fn serve_linux(args: &Args, calibration: Calibration) {
     if let Some(cpu) = args.cpu {
-        // SAFETY: cpu_set_t is plain data; pinning the calling thread.
-        unsafe {
-            let mut set: libc::cpu_set_t = core::mem::zeroed();
-            libc::CPU_SET(cpu, &mut set);
-            libc::sched_setaffinity(0, core::mem::size_of::<libc::cpu_set_t>(), &set);
-        }
+        pin(cpu);
     }
     let socket = std::net::UdpSocket::bind(args.addr).unwrap_or_else(|e| {
         eprintln!("spin: cannot bind {}: {e}", args.addr);
@@ -81,6 +114,9 @@ fn serve_corral(args: &Args, calibration: Calibration) {
     let mut config = corral::Config::from_env()
         .kthreads(args.kthreads)
         .net(corral::net::NetConfig::new(ip, args.prefix));
+    if let Some(us) = args.spin_before_park_us {
+        config = config.spin_before_park(std::time::Duration::from_micros(us));
+    }
     if let Some(socket) = &args.iokerneld {
         config = config.iokernel(corral::IokernelSettings::new(socket, "spin"));
     }
