@@ -146,6 +146,16 @@ fn spin_calibration(log: &Path) -> Option<f64> {
     })
 }
 
+/// Starts the batch job with `extra` arguments, reporting as JSON lines every 100 ms, and the
+/// reader that collects its reports.
+fn start_batch(env: &Env, name: &str, extra: &[&str]) -> Result<(Proc, BatchReader)> {
+    let mut batch = Proc::spawn(batch_spec(env, name, extra))?;
+    let stdout = batch
+        .take_stdout()
+        .ok_or_else(|| Error::msg("batch: no stdout pipe"))?;
+    Ok((batch, BatchReader::start(stdout, env.clock)))
+}
+
 fn batch_spec(env: &Env, name: &str, extra: &[&str]) -> Spec {
     let mut args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
     args.extend(
@@ -338,7 +348,7 @@ impl<'e> Corral<'e> {
         ))?;
         wait_registered(env, "spin", &mut [&mut iokerneld, &mut spin])?;
 
-        let mut batch = Proc::spawn(batch_spec(
+        let (batch, reader) = start_batch(
             env,
             &format!("{tag}-batch"),
             &[
@@ -349,11 +359,7 @@ impl<'e> Corral<'e> {
                 "--kthreads",
                 "1",
             ],
-        ))?;
-        let stdout = batch
-            .take_stdout()
-            .ok_or_else(|| Error::msg("batch: no stdout pipe"))?;
-        let reader = BatchReader::start(stdout, env.clock);
+        )?;
         let mut me = Corral {
             env,
             interval_us,
@@ -690,15 +696,8 @@ impl<'e> Linux<'e> {
             env.log("linux-spin"),
         ))?;
         probe_udp(plan.linux_addr.into(), &mut spin)?;
-        let mut batch = Proc::spawn(batch_spec(
-            env,
-            "linux-batch",
-            &["--runtime", "linux", "--cpu", &cpu],
-        ))?;
-        let stdout = batch
-            .take_stdout()
-            .ok_or_else(|| Error::msg("batch: no stdout pipe"))?;
-        let reader = BatchReader::start(stdout, env.clock);
+        let (batch, reader) =
+            start_batch(env, "linux-batch", &["--runtime", "linux", "--cpu", &cpu])?;
         let mut me = Linux {
             env,
             batch,

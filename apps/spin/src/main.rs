@@ -82,11 +82,9 @@ fn main() {
 }
 
 fn pin(cpu: usize) {
-    // SAFETY: cpu_set_t is plain data; pinning the calling thread.
-    unsafe {
-        let mut set: libc::cpu_set_t = core::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, core::mem::size_of::<libc::cpu_set_t>(), &set);
+    if let Err(e) = corral_loadgen::client::pin_current_thread(cpu) {
+        eprintln!("spin: cannot pin to cpu {cpu}: {e}");
+        std::process::exit(2)
     }
 }
 
