@@ -190,7 +190,8 @@ fn run_linux(args: &Args, size: UnitSize) -> io::Result<()> {
             thread::Builder::new()
                 .name(format!("batch-{w}"))
                 .spawn(move || -> io::Result<f64> {
-                    let setup = set_idle_policy().and_then(|()| cpu.map_or(Ok(()), pin_to));
+                    let setup = set_idle_policy()
+                        .and_then(|()| cpu.map_or(Ok(()), corral_affinity::pin_current_thread));
                     if let Err(e) = setup {
                         // Nothing runs at normal priority by mistake: stop everyone.
                         pool.stop.store(true, Ordering::Relaxed);
@@ -230,25 +231,6 @@ fn set_idle_policy() -> io::Result<()> {
     if rc != 0 {
         return Err(io::Error::other(format!(
             "sched_setscheduler(SCHED_IDLE): {}",
-            io::Error::last_os_error()
-        )));
-    }
-    Ok(())
-}
-
-fn pin_to(cpu: usize) -> io::Result<()> {
-    if cpu >= libc::CPU_SETSIZE as usize {
-        return Err(invalid(format!("invalid cpu = {cpu}: out of range")));
-    }
-    // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: cpu is below CPU_SETSIZE, checked above.
-    unsafe { libc::CPU_SET(cpu, &mut set) };
-    // SAFETY: pid 0 is the calling thread; the set is valid and of the size passed.
-    let rc = unsafe { libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) };
-    if rc != 0 {
-        return Err(invalid(format!(
-            "invalid cpu = {cpu}: {}",
             io::Error::last_os_error()
         )));
     }

@@ -82,7 +82,7 @@ fn main() {
 }
 
 fn pin(cpu: usize) {
-    if let Err(e) = corral_loadgen::client::pin_current_thread(cpu) {
+    if let Err(e) = corral_affinity::pin_current_thread(cpu) {
         eprintln!("spin: cannot pin to cpu {cpu}: {e}");
         std::process::exit(2)
     }

@@ -9,6 +9,7 @@
 //! Requests of client `c` leave from socket `c % flows`, each socket bound to its own port, so
 //! a server (or a NIC's RSS) sees `flows` distinct 5-tuples.
 
+use corral_affinity::{allowed_cpus, pin_current_thread};
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
@@ -351,36 +352,4 @@ fn drain(fd: RawFd, buf: &mut [u8], clock: &Clock, rec: &mut ResponseRecorder) -
             Err(_) => rec.record_malformed(),
         }
     }
-}
-
-/// Pins the calling thread to one CPU.
-pub fn pin_current_thread(cpu: usize) -> io::Result<()> {
-    if cpu >= libc::CPU_SETSIZE as usize {
-        return Err(invalid(format!("invalid cpu = {cpu}: out of range")));
-    }
-    // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: cpu is below CPU_SETSIZE, checked above.
-    unsafe { libc::CPU_SET(cpu, &mut set) };
-    // SAFETY: pid 0 is the calling thread; the set is valid and of the size passed.
-    let rc = unsafe { libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// The CPUs this process may run on.
-pub fn allowed_cpus() -> io::Result<Vec<usize>> {
-    // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: pid 0 is the calling thread; the set is valid and of the size passed.
-    let rc = unsafe { libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut set) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok((0..libc::CPU_SETSIZE as usize)
-        // SAFETY: i is below CPU_SETSIZE.
-        .filter(|&i| unsafe { libc::CPU_ISSET(i, &set) })
-        .collect())
 }

@@ -131,7 +131,7 @@ fn u(v: &Value, key: &str) -> u64 {
 #[test]
 fn every_request_is_answered_and_matched() {
     let server = EchoServer::start(Behaviour::Echo);
-    let first_cpu = corral_loadgen::client::allowed_cpus().unwrap()[0].to_string();
+    let first_cpu = corral_affinity::allowed_cpus().unwrap()[0].to_string();
     let report = run_client(server.port, &["--cpu", &first_cpu]);
     let ids = server.finish();
 
