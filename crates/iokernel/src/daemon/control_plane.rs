@@ -1,5 +1,5 @@
 //! The control socket, polled from the busy loop: accepting connections, registering runtimes,
-//! answering statistics requests, starting traffic generator runs, and noticing hang-ups.
+//! answering statistics requests, handing jobs to the NIC backend, and noticing hang-ups.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
@@ -196,7 +196,7 @@ impl Daemon {
                     warn!("cannot send statistics to pid {}: {e}", conn.pid);
                 }
             }
-            Ok(Request::Gen { json }) => self.gen_request(index, &json),
+            Ok(Request::Gen { json }) => self.job_request(index, &json),
             Ok(Request::Register(registration)) => {
                 if let Some(id) = self.conns[index].as_ref().and_then(|c| c.runtime) {
                     let message = format!("this connection already registered {id}");
@@ -408,12 +408,9 @@ impl Daemon {
     /// Closes a connection (its runtime, if any, must already be gone).
     pub(super) fn close_conn(&mut self, index: usize) {
         if let Some(conn) = self.conns.get(index).and_then(Option::as_ref)
-            && self
-                .gen_run
-                .as_ref()
-                .is_some_and(|run| run.is_conn(index, conn.generation))
+            && self.job_owner == Some((index, conn.generation))
         {
-            self.abandon_gen("the connection that asked for it closed");
+            self.abandon_job("the connection that asked for it closed");
         }
         if let Some(conn) = self.conns.get_mut(index).and_then(Option::take) {
             let _ = epoll::delete(&self.epoll, &conn.fd);

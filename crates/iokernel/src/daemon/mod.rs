@@ -1,6 +1,6 @@
 //! The iokerneld daemon: one busy-polling thread that drains the runtimes' command rings, runs
 //! the core allocator every interval, carries out its decisions, and every `control_poll_us`
-//! serves the control socket (registrations, statistics, traffic generator runs, hang-ups).
+//! serves the control socket (registrations, statistics, NIC backend jobs, hang-ups).
 //!
 //! Everything a runtime wrote is untrusted: a bad command, impossible queue counters or a
 //! kthread that cannot be woken evicts that runtime (its threads are moved off the managed
@@ -9,7 +9,7 @@
 
 mod control_plane;
 mod dataplane;
-mod generator;
+mod jobs;
 mod net;
 mod stats;
 
@@ -227,8 +227,8 @@ pub struct Daemon {
     /// decided, so that the runtime can measure the whole preemption.
     promised: Vec<Option<(RuntimeId, u64)>>,
     switch: Switch,
-    /// The traffic generator's run in progress (with `nic = gen`).
-    gen_run: Option<Box<generator::GenOwner>>,
+    /// The connection (slot, generation) that asked for the NIC backend's job in progress.
+    job_owner: Option<(usize, u32)>,
     started: Instant,
 }
 
@@ -278,7 +278,7 @@ impl Daemon {
             evictions: Vec::new(),
             promised,
             switch: Switch::new(nic),
-            gen_run: None,
+            job_owner: None,
             started: Instant::now(),
         })
     }
@@ -316,7 +316,7 @@ impl Daemon {
                 }
             }
             if now >= next_poll {
-                self.poll_gen(now);
+                self.poll_job(now);
                 self.poll_control();
                 self.execute();
                 next_poll = now + poll;
