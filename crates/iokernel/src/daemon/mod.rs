@@ -2,6 +2,13 @@
 //! the core allocator every interval, carries out its decisions, and every `control_poll_us`
 //! serves the control socket (registrations, statistics, NIC backend jobs, hang-ups).
 //!
+//! The loop composes four components, each owning its state: the control plane
+//! (`control_plane.rs`: the socket and its connections), the registry of runtimes
+//! (`registry.rs`), the switch (`net.rs`: steering, rings, NIC) and the core driver
+//! (`driver.rs`: the allocator, what feeds it and what carries out its decisions). What needs
+//! more than one of them (registering, evicting, answering statistics, a NIC backend's jobs) is
+//! done here and in `registration.rs`, `stats.rs` and `jobs.rs`.
+//!
 //! Everything a runtime wrote is untrusted: a bad command, impossible queue counters or a
 //! kthread that cannot be woken evicts that runtime (its threads are moved off the managed
 //! cores, its cores reclaimed) and nothing else. All per-runtime state lives in tables that
