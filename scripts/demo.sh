@@ -8,6 +8,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
-cargo build --quiet --release -p corral-iokernel -p corral-app-spin -p corral-app-batch \
+cargo build --quiet --release -p corral-iokerneld -p corral-app-spin -p corral-app-batch \
   -p corral-loadgen -p corral-demo
 exec target/release/corral-demo "$@"

@@ -51,7 +51,7 @@ impl Bins {
             (&bins.batch, "corral-app-batch"),
         ];
         if systems.contains(&System::Corral) {
-            need.push((&bins.iokerneld, "corral-iokernel"));
+            need.push((&bins.iokerneld, "corral-iokerneld"));
         }
         if systems.contains(&System::Linux) {
             need.push((&bins.loadgen_linux, "corral-loadgen"));
@@ -876,7 +876,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         for want in [
-            "iokerneld (package corral-iokernel)",
+            "iokerneld (package corral-iokerneld)",
             "spin (package corral-app-spin)",
             "batch (package corral-app-batch)",
             "corral-loadgen-linux (package corral-loadgen)",

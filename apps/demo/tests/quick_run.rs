@@ -34,7 +34,7 @@ fn require_binaries() -> PathBuf {
         p => format!(" --profile {p}"),
     };
     let missing: Vec<String> = [
-        ("iokerneld", "corral-iokernel"),
+        ("iokerneld", "corral-iokerneld"),
         ("spin", "corral-app-spin"),
         ("batch", "corral-app-batch"),
         ("corral-loadgen-linux", "corral-loadgen"),

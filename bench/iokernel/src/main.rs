@@ -424,7 +424,7 @@ fn main() {
     });
     if !binary.exists() {
         eprintln!(
-            "error: iokerneld not found at {} (build it with `cargo build --release -p corral-iokernel`, or pass --iokerneld)",
+            "error: iokerneld not found at {} (build it with `cargo build --release -p corral-iokerneld`, or pass --iokerneld)",
             binary.display()
         );
         std::process::exit(2);

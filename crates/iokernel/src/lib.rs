@@ -1,17 +1,13 @@
-//! iokerneld's building blocks: the core allocator (`alloc`), its settings (`config`), the
+//! iokerneld's privileged core: the core allocator (`alloc`), its settings (`config`), the
 //! machine's CPUs (`cpus`), the control socket (`control`), the daemon loop and packet switch
-//! (`daemon`), the NIC backends (`nic`), the traffic generator's run spec and results
-//! (`genrun`), and a client that speaks the shared-memory ABI directly (`client`, for tests and
-//! benchmarks).
+//! (`daemon`), and the NIC backend interface with the TAP backend (`nic`). The `iokerneld`
+//! binary (package corral-iokerneld) puts them together with the `gen` backend (corral-gen).
 
 pub mod alloc;
-pub mod client;
 pub mod config;
 pub mod control;
 pub mod cpus;
 pub mod daemon;
-pub mod genrun;
 pub mod logger;
-pub mod netclient;
 pub mod nic;
 pub mod sys;

@@ -1,28 +1,31 @@
-//! The control socket, polled from the busy loop: accepting connections, registering runtimes,
-//! answering statistics requests, starting traffic generator runs, and noticing hang-ups.
+//! The control plane: the control socket, polled from the busy loop. It accepts connections,
+//! reads requests and notices hang-ups, and hands each to the daemon as an [`Incoming`]; it
+//! sends replies and keeps, per connection, the process on the other end and the runtime it
+//! registered.
 
+use std::collections::VecDeque;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::path::Path;
 
-use corral_abi::control::{Registration, Reply, Request};
-use corral_abi::{RingKind, RingPositions};
+use corral_abi::control::{ControlError, Reply, Request};
 use log::{info, warn};
 use rustix::event::epoll;
 
-use super::{
-    Conn, Daemon, Ingress, Kthread, LISTENER_TOKEN, MAX_CONNECTIONS, NetCounters, Runtime,
-    RuntimeCounters, RxBuffers, encode_runtime_id,
-};
-use crate::alloc::RuntimeSpec;
-use crate::control::{self, Received, check_eventfd, check_region_fd, send_reply};
-use crate::sys::Mapping;
+use crate::alloc::RuntimeId;
+use crate::control::{self, Received, RecvBuffers, send_reply};
 
 /// Messages read from one connection per poll, so that a chatty client cannot stall the loop.
 const MESSAGES_PER_POLL: usize = 8;
 
+/// Token of the listening socket in the epoll set; connection tokens have a generation in
+/// their high half and so never equal it.
+const LISTENER_TOKEN: u64 = u64::MAX;
+
+/// Most control connections open at once; more are closed as soon as they are accepted.
+const MAX_CONNECTIONS: usize = 4096;
+
 /// Sends a reply that may be long (statistics, a run's results). A whole message must fit in
 /// the socket's send buffer, which with many runtimes or windows the text outgrows.
-pub(super) fn send_text_reply(fd: BorrowedFd<'_>, reply: &Reply) -> std::io::Result<()> {
+fn send_text_reply(fd: BorrowedFd<'_>, reply: &Reply) -> std::io::Result<()> {
     let text = match reply {
         Reply::Stats { json } | Reply::Gen { json } => json.len(),
         Reply::Error { message } => message.len(),
@@ -36,9 +39,93 @@ pub(super) fn send_text_reply(fd: BorrowedFd<'_>, reply: &Reply) -> std::io::Res
     send_reply(fd, reply)
 }
 
-impl Daemon {
-    /// Handles whatever happened on the control socket since the last poll, without waiting.
-    pub(super) fn poll_control(&mut self) {
+/// One control connection, as long as it stays open: its slot in the table and the generation
+/// that slot had when it was accepted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct ConnRef {
+    index: usize,
+    generation: u32,
+}
+
+/// A control connection.
+struct Conn {
+    fd: OwnedFd,
+    generation: u32,
+    pid: i32,
+    runtime: Option<RuntimeId>,
+}
+
+/// What came in on the control socket, for the daemon to handle.
+pub(super) enum Incoming {
+    Request {
+        conn: ConnRef,
+        request: Result<Request, ControlError>,
+        fds: Vec<OwnedFd>,
+    },
+    /// A message that could not be received (bad descriptors, say), and why.
+    Unreadable { conn: ConnRef, message: String },
+    /// The peer closed its connection.
+    HangUp(ConnRef),
+}
+
+/// What a closed connection leaves for the daemon to clean up.
+pub(super) struct Closed {
+    /// It asked for the NIC backend's job in progress.
+    pub(super) owned_job: bool,
+    /// The runtime it registered.
+    pub(super) runtime: Option<RuntimeId>,
+}
+
+/// Refusals, for the statistics.
+#[derive(Clone, Debug, Default)]
+pub(super) struct ControlCounters {
+    pub(super) refused_registrations: u64,
+    pub(super) last_refusal: Option<String>,
+}
+
+/// The control socket and its connections. See the module documentation.
+pub(super) struct ControlPlane {
+    conns: Vec<Option<Conn>>,
+    free_conns: Vec<usize>,
+    conn_generation: u32,
+    listener: OwnedFd,
+    epoll: OwnedFd,
+    events: Vec<epoll::Event>,
+    recv: RecvBuffers,
+    /// Read this poll, not yet handled.
+    inbox: VecDeque<Incoming>,
+    /// The connection that asked for the NIC backend's job in progress.
+    job_owner: Option<ConnRef>,
+    counters: ControlCounters,
+}
+
+impl ControlPlane {
+    /// Serves `listener`.
+    pub(super) fn new(listener: OwnedFd) -> std::io::Result<Self> {
+        let epoll_fd = epoll::create(epoll::CreateFlags::CLOEXEC)?;
+        epoll::add(
+            &epoll_fd,
+            &listener,
+            epoll::EventData::new_u64(LISTENER_TOKEN),
+            epoll::EventFlags::IN,
+        )?;
+        Ok(ControlPlane {
+            conns: Vec::new(),
+            free_conns: Vec::new(),
+            conn_generation: 0,
+            listener,
+            epoll: epoll_fd,
+            events: Vec::with_capacity(64),
+            recv: RecvBuffers::default(),
+            inbox: VecDeque::with_capacity(64),
+            job_owner: None,
+            counters: ControlCounters::default(),
+        })
+    }
+
+    /// Reads whatever happened on the control socket since the last poll, without waiting:
+    /// new connections are accepted, requests and hang-ups queued for [`ControlPlane::next`].
+    pub(super) fn poll(&mut self) {
         self.events.clear();
         let zero = rustix::time::Timespec {
             tv_sec: 0,
@@ -62,24 +149,95 @@ impl Daemon {
                 self.accept_all();
                 continue;
             }
-            let index = (token & u64::from(u32::MAX)) as usize;
-            let generation = (token >> 32) as u32;
+            let conn = ConnRef {
+                index: (token & u64::from(u32::MAX)) as usize,
+                generation: (token >> 32) as u32,
+            };
             if flags.contains(epoll::EventFlags::IN) {
-                self.read_conn(index, generation);
+                self.read_conn(conn);
             }
             let hung_up =
                 epoll::EventFlags::HUP | epoll::EventFlags::RDHUP | epoll::EventFlags::ERR;
-            if flags.intersects(hung_up) && self.conn(index, generation).is_some() {
-                self.hang_up(index, "connection closed");
+            if flags.intersects(hung_up) {
+                self.inbox.push_back(Incoming::HangUp(conn));
             }
         }
     }
 
-    fn conn(&self, index: usize, generation: u32) -> Option<&Conn> {
+    /// The next request or hang-up read by [`ControlPlane::poll`], in order.
+    pub(super) fn next(&mut self) -> Option<Incoming> {
+        self.inbox.pop_front()
+    }
+
+    fn conn(&self, conn: ConnRef) -> Option<&Conn> {
         self.conns
-            .get(index)?
+            .get(conn.index)?
             .as_ref()
-            .filter(|c| c.generation == generation)
+            .filter(|c| c.generation == conn.generation)
+    }
+
+    fn conn_mut(&mut self, conn: ConnRef) -> Option<&mut Conn> {
+        self.conns
+            .get_mut(conn.index)?
+            .as_mut()
+            .filter(|c| c.generation == conn.generation)
+    }
+
+    /// Whether the connection is still open.
+    pub(super) fn is_open(&self, conn: ConnRef) -> bool {
+        self.conn(conn).is_some()
+    }
+
+    /// The process on the other end of an open connection.
+    pub(super) fn pid(&self, conn: ConnRef) -> Option<i32> {
+        self.conn(conn).map(|c| c.pid)
+    }
+
+    /// The runtime registered on the connection.
+    pub(super) fn runtime(&self, conn: ConnRef) -> Option<RuntimeId> {
+        self.conn(conn)?.runtime
+    }
+
+    /// Records that the connection registered runtime `id`.
+    pub(super) fn set_runtime(&mut self, conn: ConnRef, id: RuntimeId) {
+        if let Some(c) = self.conn_mut(conn) {
+            c.runtime = Some(id);
+        }
+    }
+
+    /// Sends a short reply.
+    pub(super) fn reply(&self, conn: ConnRef, reply: &Reply) -> std::io::Result<()> {
+        match self.conn(conn) {
+            Some(c) => send_reply(c.fd.as_fd(), reply),
+            None => Err(std::io::Error::from(std::io::ErrorKind::NotConnected)),
+        }
+    }
+
+    /// Sends a reply that may be long (see [`send_text_reply`]).
+    pub(super) fn reply_text(&self, conn: ConnRef, reply: &Reply) -> std::io::Result<()> {
+        match self.conn(conn) {
+            Some(c) => send_text_reply(c.fd.as_fd(), reply),
+            None => Err(std::io::Error::from(std::io::ErrorKind::NotConnected)),
+        }
+    }
+
+    /// The connection asked for the NIC backend's job now in progress.
+    pub(super) fn own_job(&mut self, conn: ConnRef) {
+        self.job_owner = Some(conn);
+    }
+
+    /// The connection that asked for the job in progress.
+    pub(super) fn job_owner(&self) -> Option<ConnRef> {
+        self.job_owner
+    }
+
+    /// The job in progress is over; returns who asked for it.
+    pub(super) fn end_job(&mut self) -> Option<ConnRef> {
+        self.job_owner.take()
+    }
+
+    pub(super) fn counters(&self) -> &ControlCounters {
+        &self.counters
     }
 
     fn accept_all(&mut self) {
@@ -133,297 +291,70 @@ impl Daemon {
         }
     }
 
-    fn read_conn(&mut self, index: usize, generation: u32) {
+    fn read_conn(&mut self, conn: ConnRef) {
         for _ in 0..MESSAGES_PER_POLL {
-            let Some(conn) = self
+            let Some(c) = self
                 .conns
-                .get(index)
+                .get(conn.index)
                 .and_then(Option::as_ref)
-                .filter(|c| c.generation == generation)
+                .filter(|c| c.generation == conn.generation)
             else {
                 return;
             };
-            let received = control::recv_message(conn.fd.as_fd(), &mut self.recv);
-            match received {
+            match control::recv_message(c.fd.as_fd(), &mut self.recv) {
                 Ok(Received::Nothing) => return,
                 Ok(Received::Closed) => {
-                    self.hang_up(index, "connection closed");
+                    self.inbox.push_back(Incoming::HangUp(conn));
                     return;
                 }
                 Ok(Received::Message { len, fds }) => {
                     let request = Request::decode(&self.recv.data()[..len], fds.len());
-                    self.request(index, request, fds);
+                    self.inbox
+                        .push_back(Incoming::Request { conn, request, fds });
                 }
                 Err(e) => {
                     let message = e.to_string();
-                    self.refuse(index, message);
+                    self.inbox.push_back(Incoming::Unreadable { conn, message });
                 }
             }
         }
     }
 
-    /// Answers a request that did not make sense: a registered runtime keeps its connection,
-    /// anyone else loses it.
-    fn refuse(&mut self, index: usize, message: String) {
-        let Some(conn) = self.conns[index].as_ref() else {
-            return;
+    /// Answers a request that did not make sense. Returns whether the connection is to be
+    /// closed: a registered runtime keeps its connection, anyone else loses it.
+    pub(super) fn refuse(&mut self, conn: ConnRef, message: String) -> bool {
+        let Some(c) = self.conn(conn) else {
+            return false;
         };
-        let registered = conn.runtime.is_some();
-        if !registered {
-            self.sched.counters.refused_registrations += 1;
-            self.sched.counters.last_refusal = Some(message.clone());
-            info!("refused a request from pid {}: {message}", conn.pid);
-        }
-        let _ = send_reply(conn.fd.as_fd(), &Reply::Error { message });
-        if !registered {
-            self.close_conn(index);
-        }
-    }
-
-    fn request(
-        &mut self,
-        index: usize,
-        request: Result<Request, corral_abi::control::ControlError>,
-        fds: Vec<OwnedFd>,
-    ) {
-        match request {
-            Err(e) => self.refuse(index, e.to_string()),
-            Ok(Request::Stats) => {
-                let json = self.stats_json();
-                if let Some(conn) = self.conns[index].as_ref()
-                    && let Err(e) = send_text_reply(conn.fd.as_fd(), &Reply::Stats { json })
-                {
-                    warn!("cannot send statistics to pid {}: {e}", conn.pid);
-                }
-            }
-            Ok(Request::Gen { json }) => self.gen_request(index, &json),
-            Ok(Request::Register(registration)) => {
-                if let Some(id) = self.conns[index].as_ref().and_then(|c| c.runtime) {
-                    let message = format!("this connection already registered {id}");
-                    self.refuse(index, message);
-                    return;
-                }
-                match self.register(index, registration, fds) {
-                    Ok(()) => {}
-                    Err(message) => self.refuse(index, message),
-                }
-            }
-        }
-    }
-
-    /// Checks and registers a runtime; the error is the reason sent back.
-    fn register(
-        &mut self,
-        index: usize,
-        reg: Registration,
-        fds: Vec<OwnedFd>,
-    ) -> Result<(), String> {
-        let pid = self.conns[index].as_ref().map(|c| c.pid).unwrap_or(0);
-        if let Some(net) = reg.net
-            && let Some((what, slot)) = self.switch.tables.conflict(net.mac, net.ipv4)
-        {
-            let owner = self.runtimes[slot]
-                .as_deref()
-                .map(Runtime::label)
-                .unwrap_or_else(|| format!("slot {slot}"));
-            let [a, b, c, d] = net.ipv4;
-            let m = net.mac;
-            return Err(format!(
-                "{what} already registered by {owner}: the registration asks for MAC \
-                 {:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x} and IPv4 address {a}.{b}.{c}.{d}",
-                m[0], m[1], m[2], m[3], m[4], m[5]
-            ));
-        }
-        for (i, &tid) in reg.tids.iter().enumerate() {
-            if !Path::new(&format!("/proc/{pid}/task/{tid}")).exists() {
-                return Err(format!(
-                    "invalid tids[{i}] = {tid}: not a thread of the registering process {pid}"
-                ));
-            }
-            if let Some(&owner) = self.tids.get(&tid) {
-                let label = self
-                    .runtime(owner)
-                    .map(Runtime::label)
-                    .unwrap_or_else(|| owner.to_string());
-                return Err(format!(
-                    "invalid tids[{i}] = {tid}: already registered by {label}"
-                ));
-            }
-        }
-
-        let mut fds = fds.into_iter();
-        let region_fd = fds
-            .next()
-            .ok_or_else(|| "no region descriptor".to_owned())?;
-        let len = check_region_fd(region_fd.as_fd())
-            .map_err(|e| format!("descriptor 0 (the region): {e}"))?;
-        let mapping = Mapping::new(&region_fd, len)
-            .map_err(|e| format!("descriptor 0 (the region): mmap failed: {e}"))?;
-        // The mapping keeps the memory; the descriptor is no longer needed.
-        drop(region_fd);
-        // SAFETY: every view made from this region is stored in the same `Runtime` as the
-        // mapping, in a field dropped before it, and never handed out.
-        let raw = unsafe { mapping.raw_unbounded() };
-        let region = raw.attach().map_err(|e| format!("region header: {e}"))?;
-        let layout = region.layout();
-        if layout.kthreads() as usize != reg.kthreads() {
-            return Err(format!(
-                "region header: kthreads = {} but the registration has {} kthreads",
-                layout.kthreads(),
-                reg.kthreads()
-            ));
-        }
-        let eventfds: Vec<OwnedFd> = fds.collect();
-        for (i, fd) in eventfds.iter().enumerate() {
-            check_eventfd(fd.as_fd())
-                .map_err(|e| format!("descriptor {} (eventfd of kthread {i}): {e}", i + 1))?;
-        }
-
-        let spec = RuntimeSpec {
-            guaranteed_cores: reg.guaranteed_cores,
-            max_cores: reg.max_cores,
-            kthreads: reg.kthreads() as u16,
-            run_queue_capacity: reg.run_queue_capacity,
-            ingress_capacity: layout.ring_slots(RingKind::Ingress),
-        };
-        let now = self.sched.now();
-        let id = self
-            .sched
-            .alloc
-            .register(spec, now)
-            .map_err(|e| e.to_string())?;
-
-        let ingress_slots = layout.ring_slots(RingKind::Ingress) as usize;
-        let mut kthreads = Vec::with_capacity(eventfds.len());
-        for (i, (eventfd, &tid)) in eventfds.into_iter().zip(&reg.tids).enumerate() {
-            let view = region
-                .kthread(i as u32)
-                .expect("the layout has as many kthreads as the registration");
-            kthreads.push(Kthread {
-                tid,
-                eventfd,
-                view,
-                positions: view.positions(),
-                ingress: Ingress::new(view.ingress_producer()),
-                commands: view.egress_command_consumer(),
-                packets: view.egress_packet_consumer(),
-                rx_buffers: RxBuffers::new(ingress_slots),
-                last_rx_position: 0,
-                active: false,
-                linger: false,
-                pinned: None,
-                idle_policy: false,
-                preempt_sent_at: None,
-            });
-        }
-        let shared_last = kthreads
-            .first()
-            .map(|k| k.positions.shared_queue())
-            .unwrap_or(RingPositions::default());
-        let runtime = Runtime {
-            id,
-            name: reg.name.clone(),
-            pid,
-            conn: index,
-            timer_deadline: u64::MAX,
-            shared_last,
-            doomed: false,
-            counters: RuntimeCounters::default(),
-            handover: super::Handover::new(),
-            net: reg.net,
-            net_counters: NetCounters::default(),
-            active: Vec::with_capacity(kthreads.len()),
-            tx_poll: Vec::with_capacity(kthreads.len()),
-            core_requested: false,
-            kthreads,
-            region,
-            mapping,
-        };
-        let slot = id.slot() as usize;
-        if self.runtimes.len() <= slot {
-            self.runtimes.resize_with(slot + 1, || None);
-        }
-        for &tid in &reg.tids {
-            self.tids.insert(tid, id);
-        }
-        info!(
-            "registered {}: {} kthreads, {} guaranteed and {} max cores, {} spinning, {} bytes, {}",
-            runtime.label(),
-            reg.kthreads(),
-            reg.guaranteed_cores,
-            reg.max_cores,
-            reg.spinning_kthreads,
-            runtime.mapping.len(),
-            match reg.net {
-                Some(net) => format!(
-                    "IPv4 {} MAC {:02x?}",
-                    std::net::Ipv4Addr::from(net.ipv4),
-                    net.mac
-                ),
-                None => "no network".to_owned(),
-            }
+        let registered = c.runtime.is_some();
+        let pid = c.pid;
+        let _ = send_reply(
+            c.fd.as_fd(),
+            &Reply::Error {
+                message: message.clone(),
+            },
         );
-        if let Some(net) = reg.net {
-            self.switch.tables.insert(net.mac, net.ipv4, slot);
+        if !registered {
+            info!("refused a request from pid {pid}: {message}");
+            self.counters.refused_registrations += 1;
+            self.counters.last_refusal = Some(message);
         }
-        self.runtimes[slot] = Some(Box::new(runtime));
-        self.sched.counters.registrations += 1;
-        let conn = self.conns[index].as_mut().expect("the connection is open");
-        conn.runtime = Some(id);
-        let reply = Reply::Registered {
-            runtime_id: encode_runtime_id(id),
-        };
-        if let Err(e) = send_reply(conn.fd.as_fd(), &reply) {
-            self.doom(id, format!("cannot send the registration reply: {e}"));
-            return Ok(());
-        }
-        if reg.spinning_kthreads > 0 {
-            let now = self.sched.now();
-            if let Err(e) = self.sched.alloc.grant_guaranteed(
-                id,
-                reg.spinning_kthreads,
-                now,
-                &mut self.sched.decisions,
-            ) {
-                self.doom(
-                    id,
-                    format!("cannot grant its spinning kthreads' cores: {e}"),
-                );
-            }
-        }
-        Ok(())
+        !registered
     }
 
-    /// The peer closed its connection: a registered runtime is gone.
-    fn hang_up(&mut self, index: usize, reason: &str) {
-        let Some(conn) = self.conns.get(index).and_then(Option::as_ref) else {
-            return;
-        };
-        match conn.runtime {
-            Some(id) => self.evict(id, reason, false),
-            None => self.close_conn(index),
+    /// Closes a connection; returns what the daemon has to clean up after it.
+    pub(super) fn close(&mut self, conn: ConnRef) -> Option<Closed> {
+        self.conn(conn)?;
+        let c = self.conns[conn.index].take()?;
+        let _ = epoll::delete(&self.epoll, &c.fd);
+        self.free_conns.push(conn.index);
+        let owned_job = self.job_owner == Some(conn);
+        if owned_job {
+            self.job_owner = None;
         }
-    }
-
-    /// Closes a connection (its runtime, if any, must already be gone).
-    pub(super) fn close_conn(&mut self, index: usize) {
-        if let Some(conn) = self.conns.get(index).and_then(Option::as_ref)
-            && self
-                .gen_run
-                .as_ref()
-                .is_some_and(|run| run.is_conn(index, conn.generation))
-        {
-            self.abandon_gen("the connection that asked for it closed");
-        }
-        if let Some(conn) = self.conns.get_mut(index).and_then(Option::take) {
-            let _ = epoll::delete(&self.epoll, &conn.fd);
-            self.free_conns.push(index);
-            if let Some(id) = conn.runtime
-                && self.runtime(id).is_some()
-            {
-                // Never happens through the paths above; keep the tables consistent anyway.
-                self.doom(id, "its connection was closed".into());
-            }
-        }
+        Some(Closed {
+            owned_job,
+            runtime: c.runtime,
+        })
     }
 }

@@ -33,10 +33,10 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 use corral_abi::{Command, Full, Producer, RingKind, Slot, flags};
 use corral_wire::{ArpOp, Classification, DropReason, FrameClass, RssHasher, classify, ethernet};
-use log::error;
 use serde::{Deserialize, Serialize};
 
-use super::{Daemon, Kthread, Runtime, Sched};
+use super::driver::{CoreDriver, CoreRequest};
+use super::registry::{Kthread, Registry, Tenant};
 use crate::alloc::{Allocator, KthreadIndex, KthreadPlace};
 use crate::nic::{FrameBatch, Nic};
 
@@ -249,23 +249,24 @@ impl Tables {
     }
 }
 
-/// The switch's own state, apart from the runtimes.
-pub struct Switch {
-    pub tables: Tables,
-    pub nic: Option<Box<dyn Nic>>,
+/// The switch's own state, apart from the runtimes: who owns which address, the NIC, and the
+/// buffers and counters of steering.
+pub(super) struct Switch {
+    tables: Tables,
+    nic: Option<Box<dyn Nic>>,
     batch: FrameBatch,
     /// Where a frame sent by a runtime is copied before it is checked.
     scratch: Box<[u8; MAX_FRAME]>,
     tx_slots: [Slot; TX_BURST],
     rss: Box<RssHasher>,
-    pub counters: NetCounters,
+    counters: NetCounters,
     /// The last NIC poll found frames: poll again at once.
     nic_busy: bool,
     next_nic_poll: u64,
 }
 
 impl Switch {
-    pub fn new(nic: Option<Box<dyn Nic>>) -> Self {
+    pub(super) fn new(nic: Option<Box<dyn Nic>>) -> Self {
         Self {
             tables: Tables::default(),
             nic,
@@ -277,6 +278,40 @@ impl Switch {
             nic_busy: false,
             next_nic_poll: 0,
         }
+    }
+
+    /// Which of `mac` and `ipv4` a runtime already owns ("MAC address" or "IPv4 address"), and
+    /// the slot of that runtime.
+    pub(super) fn address_owner(
+        &self,
+        mac: [u8; 6],
+        ipv4: [u8; 4],
+    ) -> Option<(&'static str, usize)> {
+        self.tables.conflict(mac, ipv4)
+    }
+
+    /// Frames to `mac` and `ipv4` go to the runtime in `slot` from now on.
+    pub(super) fn attach(&mut self, mac: [u8; 6], ipv4: [u8; 4], slot: usize) {
+        self.tables.insert(mac, ipv4, slot);
+    }
+
+    /// Frames to `mac` and `ipv4` no longer go to the runtime in `slot`.
+    pub(super) fn detach(&mut self, mac: [u8; 6], ipv4: [u8; 4], slot: usize) {
+        self.tables.remove(mac, ipv4, slot);
+    }
+
+    /// The NIC backend, if any, with the address tables to look up while it is borrowed.
+    pub(super) fn nic_mut(&mut self) -> (Option<&mut (dyn Nic + 'static)>, &Tables) {
+        (self.nic.as_deref_mut(), &self.tables)
+    }
+
+    pub(super) fn nic(&self) -> Option<&dyn Nic> {
+        self.nic.as_deref()
+    }
+
+    /// The switch's counters.
+    pub(super) fn stats(&self) -> NetStats {
+        self.counters.stats()
     }
 }
 
@@ -391,7 +426,7 @@ impl RxBuffers {
 /// Rebuilds a runtime's lists of active kthreads (for steering) and of kthreads whose egress
 /// packet rings are polled (active ones, and parked ones that may have left frames behind),
 /// from the allocator's state. Called whenever a kthread wakes or parks.
-pub(super) fn refresh_active(alloc: &Allocator, runtime: &mut Runtime) {
+pub(super) fn refresh_active(alloc: &Allocator, runtime: &mut Tenant) {
     runtime.active.clear();
     runtime.tx_poll.clear();
     for (index, kt) in runtime.kthreads.iter_mut().enumerate() {
@@ -424,11 +459,7 @@ pub(super) fn rx_unread(kt: &Kthread) -> bool {
 }
 
 /// Handles an `RxBufferPost`. An error is a protocol violation.
-pub(super) fn post_rx_buffer(
-    runtime: &mut Runtime,
-    index: usize,
-    slot: Slot,
-) -> Result<(), String> {
+pub(super) fn post_rx_buffer(runtime: &mut Tenant, index: usize, slot: Slot) -> Result<(), String> {
     let buffer = slot
         .packet_in(runtime.region.packet_area())
         .map_err(|e| format!("kthread {index}: RxBufferPost: {e}"))?;
@@ -452,10 +483,11 @@ pub(super) fn post_rx_buffer(
     Ok(())
 }
 
-/// What [`deliver`] works with, apart from the frame.
-struct Ports<'a> {
-    runtimes: &'a mut [Option<Box<Runtime>>],
-    sched: &'a mut Sched,
+/// What [`deliver`] works with, apart from the frame: the runtimes, the driver to ask a core
+/// of, the flow hash and the switch's counters.
+struct Delivery<'a> {
+    registry: &'a mut Registry,
+    driver: &'a mut CoreDriver,
     rss: &'a RssHasher,
     global: &'a mut NetCounters,
 }
@@ -463,14 +495,15 @@ struct Ports<'a> {
 /// Ingress slots of one kthread that a delivery must leave free (for completions already
 /// promised to it).
 #[derive(Clone, Copy)]
-struct Keep {
+struct Reserve {
     slot: usize,
     index: usize,
     slots: u32,
 }
 
-impl Keep {
-    const NOTHING: Keep = Keep {
+impl Reserve {
+    /// Nothing reserved.
+    const NONE: Reserve = Reserve {
         slot: usize::MAX,
         index: 0,
         slots: 0,
@@ -479,18 +512,20 @@ impl Keep {
 
 /// Copies `frame` into a buffer of the runtime in `slot` and announces it. Returns whether it
 /// was delivered; a drop is counted on the runtime and globally.
-fn deliver(ports: Ports<'_>, slot: usize, frame: &[u8], class: &FrameClass, keep: Keep) -> bool {
-    let Ports {
-        runtimes,
-        sched,
+fn deliver(
+    delivery: Delivery<'_>,
+    slot: usize,
+    frame: &[u8],
+    class: &FrameClass,
+    reserve: Reserve,
+) -> bool {
+    let Delivery {
+        registry,
+        driver,
         rss,
         global,
-    } = ports;
-    let Some(rt) = runtimes
-        .get_mut(slot)
-        .and_then(|r| r.as_deref_mut())
-        .filter(|r| !r.doomed)
-    else {
+    } = delivery;
+    let Some(rt) = registry.live_at_mut(slot) else {
         global.drop(NetDrop::RxUnknownMac);
         return false;
     };
@@ -508,8 +543,8 @@ fn deliver(ports: Ports<'_>, slot: usize, frame: &[u8], class: &FrameClass, keep
         }
     };
     let kt = &mut rt.kthreads[index];
-    let need = if (keep.slot, keep.index) == (slot, index) {
-        1 + keep.slots
+    let need = if (reserve.slot, reserve.index) == (slot, index) {
+        1 + reserve.slots
     } else {
         1
     };
@@ -562,10 +597,7 @@ fn deliver(ports: Ports<'_>, slot: usize, frame: &[u8], class: &FrameClass, keep
         // Nobody is running to see it: kthread 0 has it, and a core is requested once (per
         // allocation pass or wake-up) until one is granted.
         rt.core_requested = true;
-        let now = sched.now();
-        if let Err(e) = sched.alloc.pending_work(rt.id, now, &mut sched.decisions) {
-            error!("pending_work refused for {}: {e}", rt.id);
-        }
+        driver.request_core(rt.id, CoreRequest::Now);
     }
     true
 }
@@ -595,7 +627,7 @@ fn route_tx(tables: &Tables, frame: &[u8], class: &Classification) -> Route {
 /// Copies the frame a `TxPacket` names into `scratch` and checks it. The outer error is a
 /// protocol violation; the inner one a drop.
 fn check_tx(
-    rt: &Runtime,
+    rt: &Tenant,
     index: usize,
     slot: Slot,
     scratch: &mut [u8; MAX_FRAME],
@@ -648,10 +680,10 @@ fn check_tx(
     Ok(Ok((len, class)))
 }
 
-impl Daemon {
+impl Switch {
     /// Reads a burst from the NIC, if it is due, and steers it.
-    pub(super) fn poll_nic(&mut self, now: u64) {
-        let sw = &mut self.switch;
+    pub(super) fn poll_nic(&mut self, now: u64, registry: &mut Registry, driver: &mut CoreDriver) {
+        let sw = self;
         let Some(nic) = sw.nic.as_mut() else {
             return;
         };
@@ -664,35 +696,33 @@ impl Daemon {
         sw.next_nic_poll = now + nic.idle_poll_interval_ns();
         for i in 0..got {
             let frame = sw.batch.frame(i);
-            receive(
-                &sw.tables,
-                &mut self.runtimes,
-                &mut self.sched,
-                &sw.rss,
-                &mut sw.counters,
-                frame,
-            );
+            let to = Delivery {
+                registry,
+                driver,
+                rss: &sw.rss,
+                global: &mut sw.counters,
+            };
+            receive(&sw.tables, to, frame);
         }
     }
 
     /// Drains the egress packet rings of active kthreads (and of parked ones that may have left
     /// frames), a burst per ring.
-    pub(super) fn drain_tx(&mut self) {
-        for slot in 0..self.runtimes.len() {
+    pub(super) fn drain_tx(&mut self, registry: &mut Registry, driver: &mut CoreDriver) {
+        for slot in 0..registry.slots() {
             let mut polled = 0;
-            while let Some(rt) = self.runtimes[slot].as_deref_mut() {
-                if rt.doomed || polled >= rt.tx_poll.len() {
+            while let Some(rt) = registry.at_mut(slot) {
+                if rt.evicting || polled >= rt.tx_poll.len() {
                     break;
                 }
                 let index = usize::from(rt.tx_poll[polled]);
-                match self.tx_burst(slot, index) {
+                match self.tx_burst(slot, index, registry, driver) {
                     Ok(true) => polled += 1,
                     // It left the list; the next one moved into its place.
                     Ok(false) => {}
                     Err(reason) => {
-                        let id = self.runtimes[slot].as_ref().map(|r| r.id);
-                        if let Some(id) = id {
-                            self.doom(id, reason);
+                        if let Some(id) = registry.at(slot).map(|r| r.id) {
+                            registry.mark_for_eviction(id, reason);
                         }
                         break;
                     }
@@ -703,9 +733,15 @@ impl Daemon {
 
     /// One burst from one kthread's egress packet ring. Returns whether the kthread stays in
     /// the runtime's polled list (a parked one leaves it once its ring is empty).
-    fn tx_burst(&mut self, slot: usize, index: usize) -> Result<bool, String> {
-        let sw = &mut self.switch;
-        let Some(rt) = self.runtimes[slot].as_deref_mut() else {
+    fn tx_burst(
+        &mut self,
+        slot: usize,
+        index: usize,
+        registry: &mut Registry,
+        driver: &mut CoreDriver,
+    ) -> Result<bool, String> {
+        let sw = self;
+        let Some(rt) = registry.at_mut(slot) else {
             return Ok(true);
         };
         let kt = &mut rt.kthreads[index];
@@ -725,8 +761,8 @@ impl Daemon {
         let mut completions = [Slot::default(); TX_BURST];
         for (i, completion) in completions.iter_mut().enumerate().take(n) {
             let desc = sw.tx_slots[i];
-            let rt = self.runtimes[slot]
-                .as_deref_mut()
+            let rt = registry
+                .at_mut(slot)
                 .expect("the sender stays registered during its burst");
             let checked = check_tx(rt, index, desc, &mut sw.scratch)?;
             // Ok((length, switched locally)); Err(None) for a drop counted on the receiver.
@@ -738,18 +774,18 @@ impl Daemon {
                         Route::Local(to) => {
                             // The burst's completions, pushed at its end, were promised room
                             // on the sender's ring; a frame to itself must not take it.
-                            let keep = Keep {
+                            let reserve = Reserve {
                                 slot,
                                 index,
                                 slots: n as u32,
                             };
-                            let ports = Ports {
-                                runtimes: &mut self.runtimes,
-                                sched: &mut self.sched,
+                            let delivery = Delivery {
+                                registry: &mut *registry,
+                                driver: &mut *driver,
                                 rss: &sw.rss,
                                 global: &mut sw.counters,
                             };
-                            if deliver(ports, to, frame, &class.class, keep) {
+                            if deliver(delivery, to, frame, &class.class, reserve) {
                                 Ok((len, true))
                             } else {
                                 Err(None)
@@ -765,8 +801,8 @@ impl Daemon {
                     }
                 }
             };
-            let rt = self.runtimes[slot]
-                .as_deref_mut()
+            let rt = registry
+                .at_mut(slot)
                 .expect("the sender stays registered during its burst");
             let sent = match outcome {
                 Ok((len, local)) => {
@@ -787,8 +823,8 @@ impl Daemon {
             let flag = if sent { 0 } else { flags::DROPPED };
             *completion = Slot::new(Command::TxCompletion, flag, 0, desc.payload());
         }
-        let rt = self.runtimes[slot]
-            .as_deref_mut()
+        let rt = registry
+            .at_mut(slot)
             .expect("the sender stays registered during its burst");
         // Room was checked before the descriptors were taken; fewer fit only if the kthread
         // lied about its ring position, and then the loss is its own.
@@ -798,35 +834,20 @@ impl Daemon {
             // blocked sender waits for, and no running kthread will see them. Ask for the next
             // idle core, without taking one from anybody (this often follows a preemption).
             rt.core_requested = true;
-            let id = rt.id;
-            let now = self.sched.now();
-            if let Err(e) = self
-                .sched
-                .alloc
-                .parked_with_work(id, now, &mut self.sched.decisions)
-            {
-                error!("parked_with_work refused for {id}: {e}");
-            }
+            driver.request_core(rt.id, CoreRequest::WhenIdle);
         }
         Ok(true)
     }
 }
 
 /// Steers one frame that arrived from the NIC.
-fn receive(
-    tables: &Tables,
-    runtimes: &mut [Option<Box<Runtime>>],
-    sched: &mut Sched,
-    rss: &RssHasher,
-    global: &mut NetCounters,
-    frame: &[u8],
-) {
+fn receive(tables: &Tables, to: Delivery<'_>, frame: &[u8]) {
     if frame.len() > MAX_FRAME {
-        global.drop(NetDrop::RxTooBig);
+        to.global.drop(NetDrop::RxTooBig);
         return;
     }
     if frame.len() < ethernet::HEADER_LEN {
-        global.rx_parse_drops[DropReason::Truncated.index()] += 1;
+        to.global.rx_parse_drops[DropReason::Truncated.index()] += 1;
         return;
     }
     if frame[0] & 1 != 0 {
@@ -837,38 +858,26 @@ fn receive(
             }) if arp.op == ArpOp::Request => {
                 match tables.ips.get(&ip_key(arp.target_ip.octets())) {
                     Some(&slot) => {
-                        let ports = Ports {
-                            runtimes,
-                            sched,
-                            rss,
-                            global,
-                        };
-                        deliver(ports, slot, frame, &class, Keep::NOTHING);
+                        deliver(to, slot, frame, &class, Reserve::NONE);
                     }
-                    None => global.drop(NetDrop::RxArpNotLocal),
+                    None => to.global.drop(NetDrop::RxArpNotLocal),
                 }
             }
-            _ => global.drop(NetDrop::RxBroadcastIgnored),
+            _ => to.global.drop(NetDrop::RxBroadcastIgnored),
         }
         return;
     }
     let Some(&slot) = tables.macs.get(&mac_key(frame)) else {
-        global.drop(NetDrop::RxUnknownMac);
+        to.global.drop(NetDrop::RxUnknownMac);
         return;
     };
     match classify(frame) {
         Ok(c) => {
-            let ports = Ports {
-                runtimes,
-                sched,
-                rss,
-                global,
-            };
-            deliver(ports, slot, frame, &c.class, Keep::NOTHING);
+            deliver(to, slot, frame, &c.class, Reserve::NONE);
         }
         Err(why) => {
-            global.rx_parse_drops[why.index()] += 1;
-            if let Some(rt) = runtimes.get_mut(slot).and_then(|r| r.as_deref_mut()) {
+            to.global.rx_parse_drops[why.index()] += 1;
+            if let Some(rt) = to.registry.at_mut(slot) {
                 rt.net_counters.rx_parse_drops[why.index()] += 1;
             }
         }

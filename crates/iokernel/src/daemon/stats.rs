@@ -124,7 +124,7 @@ pub struct HandoverStats {
 }
 
 impl HandoverStats {
-    fn of(h: &super::Handover) -> Self {
+    fn of(h: &super::registry::Handover) -> Self {
         let q = |hist: &hdrhistogram::Histogram<u64>, q: f64| {
             if hist.is_empty() {
                 0
@@ -163,8 +163,11 @@ pub struct CoreStats {
 impl Daemon {
     /// A snapshot of every counter.
     pub fn stats(&self) -> Stats {
-        let c = &self.sched.counters;
-        let alloc = &self.sched.alloc;
+        let c = self.driver.counters();
+        let l = &self.counters;
+        let r = self.registry.counters();
+        let refusals = self.control.counters();
+        let alloc = self.driver.alloc();
         let global = GlobalStats {
             pid: std::process::id(),
             core: self.config.core,
@@ -173,28 +176,27 @@ impl Daemon {
             preemption_timeout_us: self.config.preemption_timeout_us,
             uptime_s: self.started.elapsed().as_secs_f64(),
             passes: alloc.passes_run(),
-            loop_iterations: c.loop_iterations,
-            runtimes_registered: self.runtimes.iter().flatten().count(),
-            registrations: c.registrations,
-            refused_registrations: c.refused_registrations,
-            last_refusal: c.last_refusal.clone(),
-            evictions: c.evictions,
-            disconnects: c.disconnects,
+            loop_iterations: l.iterations,
+            runtimes_registered: self.registry.iter().count(),
+            registrations: r.registrations,
+            refused_registrations: refusals.refused_registrations,
+            last_refusal: refusals.last_refusal.clone(),
+            evictions: r.evictions,
+            disconnects: r.disconnects,
             demotions: c.demotions,
             stale_commands: c.stale_commands,
             wakes: c.wakes,
             preemptions_signalled: c.preemptions_signalled,
             timer_wakeups: c.timer_wakeups,
             parks: c.parks,
-            loop_stalls: c.loop_stalls,
-            loop_stall_ns: c.loop_stall_ns,
-            loop_stall_max_ns: c.loop_stall_max_ns,
+            loop_stalls: l.stalls,
+            loop_stall_ns: l.stall_ns,
+            loop_stall_max_ns: l.stall_max_ns,
             idle_cores: alloc.idle_core_count(),
         };
         let runtimes = self
-            .runtimes
+            .registry
             .iter()
-            .flatten()
             .filter_map(|r| {
                 let view = alloc.runtime(r.id).ok()?;
                 Some(RuntimeStats {
@@ -253,7 +255,11 @@ impl Daemon {
                 };
                 let owner = owner.map(|id| CoreOwner {
                     id: encode_runtime_id(id),
-                    name: self.runtime(id).map(|r| r.name.clone()).unwrap_or_default(),
+                    name: self
+                        .registry
+                        .get(id)
+                        .map(|r| r.name.clone())
+                        .unwrap_or_default(),
                 });
                 Some(CoreStats {
                     cpu,
@@ -265,7 +271,7 @@ impl Daemon {
                 })
             })
             .collect();
-        let nic = self.switch.nic.as_ref().map(|nic| NicStats {
+        let nic = self.switch.nic().map(|nic| NicStats {
             backend: nic.name().to_owned(),
             description: nic.describe(),
             counters: nic.counters(),
@@ -274,7 +280,7 @@ impl Daemon {
             global,
             runtimes,
             cores,
-            net: self.switch.counters.stats(),
+            net: self.switch.stats(),
             nic,
         }
     }

@@ -3,20 +3,21 @@
 //!
 //! A backend is polled from the dataplane loop, so nothing here may block. The trait is
 //! deliberately small (receive a burst, send one frame, report counters) so that a backend can
-//! equally be a device (`tap`) or a traffic source and sink living inside iokerneld (`gen`,
-//! which plays a request schedule onto the receive path and takes responses from `send`).
+//! equally be a device (`tap`, here) or a traffic source and sink linked into iokerneld from
+//! another crate (`corral-gen`, which plays a request schedule onto the receive path and takes
+//! responses from `send`). Such a backend may also serve jobs asked for on the control socket
+//! (`Request::Gen`): the daemon hands it the request through [`Nic::start_job`] and sends back
+//! what [`Nic::poll_job`] eventually returns, and tells it nothing else about itself than
+//! [`DaemonView`] shows.
 
-mod generator;
 mod tap;
 
 use std::io;
+use std::net::Ipv4Addr;
 
+use corral_abi::control::Reply;
 use serde::{Deserialize, Serialize};
 
-pub use generator::{
-    ARP_REFRESH_NS, CLIENT_PORT_BASE, CLIENT_PORTS, FinishedRun, GEN_MAC, Gen, GenCounters,
-    START_DELAY_NS, client_port,
-};
 pub use tap::Tap;
 
 use crate::config::NicConfig;
@@ -140,14 +141,62 @@ pub trait Nic {
         0
     }
 
-    /// The traffic generator, if this backend is `gen`: the daemon starts and collects its
-    /// runs through it.
-    fn as_gen(&mut self) -> Option<&mut Gen> {
+    /// Starts a job that the process `pid` asked for on the control socket (`Request::Gen`'s
+    /// JSON). `Err` is the refusal sent back. The daemon asks at most one job at a time of a
+    /// backend whose job is in progress only to have it refuse.
+    fn start_job(&mut self, json: &str, pid: i32, daemon: &dyn DaemonView) -> Result<(), String> {
+        let _ = (json, pid, daemon);
+        Err(refuse_jobs(self.name()))
+    }
+
+    /// Moves the job in progress along without waiting (a time budget at a time, called every
+    /// control poll); once it has ended, the reply to send to whoever asked for it.
+    fn poll_job(&mut self, now: u64, daemon: &dyn DaemonView) -> Option<Reply> {
+        let _ = (now, daemon);
         None
+    }
+
+    /// Drops the job in progress, because `why`: whoever asked for it has gone.
+    fn abandon_job(&mut self, why: &str) {
+        let _ = why;
     }
 }
 
-/// Opens the configured backend; `None` for `nic = none`.
+/// The refusal of a job by a backend named `name` that runs none.
+pub fn refuse_jobs(name: &str) -> String {
+    format!(
+        "this iokerneld's NIC backend is {name}, not gen: start iokerneld with --nic gen to play \
+         runs"
+    )
+}
+
+/// What a backend may learn of the daemon while it serves a job.
+pub trait DaemonView {
+    /// The MAC address of the registered runtime (not being evicted) that owns `ip`.
+    fn mac_of(&self, ip: Ipv4Addr) -> Option<[u8; 6]>;
+
+    /// The daemon's activity counters now.
+    fn activity(&self) -> Activity;
+}
+
+/// The daemon's running totals that a job may report differences of.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Activity {
+    /// When they were read (`CLOCK_MONOTONIC` ns).
+    pub at_ns: u64,
+    /// The allocation interval setting, in microseconds.
+    pub interval_us: u64,
+    pub wakes: u64,
+    pub preemptions: u64,
+    /// Reallocations summed over the managed cores.
+    pub reallocations: u64,
+    pub parks: u64,
+    pub loop_stalls: u64,
+    pub loop_stall_ns: u64,
+}
+
+/// Opens the configured backend; `None` for `nic = none`. `nic = gen` lives outside this
+/// crate: the binary that links it opens it.
 pub fn open(config: &NicConfig) -> io::Result<Option<Box<dyn Nic>>> {
     match config {
         NicConfig::None => Ok(None),
@@ -156,7 +205,10 @@ pub fn open(config: &NicConfig) -> io::Result<Option<Box<dyn Nic>>> {
             host_ip,
             prefix,
         } => Ok(Some(Box::new(Tap::open(name, *host_ip, *prefix)?))),
-        NicConfig::Gen { host_ip, prefix } => Ok(Some(Box::new(Gen::new(*host_ip, *prefix)))),
+        NicConfig::Gen { .. } => Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "nic = gen: the traffic generator is not linked into this program",
+        )),
     }
 }
 

@@ -15,13 +15,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
-use common::{IOKERNELD, Launch, WAIT, serial, wait_until};
+use common::{IOKERNELD, Launch, WAIT, client_binary, serial, wait_until};
 use corral_abi::control::{Registration, Reply, Request};
-use corral_iokernel::client::{self, Options, RegionFile, Runtime};
 use corral_iokernel::control;
 use corral_iokernel::daemon::Stats;
-
-const CLIENT: &str = env!("CARGO_BIN_EXE_corral-abi-client");
+use corral_testclient::client::{self, Options, RegionFile, Runtime};
 
 type Daemon = common::Daemon<Stats>;
 
@@ -57,7 +55,7 @@ struct Client {
 
 impl Client {
     fn start(socket: &Path, name: &str, args: &[&str]) -> Client {
-        let mut child = Command::new(CLIENT)
+        let mut child = Command::new(client_binary())
             .arg("--socket")
             .arg(socket)
             .args(["--name", name])

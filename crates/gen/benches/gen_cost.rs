@@ -2,15 +2,16 @@
 //! request frames in full bursts (`recv_burst_at`) and taking their echoes (`send`), through the
 //! backend's public interface. The echoes are built beforehand and are not timed.
 //!
-//! Run with `cargo bench -p corral-iokernel --bench gen_cost`. The backend's own measurement
+//! Run with `cargo bench -p corral-gen --bench gen_cost`. The backend's own measurement
 //! (`gen_cost` in a run's results) includes the clock reads it makes in the loop; this one shows
 //! the work without the loop around it.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Instant;
 
-use corral_iokernel::genrun::{GenSpec, PhaseSpec};
-use corral_iokernel::nic::{BURST, FrameBatch, Gen, Nic};
+use corral_gen::Gen;
+use corral_gen::run::{GenSpec, PhaseSpec};
+use corral_iokernel::nic::{BURST, FrameBatch, Nic};
 use corral_loadgen::Arrivals;
 use corral_wire::{Ipv4FrameSpec, Packet, UdpHeader, parse_frame};
 

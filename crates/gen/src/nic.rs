@@ -28,9 +28,10 @@ use corral_wire::frame::UDP_PAYLOAD_OFFSET;
 use corral_wire::{ArpOp, ArpPacket, Ipv4FrameSpec, MacAddr, Packet, UdpHeader, parse_frame};
 use hdrhistogram::Histogram;
 
-use super::{FrameBatch, Nic, NicCounters};
-use crate::genrun::{GenCost, GenSpec};
-use crate::sys::now_ns;
+use corral_iokernel::nic::{FrameBatch, Nic, NicCounters};
+use corral_iokernel::sys::now_ns;
+
+use crate::run::{GenCost, GenSpec};
 
 /// The generator's MAC: locally administered, `GEN` in ASCII.
 pub const GEN_MAC: MacAddr = MacAddr([0x02, 0x47, 0x45, 0x4e, 0x00, 0x01]);
@@ -563,10 +564,6 @@ impl Nic for Gen {
     fn counters(&self) -> NicCounters {
         self.counters
     }
-
-    fn as_gen(&mut self) -> Option<&mut Gen> {
-        Some(self)
-    }
 }
 
 /// A run that has ended, taken out of the generator to be reported.
@@ -618,7 +615,8 @@ mod tests {
     use corral_loadgen::Arrivals;
     use corral_wire::{DropReason, EthernetFrame, Ipv4Packet, UdpDatagram};
 
-    use crate::genrun::PhaseSpec;
+    use crate::run::PhaseSpec;
+    use corral_iokernel::nic::BURST;
 
     const GEN_IP: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 1);
     const TARGET_IP: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 2);
@@ -665,7 +663,7 @@ mod tests {
             batch.clear();
             let n = g.recv_burst_at(&mut batch, now);
             frames.extend((0..n).map(|i| batch.frame(i).to_vec()));
-            if n < crate::nic::BURST {
+            if n < BURST {
                 return frames;
             }
         }

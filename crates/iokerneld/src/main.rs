@@ -9,22 +9,52 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use corral_abi::control::{Reply, Request};
+use corral_gen::{GenArgs, GenBackend};
 use corral_iokernel::alloc::{Allocator, AllocatorConfig};
-use corral_iokernel::config::{self, Cli, Command, Config, GenArgs, SettingArgs};
+use corral_iokernel::config::{self, Config, NicConfig, SettingArgs};
 use corral_iokernel::cpus::{Sysfs, format_cpu_list};
 use corral_iokernel::daemon::Daemon;
-use corral_iokernel::genrun::GenResult;
+use corral_iokernel::nic::{self, Nic};
 use corral_iokernel::{control, logger, sys};
-use corral_loadgen::recorder::human_ns;
 use log::{error, info};
+
+/// iokerneld: allocates the managed cores among Corral runtimes every few microseconds.
+///
+/// Settings come from the TOML file given with --config (keys named as below, e.g.
+/// `managed_cores = "1-3"`), and each flag overrides the file.
+#[derive(Debug, Parser)]
+#[command(name = "iokerneld", version, about, long_about = None)]
+pub struct Cli {
+    #[command(flatten)]
+    pub settings: SettingArgs,
+
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Connect to a running iokerneld, ask for its statistics and print them as JSON.
+    Stats {
+        /// Control socket to connect to [default: the `socket` setting].
+        #[arg(long, value_name = "PATH")]
+        socket: Option<PathBuf>,
+    },
+    /// Play an open-loop run of a running iokerneld's traffic generator (`nic = "gen"`)
+    /// against a UDP service of one of its runtimes, wait for it to end, and print the results:
+    /// a summary on standard error, the JSON on standard output (or in --json FILE).
+    Gen(GenArgs),
+}
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Some(Command::Stats { socket }) => stats(socket, &cli.settings),
-        Some(Command::Gen(args)) => generate(&args, &cli.settings),
+        Some(Command::Gen(args)) => {
+            corral_gen::play::play(&args, client_socket(args.socket.clone(), &cli.settings))
+        }
         None => run(&cli.settings),
     }
 }
@@ -91,111 +121,6 @@ fn stats(socket: Option<PathBuf>, settings: &SettingArgs) -> ExitCode {
     }
 }
 
-/// `iokerneld gen`: asks the daemon for a run, waits for its end, and prints the results.
-fn generate(args: &GenArgs, settings: &SettingArgs) -> ExitCode {
-    let spec = match args.spec() {
-        Ok(spec) => spec,
-        Err(e) => {
-            eprintln!("iokerneld gen: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let socket = match client_socket(args.socket.clone(), settings) {
-        Ok(path) => path,
-        Err(code) => return code,
-    };
-    // The reply comes when the run has ended: after its phases and grace period, plus the
-    // start delay and the time the daemon takes to set it up and report it.
-    let run_s = spec.duration_ns() as f64 / 1e9 + spec.grace_ms / 1e3;
-    let timeout = Duration::from_secs_f64(run_s + 30.0);
-    eprintln!(
-        "iokerneld gen: {} phase(s) over {:.3} s against {} ({} clients, {} service, {} \
-         arrivals, {}-byte payloads)",
-        spec.phases.len(),
-        spec.duration_ns() as f64 / 1e9,
-        spec.target,
-        spec.clients,
-        spec.service,
-        spec.arrivals,
-        spec.payload
-    );
-    let request = Request::Gen {
-        json: spec.to_json(),
-    };
-    let reply = control::connect(&socket).and_then(|conn| {
-        control::request_on(
-            std::os::fd::AsFd::as_fd(&conn),
-            &request.encode(),
-            &[],
-            timeout,
-        )
-    });
-    let json = match reply {
-        Ok(Reply::Gen { json }) => json,
-        Ok(Reply::Error { message }) => {
-            eprintln!("iokerneld gen: refused: {message}");
-            return ExitCode::FAILURE;
-        }
-        Ok(other) => {
-            eprintln!("iokerneld gen: unexpected reply {other:?}");
-            return ExitCode::FAILURE;
-        }
-        Err(e) => {
-            eprintln!("iokerneld gen: {}: {e}", socket.display());
-            return ExitCode::FAILURE;
-        }
-    };
-    let result: GenResult = match serde_json::from_str(&json) {
-        Ok(result) => result,
-        Err(e) => {
-            eprintln!("iokerneld gen: the daemon sent results that do not parse ({e}): {json}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let s = &result.summary;
-    eprintln!(
-        "iokerneld gen: {} requests scheduled, {} sent, {} matched, {} lost",
-        s.scheduled, s.sent, s.matched, s.lost
-    );
-    eprintln!("  {s}");
-    if !result.windows.is_empty() {
-        let worst = result
-            .windows
-            .iter()
-            .map(|w| w.latency.p99_ns)
-            .max()
-            .unwrap_or(0);
-        eprintln!(
-            "  {} windows of {} ms; worst window p99 {}",
-            result.windows.len(),
-            spec.window_ms.unwrap_or(0.0),
-            human_ns(worst)
-        );
-    }
-    let d = &result.daemon;
-    eprintln!(
-        "  daemon: {} wakes, {} preemptions, {} reallocations ({:.1}/s), {} parks",
-        d.wakes, d.preemptions, d.reallocations, d.reallocations_per_s, d.parks
-    );
-    let c = &result.gen_cost;
-    eprintln!(
-        "  gen cost: {:.1} ns per request (building {:.1} ns per request, parsing {:.1} ns per \
-         response)",
-        c.ns_per_request, c.build_ns_per_request, c.parse_ns_per_response
-    );
-    let pretty = serde_json::to_string_pretty(&result).unwrap_or(json);
-    match &args.json {
-        Some(path) => {
-            if let Err(e) = std::fs::write(path, pretty + "\n") {
-                eprintln!("iokerneld gen: cannot write {}: {e}", path.display());
-                return ExitCode::FAILURE;
-            }
-        }
-        None => println!("{pretty}"),
-    }
-    ExitCode::SUCCESS
-}
-
 fn run(settings: &SettingArgs) -> ExitCode {
     let config = match Config::resolve(settings) {
         Ok(config) => config,
@@ -258,7 +183,7 @@ fn start(config: Config) -> Result<(), String> {
         config.preemption_timeout_us,
         config.control_poll_us,
     );
-    let nic = corral_iokernel::nic::open(&config.nic).map_err(|e| e.to_string())?;
+    let nic = open_nic(&config.nic).map_err(|e| e.to_string())?;
     match &nic {
         Some(nic) => info!("NIC: {}", nic.describe()),
         None => info!("NIC: none (frames are switched among runtimes only)"),
@@ -272,4 +197,14 @@ fn start(config: Config) -> Result<(), String> {
         error!("cannot remove {}: {e}", socket.display());
     }
     Ok(())
+}
+
+/// Opens the configured NIC backend: `gen` is linked in here, the others come with the daemon.
+fn open_nic(config: &NicConfig) -> std::io::Result<Option<Box<dyn Nic>>> {
+    match config {
+        NicConfig::Gen { host_ip, prefix } => {
+            Ok(Some(Box::new(GenBackend::new(*host_ip, *prefix))))
+        }
+        other => nic::open(other),
+    }
 }

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use corral_abi::control::NetIdentity;
-use corral_iokernel::client::{ClientError, Ending, Mode, Options, Runtime};
+use corral_testclient::client::{ClientError, Ending, Mode, Options, Runtime};
 use corral_wire::MacAddr;
 
 /// Register with iokerneld as a runtime whose kthreads are plain threads.
@@ -91,7 +91,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Some(seconds) = cli.bench {
         let duration = Duration::from_secs_f64(seconds);
-        return match corral_iokernel::netclient::bench_pair(&cli.socket, duration, cli.frame_len) {
+        return match corral_testclient::netclient::bench_pair(&cli.socket, duration, cli.frame_len)
+        {
             Ok(r) => {
                 println!(
                     "bench frame_len {} seconds {:.3} received {} sent {} dropped {} rate_pps {:.0}",

@@ -16,7 +16,7 @@ use common::{Daemon, IOKERNELD, Launch, serial, wait_until};
 use corral::net::{NetConfig, UdpSpawner};
 use corral::{Config, IokernelSettings, Runtime};
 use corral_app_spin::{Calibration, serve};
-use corral_iokernel::genrun::GenResult;
+use corral_gen::run::GenResult;
 
 const SERVER_IP: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 2);
 const TARGET: &str = "10.99.0.2:5000";

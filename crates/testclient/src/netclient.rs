@@ -16,7 +16,7 @@ use corral_wire::udp::UdpHeader;
 use corral_wire::{ArpOp, ArpPacket, FrameClass, Ipv4FrameSpec, MacAddr, classify};
 
 use crate::client::{self, RegionFile};
-use crate::sys;
+use corral_iokernel::sys;
 
 /// Bytes per buffer.
 pub const BUFFER_SIZE: u64 = 2048;

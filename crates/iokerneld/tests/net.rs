@@ -15,10 +15,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::time::{Duration, Instant};
 
-use common::{Launch, WAIT, serial, wait_until};
+use common::{Launch, WAIT, client_binary, serial, wait_until};
 use corral_iokernel::daemon::{RuntimeStats, Stats};
-
-const CLIENT: &str = env!("CARGO_BIN_EXE_corral-abi-client");
 
 const MAC_A: &str = "02:00:00:00:0a:01";
 const MAC_B: &str = "02:00:00:00:0b:01";
@@ -63,7 +61,7 @@ struct Client {
 
 impl Client {
     fn start(daemon: &Daemon, name: &str, args: &[&str]) -> Client {
-        let mut child = Command::new(CLIENT)
+        let mut child = Command::new(client_binary())
             .arg("--socket")
             .arg(&daemon.socket)
             .args(["--name", name])
@@ -197,7 +195,7 @@ fn a_taken_mac_or_address_is_refused_naming_it() {
         (MAC_A, "10.1.0.9", "MAC already registered by"),
         (MAC_B, "10.1.0.1", "IPv4 address already registered by"),
     ] {
-        let out = Command::new(CLIENT)
+        let out = Command::new(client_binary())
             .arg("--socket")
             .arg(&daemon.socket)
             .args([

@@ -19,9 +19,9 @@ use corral_abi::control::{Registration, Reply, Request};
 use corral_abi::{Command, Layout, RegionBuilder, RingKind, Slot, flags};
 use rustix::fs::{MemfdFlags, SealFlags};
 
-use crate::control;
 use crate::netclient::{self, NetMode, NetOptions};
-use crate::sys::{self, Mapping};
+use corral_iokernel::control;
+use corral_iokernel::sys::{self, Mapping};
 
 /// How long to wait for iokerneld to answer a request.
 pub const REPLY_TIMEOUT: Duration = Duration::from_secs(10);

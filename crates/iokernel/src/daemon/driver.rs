@@ -1,56 +1,175 @@
-//! The busy loop's work: command rings in, allocation passes, decisions out, evictions.
+//! The core driver: feeds the allocator what the runtimes' command rings, queues, shared queues
+//! and timers say, and carries out its decisions on the runtimes' threads (pin and wake, signal
+//! a preemption, demote a kthread that ignored one, move a departing runtime's threads off the
+//! managed cores). A runtime whose thread cannot be reached, or whose rings say something
+//! impossible, is marked for eviction in the registry.
 
 use std::path::Path;
 
-use corral_abi::{Command, RingKind, Slot, control::Reply, flags};
+use corral_abi::{Command, RingKind, Slot, flags};
 use log::{error, warn};
 
-use super::{Daemon, Kthread, Runtime, Sched, net};
+use super::net;
+use super::registry::{Kthread, Registry, Tenant};
 use crate::alloc::{
-    AllocError, Decision, KthreadIndex, KthreadPlace, QueueCounters, QueueSnapshot, RuntimeId,
+    AllocError, Allocator, Decision, KthreadIndex, KthreadPlace, QueueCounters, QueueSnapshot,
+    RuntimeId, RuntimeSpec,
 };
-use crate::control::send_reply;
-use crate::sys;
+use crate::config::Config;
+use crate::sys::{self, now_ns};
 
-impl Daemon {
+/// What the core driver has done, for the statistics.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct DriverCounters {
+    pub(super) demotions: u64,
+    pub(super) stale_commands: u64,
+    pub(super) wakes: u64,
+    pub(super) preemptions_signalled: u64,
+    pub(super) timer_wakeups: u64,
+    /// Kthreads that gave back a core (`Park`, or `Yielded` after a preemption).
+    pub(super) parks: u64,
+}
+
+/// How soon a runtime with work and no core is to get one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum CoreRequest {
+    /// At once, taking a core from a runtime over its guarantee if need be (a frame arrived).
+    Now,
+    /// The next idle core, taking none from anybody (work left behind by a parked kthread).
+    WhenIdle,
+}
+
+/// The allocator, what feeds it and what carries out its decisions.
+pub(super) struct CoreDriver {
+    alloc: Allocator,
+    decisions: Vec<Decision>,
+    /// Decisions being carried out, while those they lead to collect in `decisions`.
+    executing: Vec<Decision>,
+    /// Latest time handed to the allocator, which refuses time going back.
+    clock: u64,
+    counters: DriverCounters,
+    /// Per managed core: the runtime it was promised to by a preemption, and when. The wake
+    /// that completes the handover tells the kthread this time as the moment its core was
+    /// decided, so that the runtime can measure the whole preemption.
+    promised: Vec<Option<(RuntimeId, u64)>>,
+    managed_cores: Vec<usize>,
+    spare_cpus: Vec<usize>,
+    preemption_timeout_us: u64,
+}
+
+impl CoreDriver {
+    /// A driver of `alloc` over `config.managed_cores`.
+    pub(super) fn new(alloc: Allocator, config: &Config) -> Self {
+        let clock = now_ns().max(alloc.now());
+        CoreDriver {
+            alloc,
+            decisions: Vec::with_capacity(64),
+            executing: Vec::with_capacity(64),
+            clock,
+            counters: DriverCounters::default(),
+            promised: vec![None; config.managed_cores.len()],
+            managed_cores: config.managed_cores.clone(),
+            spare_cpus: config.spare_cpus.clone(),
+            preemption_timeout_us: config.preemption_timeout_us,
+        }
+    }
+
+    /// The time, never earlier than a time already handed to the allocator.
+    pub(super) fn now(&mut self) -> u64 {
+        self.clock = self.clock.max(now_ns());
+        self.clock
+    }
+
+    /// The latest time handed to the allocator.
+    pub(super) fn clock(&self) -> u64 {
+        self.clock
+    }
+
+    /// The allocator, to read its state.
+    pub(super) fn alloc(&self) -> &Allocator {
+        &self.alloc
+    }
+
+    pub(super) fn counters(&self) -> DriverCounters {
+        self.counters
+    }
+
+    /// Registers a runtime with the allocator.
+    pub(super) fn register(&mut self, spec: RuntimeSpec) -> Result<RuntimeId, String> {
+        let now = self.now();
+        self.alloc.register(spec, now).map_err(|e| e.to_string())
+    }
+
+    /// Grants a new runtime's spinning kthreads their guaranteed cores at once.
+    pub(super) fn grant_spinning(&mut self, id: RuntimeId, kthreads: u16) -> Result<(), String> {
+        let now = self.now();
+        self.alloc
+            .grant_guaranteed(id, kthreads, now, &mut self.decisions)
+            .map(|_| ())
+            .map_err(|e| format!("cannot grant its spinning kthreads' cores: {e}"))
+    }
+
+    /// Asks a core for a runtime that has work and no core.
+    pub(super) fn request_core(&mut self, id: RuntimeId, how: CoreRequest) {
+        let now = self.now();
+        let result = match how {
+            CoreRequest::Now => self.alloc.pending_work(id, now, &mut self.decisions),
+            CoreRequest::WhenIdle => self.alloc.parked_with_work(id, now, &mut self.decisions),
+        };
+        if let Err(e) = result {
+            error!("{how:?} core request refused for {id}: {e}");
+        }
+    }
+
     /// Drains every registered kthread's egress command ring.
-    pub(super) fn drain_commands(&mut self) {
-        for slot in 0..self.runtimes.len() {
-            let Some(runtime) = self.runtimes[slot].as_deref_mut() else {
+    pub(super) fn drain_commands(&mut self, registry: &mut Registry) {
+        for slot in 0..registry.slots() {
+            let Some(runtime) = registry.live_at_mut(slot) else {
                 continue;
             };
-            if runtime.doomed {
-                continue;
-            }
-            if let Err(reason) = drain_runtime(&mut self.sched, runtime) {
+            if let Err(reason) = drain_runtime(self, runtime) {
                 let id = runtime.id;
-                self.doom(id, reason);
+                registry.mark_for_eviction(id, reason);
             }
         }
     }
 
     /// One allocation pass: observe queues, shared queues and timers, then run the allocator.
-    pub(super) fn pass(&mut self) {
-        let now = self.sched.now();
-        for slot in 0..self.runtimes.len() {
-            let Some(runtime) = self.runtimes[slot].as_deref_mut() else {
+    pub(super) fn pass(&mut self, registry: &mut Registry) {
+        let now = self.now();
+        for slot in 0..registry.slots() {
+            let Some(runtime) = registry.live_at_mut(slot) else {
                 continue;
             };
-            if runtime.doomed {
-                continue;
-            }
-            if let Err(reason) = observe_runtime(&mut self.sched, runtime, now) {
+            if let Err(reason) = observe_runtime(self, runtime, now) {
                 let id = runtime.id;
-                self.doom(id, reason);
+                registry.mark_for_eviction(id, reason);
             }
         }
-        if let Err(e) = self.sched.alloc.run_pass(now, &mut self.sched.decisions) {
+        if let Err(e) = self.alloc.run_pass(now, &mut self.decisions) {
             error!("allocation pass refused: {e}");
         }
     }
 
+    /// Carries out the decisions made so far and those they lead to; returns whether there
+    /// were any.
+    pub(super) fn carry_out_decisions(&mut self, registry: &mut Registry) -> bool {
+        if self.decisions.is_empty() {
+            return false;
+        }
+        while !self.decisions.is_empty() {
+            std::mem::swap(&mut self.decisions, &mut self.executing);
+            for i in 0..self.executing.len() {
+                let decision = self.executing[i];
+                self.carry_out(decision, registry);
+            }
+            self.executing.clear();
+        }
+        true
+    }
+
     /// Carries out one decision. A runtime whose kthread cannot be reached is evicted.
-    pub(super) fn carry_out(&mut self, decision: Decision) {
+    fn carry_out(&mut self, decision: Decision, registry: &mut Registry) {
         log::debug!("{decision:?}");
         match decision {
             Decision::Wake {
@@ -58,18 +177,13 @@ impl Daemon {
                 kthread,
                 core,
             } => {
-                let cpu = self.config.managed_cores[core.index()];
+                let cpu = self.managed_cores[core.index()];
                 let promised = self.promised[core.index()].take();
                 let decided = match promised {
                     Some((to, at)) if to == runtime => at,
-                    _ => self.sched.now(),
+                    _ => self.now(),
                 };
-                let Some(entry) = self
-                    .runtimes
-                    .get_mut(runtime.slot() as usize)
-                    .and_then(|r| r.as_deref_mut())
-                    .filter(|r| r.id == runtime && !r.doomed)
-                else {
+                let Some(entry) = registry.get_mut(runtime).filter(|r| !r.evicting) else {
                     return;
                 };
                 let Some(kt) = entry.kthreads.get_mut(kthread.index()) else {
@@ -78,10 +192,10 @@ impl Daemon {
                 kt.view.publish_wake_decision(decided);
                 match wake(kt, cpu) {
                     Ok(()) => {
-                        self.sched.counters.wakes += 1;
-                        net::refresh_active(&self.sched.alloc, entry);
+                        self.counters.wakes += 1;
+                        net::refresh_active(&self.alloc, entry);
                     }
-                    Err(e) => self.doom(
+                    Err(e) => registry.mark_for_eviction(
                         runtime,
                         format!("cannot wake kthread {} on CPU {cpu}: {e}", kthread.0),
                     ),
@@ -93,14 +207,11 @@ impl Daemon {
                 core,
                 for_runtime,
             } => {
-                let now = self.sched.now();
+                let now = self.now();
                 self.promised[core.index()] = Some((for_runtime, now));
-                let Some(entry) = self.runtime_mut(victim_runtime) else {
+                let Some(entry) = registry.get_mut(victim_runtime).filter(|r| !r.evicting) else {
                     return;
                 };
-                if entry.doomed {
-                    return;
-                }
                 let pid = entry.pid;
                 let Some(kt) = entry.kthreads.get_mut(victim_kthread.index()) else {
                     return;
@@ -117,9 +228,9 @@ impl Daemon {
                     Ok(()) => {
                         kt.preempt_sent_at = Some(now);
                         entry.counters.preempt_signals += 1;
-                        self.sched.counters.preemptions_signalled += 1;
+                        self.counters.preemptions_signalled += 1;
                     }
-                    Err(e) => self.doom(
+                    Err(e) => registry.mark_for_eviction(
                         victim_runtime,
                         format!("cannot preempt kthread {}: {e}", victim_kthread.0),
                     ),
@@ -130,12 +241,9 @@ impl Daemon {
                 victim_kthread,
                 core,
             } => {
-                let cpu = self.config.managed_cores[core.index()];
-                let spare = &self.config.spare_cpus;
-                let Some(entry) = self.runtimes[victim_runtime.slot() as usize]
-                    .as_deref_mut()
-                    .filter(|r| r.id == victim_runtime && !r.doomed)
-                else {
+                let cpu = self.managed_cores[core.index()];
+                let spare = &self.spare_cpus;
+                let Some(entry) = registry.get_mut(victim_runtime).filter(|r| !r.evicting) else {
                     return;
                 };
                 let label = entry.label();
@@ -150,64 +258,36 @@ impl Daemon {
                     victim_kthread.0,
                     kt.tid,
                     label,
-                    self.config.preemption_timeout_us,
+                    self.preemption_timeout_us,
                     match &how {
                         Ok(how) => format!("demoted it ({how})"),
                         Err(e) => format!("could not demote it: {e}"),
                     }
                 );
                 entry.counters.demotions += 1;
-                self.sched.counters.demotions += 1;
-                let now = self.sched.now();
-                if let Err(e) = self.sched.alloc.preemption_completed(
+                self.counters.demotions += 1;
+                let now = self.now();
+                if let Err(e) = self.alloc.preemption_completed(
                     victim_runtime,
                     victim_kthread,
                     now,
-                    &mut self.sched.decisions,
+                    &mut self.decisions,
                 ) {
                     error!("preemption_completed refused after a demotion: {e}");
                 }
-                net::refresh_active(&self.sched.alloc, entry);
+                net::refresh_active(&self.alloc, entry);
             }
         }
     }
 
-    /// Removes a runtime: its threads leave the managed cores, the allocator reclaims its cores,
-    /// its memory is unmapped and its descriptors and connection closed. `misbehaved`: it broke
-    /// the contract (as opposed to hanging up), so it is told why and counted as an eviction.
-    pub(super) fn evict(&mut self, id: RuntimeId, reason: &str, misbehaved: bool) {
-        let Some(mut runtime) = self
-            .runtimes
-            .get_mut(id.slot() as usize)
-            .and_then(|r| r.take_if(|r| r.id == id))
-        else {
-            return;
-        };
-        if misbehaved {
-            warn!("evicting {}: {reason}", runtime.label());
-            self.sched.counters.evictions += 1;
-            if let Some(conn) = self.conns.get(runtime.conn).and_then(Option::as_ref) {
-                let _ = send_reply(
-                    std::os::fd::AsFd::as_fd(&conn.fd),
-                    &Reply::Error {
-                        message: format!("evicted: {reason}"),
-                    },
-                );
-            }
-        } else {
-            log::info!("{} left: {reason}", runtime.label());
-            self.sched.counters.disconnects += 1;
-        }
-        if let Some(net) = runtime.net {
-            self.switch
-                .tables
-                .remove(net.mac, net.ipv4, id.slot() as usize);
-        }
+    /// Moves a departing runtime's threads off the managed cores and has the allocator reclaim
+    /// its cores.
+    pub(super) fn release(&mut self, runtime: &mut Tenant) {
+        let id = runtime.id;
         let label = runtime.label();
         for (index, kt) in runtime.kthreads.iter_mut().enumerate() {
             let active = matches!(
-                self.sched
-                    .alloc
+                self.alloc
                     .kthread(id, KthreadIndex(index as u16))
                     .map(|k| k.place),
                 Ok(KthreadPlace::Active { .. })
@@ -217,25 +297,21 @@ impl Daemon {
             // still the runtime's.
             if (active || kt.pinned.is_some())
                 && Path::new(&format!("/proc/{}/task/{}", runtime.pid, kt.tid)).exists()
-                && let Err(e) = demote(kt, &self.config.spare_cpus)
+                && let Err(e) = demote(kt, &self.spare_cpus)
                 && !crate::cpus::is_gone(&e)
             {
                 warn!("cannot demote tid {} of {label}: {e}", kt.tid);
             }
-            self.tids.remove(&kt.tid);
         }
-        if let Err(e) = self.sched.alloc.unregister(id, &mut self.sched.decisions) {
+        if let Err(e) = self.alloc.unregister(id, &mut self.decisions) {
             error!("allocator refused to unregister {id}: {e}");
         }
-        let conn = runtime.conn;
-        drop(runtime);
-        self.close_conn(conn);
     }
 }
 
 /// Drains one runtime's command rings. An error is the runtime's fault and the reason to evict
 /// it.
-fn drain_runtime(sched: &mut Sched, runtime: &mut Runtime) -> Result<(), String> {
+fn drain_runtime(driver: &mut CoreDriver, runtime: &mut Tenant) -> Result<(), String> {
     let id = runtime.id;
     for index in 0..runtime.kthreads.len() {
         // At most one ring's worth per iteration, so that a runtime refilling its ring as fast
@@ -245,15 +321,15 @@ fn drain_runtime(sched: &mut Sched, runtime: &mut Runtime) -> Result<(), String>
             let Some(slot) = runtime.kthreads[index].commands.try_pop() else {
                 break;
             };
-            command(sched, runtime, id, index, slot)?;
+            command(driver, runtime, id, index, slot)?;
         }
     }
     Ok(())
 }
 
 fn command(
-    sched: &mut Sched,
-    runtime: &mut Runtime,
+    driver: &mut CoreDriver,
+    runtime: &mut Tenant,
     id: RuntimeId,
     index: usize,
     slot: Slot,
@@ -263,18 +339,18 @@ fn command(
     match slot.command_on(RingKind::EgressCommand) {
         Err(e) => Err(format!("kthread {index}, {}: {e}", RingKind::EgressCommand)),
         Ok(command @ (Command::Park | Command::Yielded)) => {
-            let place = sched.alloc.kthread(id, kthread).map_err(bad)?.place;
+            let place = driver.alloc.kthread(id, kthread).map_err(bad)?.place;
             if !matches!(place, KthreadPlace::Active { .. }) {
                 // A park from a kthread that was demoted or never woken: it has no core to give
                 // back. A late answer to a preemption may still say that work was left behind,
                 // and nothing else would ever get that work a core again.
                 runtime.counters.stale_commands += 1;
-                sched.counters.stale_commands += 1;
+                driver.counters.stale_commands += 1;
                 if command == Command::Yielded && slot.flags() & flags::HAS_WORK != 0 {
-                    let now = sched.now();
-                    sched
+                    let now = driver.now();
+                    driver
                         .alloc
-                        .parked_with_work(id, now, &mut sched.decisions)
+                        .parked_with_work(id, now, &mut driver.decisions)
                         .map_err(bad)?;
                 }
                 return Ok(());
@@ -283,7 +359,7 @@ fn command(
                 "{id} kthread {index}: {command:?}, flags {:#x}",
                 slot.flags()
             );
-            let now = sched.now();
+            let now = driver.now();
             if let Some(sent) = runtime.kthreads[index].preempt_sent_at.take() {
                 let latency = now - sent;
                 runtime.counters.preemption_latency_last_ns = latency;
@@ -292,24 +368,24 @@ fn command(
                 let seen = runtime.kthreads[index].view.preempt_seen_ns();
                 runtime.handover.record(sent, seen, now);
             }
-            sched
+            driver
                 .alloc
-                .kthread_parked(id, kthread, now, &mut sched.decisions)
+                .kthread_parked(id, kthread, now, &mut driver.decisions)
                 .map_err(bad)?;
-            sched.counters.parks += 1;
-            net::refresh_active(&sched.alloc, runtime);
+            driver.counters.parks += 1;
+            net::refresh_active(&driver.alloc, runtime);
             // A frame steered to this kthread after its last look at the ring, but before its
             // park was read here, would otherwise wait for its next wake-up.
             let unread = net::rx_unread(&runtime.kthreads[index]);
             if command == Command::Yielded && (slot.flags() & flags::HAS_WORK != 0 || unread) {
-                sched
+                driver
                     .alloc
-                    .parked_with_work(id, now, &mut sched.decisions)
+                    .parked_with_work(id, now, &mut driver.decisions)
                     .map_err(bad)?;
             } else if command == Command::Park && unread {
-                sched
+                driver
                     .alloc
-                    .pending_work(id, now, &mut sched.decisions)
+                    .pending_work(id, now, &mut driver.decisions)
                     .map_err(bad)?;
             }
             Ok(())
@@ -327,7 +403,7 @@ fn command(
 }
 
 /// Feeds one runtime's queues, shared queue and timer to the allocator.
-fn observe_runtime(sched: &mut Sched, runtime: &mut Runtime, now: u64) -> Result<(), String> {
+fn observe_runtime(driver: &mut CoreDriver, runtime: &mut Tenant, now: u64) -> Result<(), String> {
     let id = runtime.id;
     // Allows one more immediate core request per pass for frames sent to a runtime that has
     // no core (see `deliver`).
@@ -336,7 +412,7 @@ fn observe_runtime(sched: &mut Sched, runtime: &mut Runtime, now: u64) -> Result
     for (index, kt) in runtime.kthreads.iter().enumerate() {
         let kthread = KthreadIndex(index as u16);
         let active = matches!(
-            sched.alloc.kthread(id, kthread).map(|k| k.place),
+            driver.alloc.kthread(id, kthread).map(|k| k.place),
             Ok(KthreadPlace::Active { .. })
         );
         // Every change of place is followed by a refresh; this only guards the steering lists
@@ -350,17 +426,17 @@ fn observe_runtime(sched: &mut Sched, runtime: &mut Runtime, now: u64) -> Result
             run_queue: QueueCounters::new(runq.produced, runq.consumed),
             ingress: QueueCounters::new(kt.ingress.position(), kt.positions.ingress_consumed()),
         };
-        match sched.alloc.observe_queues(id, kthread, snapshot) {
+        match driver.alloc.observe_queues(id, kthread, snapshot) {
             Ok(()) => {}
             Err(e @ AllocError::ImpossibleQueue { .. }) => return Err(e.to_string()),
             Err(e) => error!("queue observation refused: {e}"),
         }
     }
     if stale_lists {
-        net::refresh_active(&sched.alloc, runtime);
+        net::refresh_active(&driver.alloc, runtime);
     }
 
-    let committed = sched
+    let committed = driver
         .alloc
         .runtime(id)
         .map(|r| r.committed_cores())
@@ -375,13 +451,13 @@ fn observe_runtime(sched: &mut Sched, runtime: &mut Runtime, now: u64) -> Result
         } else {
             // Work left behind when the runtime lost its last core: wait for an idle core
             // rather than take one straight back (see `parked_with_work`).
-            sched
+            driver
                 .alloc
-                .parked_with_work(id, now, &mut sched.decisions)
+                .parked_with_work(id, now, &mut driver.decisions)
                 .map_err(|e| e.to_string())?;
         }
     } else if shared.has_waited_since(runtime.shared_last) {
-        sched
+        driver
             .alloc
             .report_congestion(id)
             .map_err(|e| e.to_string())?;
@@ -391,12 +467,12 @@ fn observe_runtime(sched: &mut Sched, runtime: &mut Runtime, now: u64) -> Result
         wants_core = true;
         runtime.timer_deadline = u64::MAX;
         runtime.counters.timer_wakeups += 1;
-        sched.counters.timer_wakeups += 1;
+        driver.counters.timer_wakeups += 1;
     }
     if wants_core {
-        sched
+        driver
             .alloc
-            .pending_work(id, now, &mut sched.decisions)
+            .pending_work(id, now, &mut driver.decisions)
             .map_err(|e| e.to_string())?;
     }
     Ok(())

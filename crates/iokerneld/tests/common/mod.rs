@@ -19,6 +19,19 @@ use serde::de::DeserializeOwned;
 
 pub const IOKERNELD: &str = env!("CARGO_BIN_EXE_iokerneld");
 
+/// The `corral-abi-client` binary of package corral-testclient, found next to iokerneld (where
+/// `cargo test --workspace` builds it): a binary of another package has no `CARGO_BIN_EXE_`.
+#[allow(dead_code, reason = "only the tests that start ABI clients use it")]
+pub fn client_binary() -> PathBuf {
+    let path = Path::new(IOKERNELD).with_file_name("corral-abi-client");
+    assert!(
+        path.is_file(),
+        "{} is missing: build it with `cargo build -p corral-testclient` and the same profile",
+        path.display()
+    );
+    path
+}
+
 /// How long iokerneld may take to start or to answer, and the default bound of other waits.
 pub const WAIT: Duration = Duration::from_secs(10);
 

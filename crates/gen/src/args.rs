@@ -1,0 +1,132 @@
+//! `iokerneld gen`'s arguments: a run spec as command-line flags.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+/// `iokerneld gen`'s arguments.
+#[derive(Debug, Args)]
+pub struct GenArgs {
+    /// Control socket to connect to [default: the `socket` setting].
+    #[arg(long, value_name = "PATH")]
+    pub socket: Option<PathBuf>,
+
+    /// The service to load: IP:PORT of a UDP server (such as `spin`) on a registered runtime.
+    #[arg(long, value_name = "IP:PORT")]
+    pub target: String,
+
+    /// Target rate in requests per second (with --duration; or use --phase).
+    #[arg(long, value_name = "RPS", required_unless_present = "phase")]
+    pub rate: Option<f64>,
+
+    /// Seconds of requests (with --rate).
+    #[arg(long, value_name = "SECONDS", required_unless_present = "phase")]
+    pub duration: Option<f64>,
+
+    /// A phase of RPS requests per second for SECONDS, such as 20000@1.5; repeat for phases
+    /// played back to back (request ids continue). Replaces --rate and --duration.
+    #[arg(
+        long = "phase",
+        value_name = "RPS@SECONDS",
+        value_parser = parse_phase,
+        conflicts_with_all = ["rate", "duration"]
+    )]
+    pub phase: Vec<crate::run::PhaseSpec>,
+
+    /// Service time each request asks for: `exp:10us`, `const:10us`, `bimodal` (90% 5us / 10%
+    /// 55us) or `bimodal:SHORT:LONG:LONG_FRACTION`.
+    #[arg(long, value_name = "DIST", default_value = "exp:10us")]
+    pub service: corral_loadgen::ServiceDist,
+
+    /// Gaps between requests: `poisson` or `constant`.
+    #[arg(long, value_name = "KIND", default_value = "poisson")]
+    pub arrivals: corral_loadgen::Arrivals,
+
+    /// Simulated clients; client C sends from UDP port 40000 + C % 1024.
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    pub clients: u32,
+
+    /// Seed of the schedule.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub seed: u64,
+
+    /// Bytes of each request's UDP payload (36 to 1472).
+    #[arg(long, value_name = "BYTES", default_value_t = 64)]
+    pub payload: usize,
+
+    /// Milliseconds after the last send (or the end of the last phase, if later) that
+    /// responses still count.
+    #[arg(long, value_name = "MS", default_value_t = 100.0)]
+    pub grace_ms: f64,
+
+    /// Also report latency per window of this many milliseconds of scheduled send time.
+    #[arg(long, value_name = "MS")]
+    pub window_ms: Option<f64>,
+
+    /// The generator fell behind if its p99 send lateness exceeds this many microseconds.
+    #[arg(long, value_name = "US", default_value_t = 10.0)]
+    pub max_p99_lateness_us: f64,
+
+    /// The generator fell behind if it sent at less than this fraction of the offered rate.
+    #[arg(long, value_name = "FRACTION", default_value_t = 0.99)]
+    pub min_send_ratio: f64,
+
+    /// Write the JSON results to this file instead of standard output.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+}
+
+/// `RPS@SECONDS`.
+fn parse_phase(text: &str) -> Result<crate::run::PhaseSpec, String> {
+    let (rate, seconds) = text
+        .split_once('@')
+        .ok_or_else(|| format!("{text:?}: expected RPS@SECONDS, such as 20000@1.5"))?;
+    let number = |s: &str, what: &str| {
+        s.trim()
+            .parse::<f64>()
+            .map_err(|_| format!("{text:?}: {s:?} is not a number of {what}"))
+    };
+    Ok(crate::run::PhaseSpec {
+        rate_rps: number(rate, "requests per second")?,
+        duration_s: number(seconds, "seconds")?,
+    })
+}
+
+impl GenArgs {
+    /// The run spec these arguments ask for, checked.
+    pub fn spec(&self) -> Result<crate::run::GenSpec, crate::run::GenSpecError> {
+        let phases = if self.phase.is_empty() {
+            vec![crate::run::PhaseSpec {
+                rate_rps: self.rate.unwrap_or(0.0),
+                duration_s: self.duration.unwrap_or(0.0),
+            }]
+        } else {
+            self.phase.clone()
+        };
+        let lateness_ns = self.max_p99_lateness_us * 1e3;
+        if !(lateness_ns.is_finite() && lateness_ns >= 0.0) {
+            return Err(crate::run::GenSpecError {
+                field: "max-p99-lateness-us".into(),
+                value: self.max_p99_lateness_us.to_string(),
+                expected: "a non-negative number of microseconds".into(),
+            });
+        }
+        let spec = crate::run::GenSpec {
+            target: self.target.clone(),
+            phases,
+            arrivals: self.arrivals,
+            service: self.service,
+            clients: self.clients,
+            seed: self.seed,
+            payload: self.payload,
+            grace_ms: self.grace_ms,
+            window_ms: self.window_ms,
+            policy: corral_loadgen::AdherencePolicy {
+                max_p99_lateness_ns: lateness_ns.round() as u64,
+                min_send_ratio: self.min_send_ratio,
+            },
+        };
+        spec.validate()?;
+        Ok(spec)
+    }
+}
