@@ -65,17 +65,10 @@ fn now_ns() -> u64 {
     corral::now_ns()
 }
 
+/// A benchmark pinned somewhere else than asked measures something else: stop.
 fn pin(cpu: usize) {
-    // SAFETY: cpu_set_t is plain data; pinning the calling thread.
-    unsafe {
-        let mut set: libc::cpu_set_t = core::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        if libc::sched_setaffinity(0, core::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-            panic!(
-                "cannot pin to CPU {cpu}: {}",
-                std::io::Error::last_os_error()
-            );
-        }
+    if let Err(e) = corral_affinity::pin_current_thread(cpu) {
+        panic!("{e}");
     }
 }
 

@@ -57,12 +57,10 @@ struct Args {
     rates: Option<f64>,
 }
 
+/// A benchmark pinned somewhere else than asked measures something else: stop.
 fn pin(cpu: usize) {
-    // SAFETY: cpu_set_t is plain data; pinning the calling thread.
-    unsafe {
-        let mut set: libc::cpu_set_t = core::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, core::mem::size_of::<libc::cpu_set_t>(), &set);
+    if let Err(e) = corral_affinity::pin_current_thread(cpu) {
+        panic!("{e}");
     }
 }
 
