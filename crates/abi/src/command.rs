@@ -52,11 +52,10 @@ pub enum Command {
     /// the runtime may reuse. `payload`: the buffer's offset. Flag [`flags::DROPPED`]: the
     /// frame was not sent (failed validation or the NIC queue was full).
     TxCompletion = 0x0102,
-    /// Ingress. The kthread was woken to take over the work of another kthread of the same
-    /// runtime, which was preempted or parked with work left. `payload`: that kthread's index.
-    Join = 0x0103,
+    // 0x0103 was `Join` (take over another kthread's work), which no side ever sent; it was
+    // removed in layout version 4 and now decodes as an unknown command like any unused code.
     /// Ingress. The kthread now holds a core and is about to be (or was) woken on it.
-    /// `payload`: the core's id, so the runtime knows its hyperthread sibling for stealing.
+    /// `payload`: the core's id, which the runtime records for its statistics and tests.
     Grant = 0x0104,
     /// Ingress. iokerneld wants this kthread's core back; it is sent before the preemption
     /// signal so that the signal handler can tell a real request from a stale signal. The
@@ -95,10 +94,9 @@ pub mod flags {
 
 impl Command {
     /// Every command, in code order.
-    pub const ALL: [Command; 10] = [
+    pub const ALL: [Command; 9] = [
         Command::RxPacket,
         Command::TxCompletion,
-        Command::Join,
         Command::Grant,
         Command::Preempt,
         Command::TxPacket,
@@ -164,7 +162,6 @@ impl TryFrom<u16> for Command {
         Ok(match code {
             0x0101 => Command::RxPacket,
             0x0102 => Command::TxCompletion,
-            0x0103 => Command::Join,
             0x0104 => Command::Grant,
             0x0105 => Command::Preempt,
             0x0201 => Command::TxPacket,
@@ -198,7 +195,8 @@ mod tests {
 
     #[test]
     fn zero_and_neighbours_are_rejected() {
-        for code in [0, 0x0100, 0x0106, 0x0200, 0x0202, 0x0300, 0x0305, 0xffff] {
+        // 0x0103 is the retired `Join`: a peer still sending it gets a clear refusal.
+        for code in [0, 0x0100, 0x0103, 0x0106, 0x0200, 0x0202, 0x0300, 0x0305, 0xffff] {
             assert_eq!(Command::try_from(code), Err(UnknownCommand(code)));
         }
         let known = (0..=u16::MAX)
@@ -213,6 +211,10 @@ mod tests {
         assert_eq!(
             UnknownCommand(0x1234).to_string(),
             "unknown command code 0x1234"
+        );
+        assert_eq!(
+            Command::try_from(0x0103).unwrap_err().to_string(),
+            "unknown command code 0x0103"
         );
     }
 }

@@ -49,6 +49,8 @@ pub mod control;
 mod layout;
 #[cfg(not(loom))]
 mod region;
+#[cfg(not(loom))]
+pub mod transport;
 
 pub use command::{Command, RingKind, UnknownCommand, flags};
 pub use ring::{Consumer, Full, Producer, RingError, RingPositions, SlotCell};
@@ -63,8 +65,8 @@ pub use region::{KthreadView, OwnedRegion, QueuePositions, RawRegion, Region};
 pub const MAGIC: u64 = u64::from_le_bytes(*b"CORRALSM");
 
 /// Bumped whenever the meaning or placement of any byte in the region changes; iokerneld
-/// refuses any other version rather than guessing.
-pub const LAYOUT_VERSION: u32 = 3;
+/// refuses any other version rather than guessing. Version 4 retired command code 0x0103.
+pub const LAYOUT_VERSION: u32 = 4;
 
 /// Largest number of kthreads (cores) one runtime may register; it sizes the offset table in
 /// the header.
@@ -82,3 +84,14 @@ pub const SLOT_SIZE: usize = 16;
 
 /// Alignment of every area and of every cache line that one side writes and the other reads.
 pub const CACHE_LINE: usize = 64;
+
+/// Bytes in one packet buffer, the unit in which a runtime carves its packet area: every
+/// receive buffer it posts and every transmit buffer it owns is this size, and a NIC batch
+/// holds frames of at most this size.
+pub const PACKET_BUFFER_SIZE: usize = 2048;
+
+/// Longest Ethernet frame either side sends or accepts (no FCS, no VLAN tag): a 1500-byte MTU
+/// plus the 14-byte header. iokerneld refuses posted receive buffers smaller than this.
+pub const MAX_FRAME: usize = 1514;
+
+const _: () = assert!(MAX_FRAME <= PACKET_BUFFER_SIZE);
