@@ -85,13 +85,14 @@ pub const SLOT_SIZE: usize = 16;
 /// Alignment of every area and of every cache line that one side writes and the other reads.
 pub const CACHE_LINE: usize = 64;
 
-/// Bytes in one packet buffer, the unit in which a runtime carves its packet area: every
-/// receive buffer it posts and every transmit buffer it owns is this size, and a NIC batch
-/// holds frames of at most this size.
-pub const PACKET_BUFFER_SIZE: usize = 2048;
+/// Bytes in one packet buffer: a full [`MAX_FRAME`], rounded up so that buffers stay aligned.
+/// Runtimes carve their packet area into buffers of this size (every receive buffer posted
+/// and every transmit buffer), and iokerneld reads frames from its NIC into buffers of this
+/// size, so that an over-long frame is counted rather than silently truncated.
+pub const FRAME_CAPACITY: usize = 2048;
 
 /// Longest Ethernet frame either side sends or accepts (no FCS, no VLAN tag): a 1500-byte MTU
 /// plus the 14-byte header. iokerneld refuses posted receive buffers smaller than this.
 pub const MAX_FRAME: usize = 1514;
 
-const _: () = assert!(MAX_FRAME <= PACKET_BUFFER_SIZE);
+const _: () = assert!(MAX_FRAME <= FRAME_CAPACITY);

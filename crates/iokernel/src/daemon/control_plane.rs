@@ -5,6 +5,7 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 
 use corral_abi::control::{Registration, Reply, Request};
+use corral_abi::transport::server::RegistrationFds;
 use corral_abi::{RingKind, RingPositions};
 use log::{info, warn};
 use rustix::event::epoll;
@@ -14,7 +15,7 @@ use super::{
     RuntimeCounters, RxBuffers, encode_runtime_id,
 };
 use crate::alloc::RuntimeSpec;
-use crate::control::{self, Received, check_eventfd, check_region_fd, send_reply};
+use crate::control::{self, Received, send_reply};
 use crate::sys::Mapping;
 
 /// Messages read from one connection per poll, so that a chatty client cannot stall the loop.
@@ -251,13 +252,12 @@ impl Daemon {
             }
         }
 
-        let mut fds = fds.into_iter();
-        let region_fd = fds
-            .next()
-            .ok_or_else(|| "no region descriptor".to_owned())?;
-        let len = check_region_fd(region_fd.as_fd())
-            .map_err(|e| format!("descriptor 0 (the region): {e}"))?;
-        let mapping = Mapping::new(&region_fd, len)
+        let RegistrationFds {
+            region: region_fd,
+            region_len,
+            eventfds,
+        } = RegistrationFds::check(fds, reg.kthreads()).map_err(|e| e.to_string())?;
+        let mapping = Mapping::new(&region_fd, region_len)
             .map_err(|e| format!("descriptor 0 (the region): mmap failed: {e}"))?;
         // The mapping keeps the memory; the descriptor is no longer needed.
         drop(region_fd);
@@ -272,11 +272,6 @@ impl Daemon {
                 layout.kthreads(),
                 reg.kthreads()
             ));
-        }
-        let eventfds: Vec<OwnedFd> = fds.collect();
-        for (i, fd) in eventfds.iter().enumerate() {
-            check_eventfd(fd.as_fd())
-                .map_err(|e| format!("descriptor {} (eventfd of kthread {i}): {e}", i + 1))?;
         }
 
         let spec = RuntimeSpec {
