@@ -196,7 +196,9 @@ mod tests {
     #[test]
     fn zero_and_neighbours_are_rejected() {
         // 0x0103 is the retired `Join`: a peer still sending it gets a clear refusal.
-        for code in [0, 0x0100, 0x0103, 0x0106, 0x0200, 0x0202, 0x0300, 0x0305, 0xffff] {
+        for code in [
+            0, 0x0100, 0x0103, 0x0106, 0x0200, 0x0202, 0x0300, 0x0305, 0xffff,
+        ] {
             assert_eq!(Command::try_from(code), Err(UnknownCommand(code)));
         }
         let known = (0..=u16::MAX)

@@ -11,7 +11,7 @@ use std::path::Path;
 pub use corral_abi::transport::client::{recv_reply, request_on};
 pub use corral_abi::transport::connect;
 pub use corral_abi::transport::server::{
-    RecvBuffers, RecvError, Received, accept, peer_pid, recv_message, send_reply,
+    Received, RecvBuffers, RecvError, accept, peer_pid, recv_message, send_reply,
 };
 
 /// Connections the kernel queues before iokerneld's next poll accepts them.

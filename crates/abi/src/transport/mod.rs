@@ -84,7 +84,10 @@ impl fmt::Display for FdProblem {
                 write!(f, "cannot make it nonblocking: {error}")
             }
             FdProblem::NotSealable { actual, error } => {
-                write!(f, "it is not a memfd that supports sealing ({actual}: {error})")
+                write!(
+                    f,
+                    "it is not a memfd that supports sealing ({actual}: {error})"
+                )
             }
             FdProblem::NotSealedAgainstShrinking { seals } => write!(
                 f,

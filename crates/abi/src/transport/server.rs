@@ -223,8 +223,7 @@ impl RegistrationFds {
         }
         let mut fds = fds.into_iter();
         let region = fds.next().expect("counted above");
-        let region_len =
-            check_region_fd(region.as_fd()).map_err(RegistrationFdsError::Region)?;
+        let region_len = check_region_fd(region.as_fd()).map_err(RegistrationFdsError::Region)?;
         let eventfds: Vec<OwnedFd> = fds.collect();
         for (kthread, fd) in eventfds.iter().enumerate() {
             eventfd::check(fd.as_fd())

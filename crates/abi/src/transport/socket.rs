@@ -44,11 +44,18 @@ pub fn connect(path: &Path) -> io::Result<OwnedFd> {
 
 /// Sends one message with `fds` attached, without blocking and without raising SIGPIPE. On a
 /// `SOCK_SEQPACKET` socket the message goes whole or fails.
-pub fn send_message(socket: BorrowedFd<'_>, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {
+pub fn send_message(
+    socket: BorrowedFd<'_>,
+    bytes: &[u8],
+    fds: &[BorrowedFd<'_>],
+) -> io::Result<()> {
     if fds.len() > MAX_FDS {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("{} descriptors for one message: at most {MAX_FDS}", fds.len()),
+            format!(
+                "{} descriptors for one message: at most {MAX_FDS}",
+                fds.len()
+            ),
         ));
     }
     let mut space = vec![MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(fds.len().max(1)))];

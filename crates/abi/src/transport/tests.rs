@@ -4,8 +4,7 @@ use std::time::Duration;
 use rustix::net::{AddressFamily, SocketFlags, SocketType};
 
 use super::server::{
-    RecvBuffers, RecvError, Received, RegistrationFds, RegistrationFdsError, peer_pid,
-    recv_message,
+    Received, RecvBuffers, RecvError, RegistrationFds, RegistrationFdsError, peer_pid, recv_message,
 };
 use super::*;
 use crate::control::{ControlError, MAX_REQUEST_LEN, Registration, Reply, Request};
@@ -69,7 +68,11 @@ fn a_registration_and_its_descriptors_survive_the_round_trip() {
 
     let (client, server) = pair();
     let request = Request::Register(registration(2));
-    let fds = [region.memfd.as_fd(), eventfds[0].as_fd(), eventfds[1].as_fd()];
+    let fds = [
+        region.memfd.as_fd(),
+        eventfds[0].as_fd(),
+        eventfds[1].as_fd(),
+    ];
     send_message(client.as_fd(), &request.encode(), &fds).unwrap();
 
     let mut bufs = RecvBuffers::default();
@@ -146,10 +149,7 @@ fn garbage_and_truncated_messages_are_refused_naming_the_problem() {
     assert!(err.to_string().contains("bad magic 0x20544547"), "{err}");
     let whole = Request::Register(registration(1)).encode();
     let err = receive(&whole[..whole.len() - 1]).unwrap_err();
-    assert!(
-        err.to_string().contains("header says the body is"),
-        "{err}"
-    );
+    assert!(err.to_string().contains("header says the body is"), "{err}");
     let err = receive(&whole[..7]).unwrap_err();
     assert_eq!(
         err,
@@ -210,7 +210,10 @@ fn an_empty_region_is_refused() {
     let fds = received_fds(&[memfd.as_fd(), a.as_fd(), b.as_fd()]);
     let err = RegistrationFds::check(fds, 2).unwrap_err();
     assert_eq!(err, RegistrationFdsError::Region(FdProblem::Empty));
-    assert_eq!(err.to_string(), "descriptor 0 (the region): the memfd is empty");
+    assert_eq!(
+        err.to_string(),
+        "descriptor 0 (the region): the memfd is empty"
+    );
 }
 
 #[test]
@@ -229,8 +232,9 @@ fn descriptors_of_the_wrong_kind_are_refused_naming_which() {
         other => panic!("expected a refused region, got {other}"),
     }
     assert!(
-        err.to_string()
-            .starts_with("descriptor 0 (the region): it is not a memfd that supports sealing (pipe:"),
+        err.to_string().starts_with(
+            "descriptor 0 (the region): it is not a memfd that supports sealing (pipe:"
+        ),
         "{err}"
     );
 
@@ -310,6 +314,9 @@ fn a_listener_accepts_clients_that_connect_by_path() {
     assert_eq!(&bufs.data()[..5], b"hello");
     let long = dir.join("x".repeat(200));
     let err = connect(&long).unwrap_err();
-    assert!(err.to_string().contains("not a usable unix socket path"), "{err}");
+    assert!(
+        err.to_string().contains("not a usable unix socket path"),
+        "{err}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
