@@ -57,9 +57,11 @@ pub enum Command {
     /// Ingress. The kthread now holds a core and is about to be (or was) woken on it.
     /// `payload`: the core's id, which the runtime records for its statistics and tests.
     Grant = 0x0104,
-    /// Ingress. iokerneld wants this kthread's core back; it is sent before the preemption
-    /// signal so that the signal handler can tell a real request from a stale signal. The
-    /// kthread answers with [`Yielded`](Command::Yielded) once it has parked.
+    /// Ingress. iokerneld wants this kthread's core back. It is pushed before the preemption
+    /// signal is sent, so that the scheduler, to which the signal returns the kthread, finds it
+    /// on the ring; a signal with no `Preempt` behind it only sends the running uthread through
+    /// the scheduler. The kthread answers with [`Yielded`](Command::Yielded) once it has
+    /// parked.
     Preempt = 0x0105,
 
     /// Egress packet. Transmit a frame. `payload`: its offset, `length`: its length. The buffer
@@ -73,7 +75,8 @@ pub enum Command {
     /// free now. Flag [`flags::HAS_WORK`]: it left runnable work behind, so the runtime still
     /// wants the core it had.
     Yielded = 0x0302,
-    /// Egress command. Earliest timer of this kthread, so that iokerneld can wake it while it is
+    /// Egress command. Earliest timer of the whole runtime, sent by the last of its kthreads to
+    /// park, so that iokerneld wakes the runtime at that deadline while all its kthreads are
     /// parked. `payload`: the deadline in `CLOCK_MONOTONIC` nanoseconds, `u64::MAX` for none.
     TimerDeadline = 0x0303,
     /// Egress command. A free buffer iokerneld may fill with one received frame. `payload`: its

@@ -12,6 +12,11 @@
 //! [`Slot::packet`]), and its ring views never read a position the other side wrote except to
 //! decide that a ring is full, where a lie only hurts the liar.
 //!
+//! How the two sides reach each other is here too: the control messages ([`control`]) and
+//! their [`transport`] (the control socket, descriptor passing, the region's memfd and the
+//! kthreads' eventfds, and the checks iokerneld makes on each), as are the frame sizes both
+//! sides must agree on ([`MAX_FRAME`], [`FRAME_CAPACITY`]).
+//!
 //! The rings ([`Producer`], [`Consumer`]) are single-producer single-consumer with 16-byte
 //! slots. A lap bit in each slot tells the consumer whether the slot is new, so it polls one
 //! slot and never reads the producer's position; the producer reads the consumer's position

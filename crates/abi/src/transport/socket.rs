@@ -14,6 +14,9 @@ use rustix::net::{
 /// Most descriptors one message may carry (the kernel's `SCM_MAX_FD`).
 pub const MAX_FDS: usize = 253;
 
+// A registration carries the region and one eventfd per kthread in one message.
+const _: () = assert!(crate::control::MAX_REGISTER_KTHREADS + 1 == MAX_FDS);
+
 /// A fresh control socket, close-on-exec, with the extra `flags` (nonblocking for iokerneld).
 pub(super) fn socket(flags: SocketFlags) -> io::Result<OwnedFd> {
     Ok(rustix::net::socket_with(
