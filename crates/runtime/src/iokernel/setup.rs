@@ -103,11 +103,8 @@ pub(crate) fn prepare(config: &Config) -> io::Result<(IokShared, Vec<IokKthread>
         let area = region.packet_area();
         let start = NonNull::new(mapping.as_ptr()).expect("a mapping is never at address 0");
         // SAFETY: the packet area lies inside the mapping (validated by attach).
-        PacketPool::new(
-            area,
-            unsafe { start.add(area.offset as usize) },
-            config.kthreads,
-        )
+        let base = unsafe { start.add(area.offset as usize) };
+        PacketPool::new(area, base, config.kthreads)
     });
     let shared = IokShared {
         region,
