@@ -52,15 +52,16 @@ pub enum Command {
     /// the runtime may reuse. `payload`: the buffer's offset. Flag [`flags::DROPPED`]: the
     /// frame was not sent (failed validation or the NIC queue was full).
     TxCompletion = 0x0102,
-    /// Ingress. The kthread was woken to take over the work of another kthread of the same
-    /// runtime, which was preempted or parked with work left. `payload`: that kthread's index.
-    Join = 0x0103,
+    // 0x0103 was `Join` (take over another kthread's work), which no side ever sent; it was
+    // removed in layout version 4 and now decodes as an unknown command like any unused code.
     /// Ingress. The kthread now holds a core and is about to be (or was) woken on it.
-    /// `payload`: the core's id, so the runtime knows its hyperthread sibling for stealing.
+    /// `payload`: the core's id, which the runtime records for its statistics and tests.
     Grant = 0x0104,
-    /// Ingress. iokerneld wants this kthread's core back; it is sent before the preemption
-    /// signal so that the signal handler can tell a real request from a stale signal. The
-    /// kthread answers with [`Yielded`](Command::Yielded) once it has parked.
+    /// Ingress. iokerneld wants this kthread's core back. It is pushed before the preemption
+    /// signal is sent, so that the scheduler, to which the signal returns the kthread, finds it
+    /// on the ring; a signal with no `Preempt` behind it only sends the running uthread through
+    /// the scheduler. The kthread answers with [`Yielded`](Command::Yielded) once it has
+    /// parked.
     Preempt = 0x0105,
 
     /// Egress packet. Transmit a frame. `payload`: its offset, `length`: its length. The buffer
@@ -74,7 +75,8 @@ pub enum Command {
     /// free now. Flag [`flags::HAS_WORK`]: it left runnable work behind, so the runtime still
     /// wants the core it had.
     Yielded = 0x0302,
-    /// Egress command. Earliest timer of this kthread, so that iokerneld can wake it while it is
+    /// Egress command. Earliest timer of the whole runtime, sent by the last of its kthreads to
+    /// park, so that iokerneld wakes the runtime at that deadline while all its kthreads are
     /// parked. `payload`: the deadline in `CLOCK_MONOTONIC` nanoseconds, `u64::MAX` for none.
     TimerDeadline = 0x0303,
     /// Egress command. A free buffer iokerneld may fill with one received frame. `payload`: its
@@ -95,10 +97,9 @@ pub mod flags {
 
 impl Command {
     /// Every command, in code order.
-    pub const ALL: [Command; 10] = [
+    pub const ALL: [Command; 9] = [
         Command::RxPacket,
         Command::TxCompletion,
-        Command::Join,
         Command::Grant,
         Command::Preempt,
         Command::TxPacket,
@@ -164,7 +165,6 @@ impl TryFrom<u16> for Command {
         Ok(match code {
             0x0101 => Command::RxPacket,
             0x0102 => Command::TxCompletion,
-            0x0103 => Command::Join,
             0x0104 => Command::Grant,
             0x0105 => Command::Preempt,
             0x0201 => Command::TxPacket,
@@ -198,7 +198,10 @@ mod tests {
 
     #[test]
     fn zero_and_neighbours_are_rejected() {
-        for code in [0, 0x0100, 0x0106, 0x0200, 0x0202, 0x0300, 0x0305, 0xffff] {
+        // 0x0103 is the retired `Join`: a peer still sending it gets a clear refusal.
+        for code in [
+            0, 0x0100, 0x0103, 0x0106, 0x0200, 0x0202, 0x0300, 0x0305, 0xffff,
+        ] {
             assert_eq!(Command::try_from(code), Err(UnknownCommand(code)));
         }
         let known = (0..=u16::MAX)
@@ -213,6 +216,10 @@ mod tests {
         assert_eq!(
             UnknownCommand(0x1234).to_string(),
             "unknown command code 0x1234"
+        );
+        assert_eq!(
+            Command::try_from(0x0103).unwrap_err().to_string(),
+            "unknown command code 0x0103"
         );
     }
 }

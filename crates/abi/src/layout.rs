@@ -804,7 +804,7 @@ mod tests {
         assert_eq!(err(&h), E::UnsupportedVersion { found: 1 });
         assert_eq!(
             err(&h).to_string(),
-            "header.version = 1: unsupported (this build speaks layout version 3)"
+            "header.version = 1: unsupported (this build speaks layout version 4)"
         );
 
         let mut h = base;

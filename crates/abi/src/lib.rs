@@ -12,6 +12,11 @@
 //! [`Slot::packet`]), and its ring views never read a position the other side wrote except to
 //! decide that a ring is full, where a lie only hurts the liar.
 //!
+//! How the two sides reach each other is here too: the control messages ([`control`]) and
+//! their [`transport`] (the control socket, descriptor passing, the region's memfd and the
+//! kthreads' eventfds, and the checks iokerneld makes on each), as are the frame sizes both
+//! sides must agree on ([`MAX_FRAME`], [`FRAME_CAPACITY`]).
+//!
 //! The rings ([`Producer`], [`Consumer`]) are single-producer single-consumer with 16-byte
 //! slots. A lap bit in each slot tells the consumer whether the slot is new, so it polls one
 //! slot and never reads the producer's position; the producer reads the consumer's position
@@ -49,6 +54,8 @@ pub mod control;
 mod layout;
 #[cfg(not(loom))]
 mod region;
+#[cfg(not(loom))]
+pub mod transport;
 
 pub use command::{Command, RingKind, UnknownCommand, flags};
 pub use ring::{Consumer, Full, Producer, RingError, RingPositions, SlotCell};
@@ -63,8 +70,8 @@ pub use region::{KthreadView, OwnedRegion, QueuePositions, RawRegion, Region};
 pub const MAGIC: u64 = u64::from_le_bytes(*b"CORRALSM");
 
 /// Bumped whenever the meaning or placement of any byte in the region changes; iokerneld
-/// refuses any other version rather than guessing.
-pub const LAYOUT_VERSION: u32 = 3;
+/// refuses any other version rather than guessing. Version 4 retired command code 0x0103.
+pub const LAYOUT_VERSION: u32 = 4;
 
 /// Largest number of kthreads (cores) one runtime may register; it sizes the offset table in
 /// the header.
@@ -82,3 +89,15 @@ pub const SLOT_SIZE: usize = 16;
 
 /// Alignment of every area and of every cache line that one side writes and the other reads.
 pub const CACHE_LINE: usize = 64;
+
+/// Bytes in one packet buffer: a full [`MAX_FRAME`], rounded up so that buffers stay aligned.
+/// Runtimes carve their packet area into buffers of this size (every receive buffer posted
+/// and every transmit buffer), and iokerneld reads frames from its NIC into buffers of this
+/// size, so that an over-long frame is counted rather than silently truncated.
+pub const FRAME_CAPACITY: usize = 2048;
+
+/// Longest Ethernet frame either side sends or accepts (no FCS, no VLAN tag): a 1500-byte MTU
+/// plus the 14-byte header. iokerneld refuses posted receive buffers smaller than this.
+pub const MAX_FRAME: usize = 1514;
+
+const _: () = assert!(MAX_FRAME <= FRAME_CAPACITY);

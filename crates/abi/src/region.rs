@@ -354,7 +354,7 @@ impl<'a> KthreadView<'a> {
 
     /// Both published positions of a ring, read from shared memory: consumer first, then
     /// producer, so that a well-behaved pair never shows more taken than added. For monitoring
-    /// and congestion heuristics; untrusted when the peer is.
+    /// (tests and tools; iokerneld's scheduling never reads it); untrusted when the peer is.
     pub fn ring_positions(&self, kind: RingKind) -> RingPositions {
         let c = self.control;
         let (head, tail) = match kind {

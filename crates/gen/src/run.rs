@@ -33,8 +33,7 @@ pub const MIN_WINDOW_MS: f64 = 0.001;
 /// Longest grace period after the last send.
 pub const MAX_GRACE_MS: f64 = 60_000.0;
 /// Largest payload: a UDP datagram in one 1514-byte frame.
-pub const MAX_PAYLOAD: usize =
-    corral_iokernel::daemon::MAX_FRAME - corral_wire::frame::UDP_PAYLOAD_OFFSET;
+pub const MAX_PAYLOAD: usize = corral_abi::MAX_FRAME - corral_wire::frame::UDP_PAYLOAD_OFFSET;
 /// Smallest payload: the request header.
 pub const MIN_PAYLOAD: usize = wire::HEADER_LEN;
 

@@ -1,13 +1,10 @@
 //! Thin wrappers over the system calls iokerneld and its test client use, so that the rest of
-//! the crate deals in `io::Result`s and needs `unsafe` only where it shares memory.
+//! the crate deals in `io::Result`s. What travels between iokerneld and a runtime (the control
+//! socket, memfds, eventfds, the region mapping) is corral-abi's transport instead.
 
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd};
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use corral_abi::RawRegion;
-use rustix::mm::{MapFlags, ProtFlags};
 use rustix::process::Pid;
 use rustix::thread::CpuSet;
 
@@ -77,100 +74,8 @@ pub fn gettid() -> i32 {
     rustix::thread::gettid().as_raw_nonzero().get()
 }
 
-/// Adds 1 to an eventfd. A full counter (`EAGAIN` on a nonblocking eventfd) already means
-/// "wake up", so it is not an error.
-pub fn eventfd_signal(fd: BorrowedFd<'_>) -> io::Result<()> {
-    match rustix::io::write(fd, &1u64.to_ne_bytes()) {
-        Ok(_) | Err(rustix::io::Errno::AGAIN) => Ok(()),
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// Sets `O_NONBLOCK` on a descriptor (and so on every descriptor sharing its open file).
-pub fn set_nonblocking(fd: BorrowedFd<'_>) -> io::Result<()> {
-    let flags = rustix::fs::fcntl_getfl(fd)?;
-    rustix::fs::fcntl_setfl(fd, flags | rustix::fs::OFlags::NONBLOCK)?;
-    Ok(())
-}
-
-/// A shared, read-write mapping of a whole file, unmapped on drop.
-#[derive(Debug)]
-pub struct Mapping {
-    base: NonNull<u8>,
-    len: usize,
-}
-
-// SAFETY: the mapping is plain memory owned by this value; all access to it goes through
-// RawRegion (atomics) or raw pointers whose users synchronise themselves.
-unsafe impl Send for Mapping {}
-// SAFETY: as for Send.
-unsafe impl Sync for Mapping {}
-
-impl Mapping {
-    /// Maps `len` bytes of `fd` from offset 0, `MAP_SHARED`, readable and writable.
-    pub fn new(fd: impl AsFd, len: usize) -> io::Result<Self> {
-        if len == 0 {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "empty mapping"));
-        }
-        // SAFETY: a fresh mapping at an address the kernel picks overlaps nothing we use; it
-        // is only ever reached through this value, which unmaps it on drop.
-        let ptr = unsafe {
-            rustix::mm::mmap(
-                std::ptr::null_mut(),
-                len,
-                ProtFlags::READ | ProtFlags::WRITE,
-                MapFlags::SHARED,
-                fd,
-                0,
-            )
-        }?;
-        let base = NonNull::new(ptr.cast::<u8>())
-            .ok_or_else(|| io::Error::other("mmap returned a null mapping"))?;
-        Ok(Self { base, len })
-    }
-
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    pub fn as_ptr(&self) -> *mut u8 {
-        self.base.as_ptr()
-    }
-
-    /// The mapping as a region, borrowed.
-    pub fn raw(&self) -> RawRegion<'_> {
-        // SAFETY: the mapping stays valid while `self` is borrowed, and this crate reaches the
-        // region's shared parts only through corral-abi's atomic views.
-        unsafe { RawRegion::new(self.base, self.len) }
-    }
-
-    /// The mapping as a region with an unchecked lifetime, for a structure that keeps views
-    /// of the region next to the mapping itself.
-    ///
-    /// # Safety
-    ///
-    /// The caller must not use the returned region, or any view made from it, after this
-    /// `Mapping` is dropped.
-    pub unsafe fn raw_unbounded(&self) -> RawRegion<'static> {
-        // SAFETY: validity for as long as the views are used is the caller's promise; access is
-        // atomic as for `raw`.
-        unsafe { RawRegion::new(self.base, self.len) }
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: `base..base + len` is the mapping made in `new`, unmapped only here, and no
-        // view of it outlives `self` (`raw` borrows; `raw_unbounded`'s callers promise it).
-        unsafe {
-            let _ = rustix::mm::munmap(self.base.as_ptr().cast(), self.len);
-        }
-    }
-}
+/// The region mapping iokerneld and the test clients use: corral-abi's, shared with runtimes.
+pub use corral_abi::transport::Mapping;
 
 static STOP: AtomicBool = AtomicBool::new(false);
 

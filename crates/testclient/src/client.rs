@@ -15,12 +15,11 @@ use std::sync::{Arc, mpsc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use corral_abi::control::{Registration, Reply, Request};
+use corral_abi::control::{Registration, Reply};
+use corral_abi::transport::{self, eventfd as efd};
 use corral_abi::{Command, Layout, RegionBuilder, RingKind, Slot, flags};
-use rustix::fs::{MemfdFlags, SealFlags};
 
 use crate::netclient::{self, NetMode, NetOptions};
-use corral_iokernel::control;
 use corral_iokernel::sys::{self, Mapping};
 
 /// How long to wait for iokerneld to answer a request.
@@ -142,7 +141,8 @@ impl From<io::Error> for ClientError {
     }
 }
 
-/// A memfd laid out as a region, and the client's own mapping of it.
+/// A memfd laid out as a region, and the client's own mapping of it (shared with its
+/// kthreads).
 pub struct RegionFile {
     pub memfd: OwnedFd,
     pub mapping: Arc<Mapping>,
@@ -150,8 +150,8 @@ pub struct RegionFile {
 }
 
 impl RegionFile {
-    /// A region for `kthreads` kthreads. `seal`: seal it against shrinking and growing, as
-    /// iokerneld demands (tests pass `false` to check the refusal).
+    /// A region for `kthreads` kthreads. `seal`: seal it as iokerneld demands (tests pass
+    /// `false` to check the refusal).
     pub fn new(kthreads: u32, seal: bool) -> io::Result<Self> {
         Self::with_builder(Self::builder(kthreads), seal)
     }
@@ -164,44 +164,23 @@ impl RegionFile {
             .egress_command_slots(64)
     }
 
-    /// A region laid out by `builder`.
+    /// A region laid out by `builder`, made by corral-abi's transport as a runtime makes it.
     pub fn with_builder(builder: RegionBuilder, seal: bool) -> io::Result<Self> {
-        let layout = builder
-            .layout()
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
-        let memfd = rustix::fs::memfd_create(
-            "corral-region",
-            MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
-        )?;
-        rustix::fs::ftruncate(&memfd, layout.region_size())?;
-        let mapping = Mapping::new(&memfd, layout.region_size() as usize)?;
-        // SAFETY: the mapping is fresh and not yet shared with anyone (no thread and no other
-        // process has it), so this is the only access for the slice's short life.
-        let bytes = unsafe { std::slice::from_raw_parts_mut(mapping.as_ptr(), mapping.len()) };
-        builder
-            .init(bytes)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
-        if seal {
-            rustix::fs::fcntl_add_seals(
-                &memfd,
-                SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL,
-            )?;
-        }
+        let file = if seal {
+            transport::RegionFile::create(&builder)?
+        } else {
+            transport::RegionFile::create_unsealed(&builder)?
+        };
         Ok(Self {
-            memfd,
-            mapping: Arc::new(mapping),
-            layout,
+            memfd: file.memfd,
+            mapping: Arc::new(file.mapping),
+            layout: file.layout,
         })
     }
 }
 
-/// A blocking eventfd, as a runtime makes one per kthread.
-pub fn eventfd() -> io::Result<OwnedFd> {
-    Ok(rustix::event::eventfd(
-        0,
-        rustix::event::EventfdFlags::CLOEXEC,
-    )?)
-}
+/// A nonblocking eventfd, as a runtime makes one per kthread.
+pub use corral_abi::transport::eventfd::create as eventfd;
 
 /// Connects to `socket`, sends `bytes` with `fds` attached and waits for the reply. Returns the
 /// connection too: a registered runtime must keep it open.
@@ -210,9 +189,7 @@ pub fn request(
     bytes: &[u8],
     fds: &[BorrowedFd<'_>],
 ) -> io::Result<(OwnedFd, Reply)> {
-    let conn = control::connect(socket)?;
-    let reply = control::request_on(conn.as_fd(), bytes, fds, REPLY_TIMEOUT)?;
-    Ok((conn, reply))
+    transport::client::request(socket, bytes, fds, REPLY_TIMEOUT)
 }
 
 /// How a registered runtime's connection ended.
@@ -343,13 +320,15 @@ impl Runtime {
             tids: tids.clone(),
             net: options.net,
         };
-        let mut fds = vec![region.memfd.as_fd()];
-        fds.extend(shared.eventfds.iter().map(|fd| fd.as_fd()));
-        let reply = request(
+        let eventfds: Vec<BorrowedFd<'_>> = shared.eventfds.iter().map(|fd| fd.as_fd()).collect();
+        let reply = transport::client::register(
             &options.socket,
-            &Request::Register(registration).encode(),
-            &fds,
+            registration,
+            region.memfd.as_fd(),
+            &eventfds,
+            REPLY_TIMEOUT,
         );
+        drop(eventfds);
         let (conn, id) = match reply {
             Ok((conn, Reply::Registered { runtime_id })) => (conn, runtime_id),
             Ok((_, Reply::Error { message })) => {
@@ -444,7 +423,7 @@ impl Drop for Runtime {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Relaxed);
         for fd in &self.shared.eventfds {
-            let _ = sys::eventfd_signal(fd.as_fd());
+            let _ = efd::signal(fd.as_fd());
         }
         for thread in self.threads.drain(..) {
             let _ = thread.join();
@@ -458,28 +437,17 @@ impl Drop for Runtime {
 /// file), so waiting must go through `poll`, not a blocking read.
 fn wait_for_wake(shared: &Shared, index: usize) -> bool {
     let fd = shared.eventfds[index].as_fd();
-    let timeout = rustix::time::Timespec {
-        tv_sec: 1,
-        tv_nsec: 0,
-    };
     loop {
         if shared.stop.load(Ordering::Relaxed) {
             return false;
         }
-        let mut pfd = [rustix::event::PollFd::new(
-            &fd,
-            rustix::event::PollFlags::IN,
-        )];
-        match rustix::event::poll(&mut pfd, Some(&timeout)) {
-            Ok(0) | Err(rustix::io::Errno::INTR) => continue,
-            Ok(_) => {}
+        match efd::try_consume(fd) {
+            Ok(true) => return !shared.stop.load(Ordering::Relaxed),
+            Ok(false) => {}
             Err(_) => return false,
         }
-        let mut value = [0u8; 8];
-        match rustix::io::read(fd, &mut value) {
-            Ok(_) => return !shared.stop.load(Ordering::Relaxed),
-            Err(rustix::io::Errno::AGAIN) | Err(rustix::io::Errno::INTR) => continue,
-            Err(_) => return false,
+        if efd::wait_readable(fd, Some(Duration::from_secs(1))).is_err() {
+            return false;
         }
     }
 }

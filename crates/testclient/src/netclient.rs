@@ -18,8 +18,8 @@ use corral_wire::{ArpOp, ArpPacket, FrameClass, Ipv4FrameSpec, MacAddr, classify
 use crate::client::{self, RegionFile};
 use corral_iokernel::sys;
 
-/// Bytes per buffer.
-pub const BUFFER_SIZE: u64 = 2048;
+/// Bytes per buffer: corral-abi's packet buffer size, as a runtime uses.
+pub const BUFFER_SIZE: u64 = corral_abi::FRAME_CAPACITY as u64;
 /// Buffers posted for receiving per kthread.
 pub const RX_BUFFERS: u64 = 128;
 /// Buffers for sending per kthread.

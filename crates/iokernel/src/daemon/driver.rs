@@ -494,7 +494,7 @@ fn wake(kt: &mut Kthread, cpu: usize) -> Result<(), String> {
         .push_control(Slot::value(Command::Grant, cpu as u64))
         .map_err(|_| "its ingress ring is full".to_owned())?;
     kt.view.publish_wake_sent(sys::now_ns());
-    sys::eventfd_signal(std::os::fd::AsFd::as_fd(&kt.eventfd))
+    corral_abi::transport::eventfd::signal(std::os::fd::AsFd::as_fd(&kt.eventfd))
         .map_err(|e| format!("eventfd write: {e}"))
 }
 

@@ -40,9 +40,8 @@ use super::registry::{Kthread, Registry, Tenant};
 use crate::alloc::{Allocator, KthreadIndex, KthreadPlace};
 use crate::nic::{FrameBatch, Nic};
 
-/// Longest frame switched: Ethernet header and a 1500-byte payload. Receive buffers must hold
-/// one.
-pub const MAX_FRAME: usize = 1514;
+/// Longest frame switched (corral-abi's, which runtimes share). Receive buffers must hold one.
+pub use corral_abi::MAX_FRAME;
 
 /// Ingress slots packets and completions never take, so that a grant or a preemption request
 /// always fits.

@@ -2,10 +2,11 @@
 //! what was wrong; then the runtime is entered with the allocator, the registry and the switch,
 //! and answered.
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::path::Path;
 
 use corral_abi::control::{NetIdentity, Registration, Reply};
+use corral_abi::transport::server::RegistrationFds;
 use corral_abi::{Region, RingKind, RingPositions};
 use log::info;
 
@@ -14,7 +15,6 @@ use super::net::{Ingress, NetCounters, RxBuffers, Switch};
 use super::registry::{Handover, Kthread, Registry, Tenant, TenantCounters};
 use super::{Daemon, encode_runtime_id};
 use crate::alloc::{RuntimeId, RuntimeSpec};
-use crate::control::{check_eventfd, check_region_fd};
 use crate::sys::Mapping;
 
 /// A registration's shared memory, mapped and attached, and its kthreads' eventfds.
@@ -119,13 +119,12 @@ fn check_threads_are_new(registry: &Registry, pid: i32, tids: &[i32]) -> Result<
 /// header describes as many kthreads as the registration, and that the other descriptors are
 /// eventfds, one per kthread.
 fn map_shared_memory(reg: &Registration, fds: Vec<OwnedFd>) -> Result<SharedMemory, String> {
-    let mut fds = fds.into_iter();
-    let region_fd = fds
-        .next()
-        .ok_or_else(|| "no region descriptor".to_owned())?;
-    let len = check_region_fd(region_fd.as_fd())
-        .map_err(|e| format!("descriptor 0 (the region): {e}"))?;
-    let mapping = Mapping::new(&region_fd, len)
+    let RegistrationFds {
+        region: region_fd,
+        region_len,
+        eventfds,
+    } = RegistrationFds::check(fds, reg.kthreads()).map_err(|e| e.to_string())?;
+    let mapping = Mapping::new(&region_fd, region_len)
         .map_err(|e| format!("descriptor 0 (the region): mmap failed: {e}"))?;
     // The mapping keeps the memory; the descriptor is no longer needed.
     drop(region_fd);
@@ -140,11 +139,6 @@ fn map_shared_memory(reg: &Registration, fds: Vec<OwnedFd>) -> Result<SharedMemo
             layout.kthreads(),
             reg.kthreads()
         ));
-    }
-    let eventfds: Vec<OwnedFd> = fds.collect();
-    for (i, fd) in eventfds.iter().enumerate() {
-        check_eventfd(fd.as_fd())
-            .map_err(|e| format!("descriptor {} (eventfd of kthread {i}): {e}", i + 1))?;
     }
     Ok(SharedMemory {
         region,

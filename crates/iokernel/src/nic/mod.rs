@@ -22,10 +22,10 @@ pub use tap::Tap;
 
 use crate::config::NicConfig;
 
-/// Room for one received frame. Frames longer than an Ethernet frame at MTU 1500 (1514 bytes)
-/// are still read, so that the switch can count them as too big rather than the device
-/// truncating them silently.
-pub const FRAME_CAPACITY: usize = 2048;
+/// Room for one received frame: corral-abi's packet buffer size. Frames longer than
+/// [`MAX_FRAME`](corral_abi::MAX_FRAME) are still read, so that the switch can count them as
+/// too big rather than the device truncating them silently.
+pub use corral_abi::FRAME_CAPACITY;
 
 /// Frames read per [`Nic::recv_burst`] at most.
 pub const BURST: usize = 32;

@@ -26,10 +26,8 @@ use crate::net::config::NetConfig;
 use crate::net::socket::{Datagram, Socket};
 use crate::sync::spin::SpinLock;
 
-/// Bytes in every packet buffer: a full 1514-byte frame, rounded up so buffers stay aligned.
-pub const FRAME_CAPACITY: usize = 2048;
-/// Largest frame sent or accepted: 1500-byte MTU plus the Ethernet header.
-pub const MAX_FRAME: usize = 1514;
+/// Bytes in every packet buffer, and the largest frame sent or accepted: iokerneld's contract.
+pub use corral_abi::{FRAME_CAPACITY, MAX_FRAME};
 /// Largest UDP payload that fits one frame (no fragmentation).
 pub const MAX_UDP_PAYLOAD: usize = MAX_FRAME - UDP_PAYLOAD_OFFSET;
 
