@@ -40,7 +40,7 @@ use corral_abi::{
 use crate::config::{Config, IokernelSettings};
 use crate::net::stack::{FRAME_CAPACITY, MAX_FRAME, StackDrop};
 use crate::sched::Shared;
-use crate::sched::kthread::KThread;
+use crate::sched::kthread::Kthread;
 use crate::sched::runqueue::RUNQ_CAPACITY;
 use crate::sync::spin::{RawSpinLock, SpinLock};
 use crate::sync::waitq::{WaitNode, WaitQueue, WaitRef, block_with};
@@ -339,7 +339,7 @@ pub(crate) fn prepare(config: &Config) -> io::Result<(IokShared, Vec<IokKthread>
 /// Registers with iokerneld once every kthread has reported its thread id.
 pub(crate) fn register(
     shared: &IokShared,
-    kthreads: &[&'static KThread],
+    kthreads: &[&'static Kthread],
     settings: &IokernelSettings,
     net: Option<&crate::net::NetConfig>,
     memfd: OwnedFd,
@@ -695,7 +695,7 @@ pub(crate) fn runq_counters(k: &IokKthread) -> (&'static AtomicU32, &'static Ato
 ///
 /// If a thief is draining the ring right now this skips it: the thief applies whatever it pops
 /// to this kthread's state, and the next pass sees the outcome.
-pub(crate) fn poll_own(k: &KThread) -> bool {
+pub(crate) fn poll_own(k: &Kthread) -> bool {
     let kio = k.iok();
     if kio.ingress_lock.try_lock() {
         // SAFETY: we hold the ring's consumer lock.
@@ -713,7 +713,7 @@ pub(crate) fn poll_own(k: &KThread) -> bool {
 /// draining it to finish (a grant it pops still counts), and returns the grants seen so far.
 /// iokerneld pushes a grant before it writes the eventfd, so once the eventfd was read the grant
 /// is in the ring or already counted. Scheduler context.
-pub(crate) fn drain_own_after_wake(k: &KThread) -> u64 {
+pub(crate) fn drain_own_after_wake(k: &Kthread) -> u64 {
     let kio = k.iok();
     kio.ingress_lock.lock();
     // SAFETY: we hold the ring's consumer lock.
@@ -725,7 +725,7 @@ pub(crate) fn drain_own_after_wake(k: &KThread) -> u64 {
 
 /// Packet stealing: drains the ingress ring of any other kthread that nobody is draining.
 /// Returns whether anything was processed. Scheduler context.
-pub(crate) fn steal_ingress(k: &KThread) -> bool {
+pub(crate) fn steal_ingress(k: &Kthread) -> bool {
     let rt = k.shared();
     if rt.net.is_none() {
         // Only packets are worth stealing; grants and preemptions wait for their owner.
@@ -842,7 +842,7 @@ fn release_tx(rt: &Shared, pool: &PacketPool, owner: usize, offset: u64) {
 }
 
 /// Takes a free transmit buffer: the calling kthread's own first, else any other's.
-fn take_tx(rt: &Shared, k: &KThread, pool: &PacketPool) -> Option<(usize, u64)> {
+fn take_tx(rt: &Shared, k: &Kthread, pool: &PacketPool) -> Option<(usize, u64)> {
     if pool.tx_free.load(Ordering::Relaxed) == 0 {
         return None;
     }

@@ -35,9 +35,9 @@ pub(crate) mod state {
 }
 
 #[repr(C, align(64))]
-pub(crate) struct KThread {
+pub(crate) struct Kthread {
     /// `%gs:0`: this struct's own address.
-    self_ptr: *const KThread,
+    self_ptr: *const Kthread,
     /// `%gs:8`: preemption counter and pending bit.
     preempt: UnsafeCell<u32>,
     _pad: u32,
@@ -82,10 +82,10 @@ pub(crate) struct KThread {
     pub iok: Option<IokKthread>,
 }
 
-pub(crate) const OFF_SELF: usize = offset_of!(KThread, self_ptr);
-pub(crate) const OFF_PREEMPT: usize = offset_of!(KThread, preempt);
-pub(crate) const OFF_FS: usize = offset_of!(KThread, owner_fs);
-pub(crate) const OFF_CURRENT: usize = offset_of!(KThread, current);
+pub(crate) const OFF_SELF: usize = offset_of!(Kthread, self_ptr);
+pub(crate) const OFF_PREEMPT: usize = offset_of!(Kthread, preempt);
+pub(crate) const OFF_FS: usize = offset_of!(Kthread, owner_fs);
+pub(crate) const OFF_CURRENT: usize = offset_of!(Kthread, current);
 
 const _: () = assert!(OFF_SELF == 0 && OFF_PREEMPT == 8 && OFF_FS == 16 && OFF_CURRENT == 24);
 
@@ -95,12 +95,12 @@ static NEXT_ID_BLOCK: AtomicU64 = AtomicU64::new(1);
 
 // SAFETY: fields shared between kthreads are atomics or lock-protected; the owner-only cells
 // are touched only by the OS thread whose %gs points here, with preemption disabled.
-unsafe impl Sync for KThread {}
+unsafe impl Sync for Kthread {}
 // SAFETY: as above.
-unsafe impl Send for KThread {}
+unsafe impl Send for Kthread {}
 
-impl KThread {
-    pub fn new(index: usize, rt: *const Shared, iok: Option<IokKthread>) -> Box<KThread> {
+impl Kthread {
+    pub fn new(index: usize, rt: *const Shared, iok: Option<IokKthread>) -> Box<Kthread> {
         let rq = match &iok {
             Some(iok) => {
                 let (head, tail) = crate::iokernel::runq_counters(iok);
@@ -108,7 +108,7 @@ impl KThread {
             }
             None => RunQueue::new(),
         };
-        let mut k = Box::new(KThread {
+        let mut k = Box::new(Kthread {
             self_ptr: core::ptr::null(),
             preempt: UnsafeCell::new(PREEMPT_NOT_PENDING),
             _pad: 0,
@@ -147,7 +147,7 @@ impl KThread {
         // SAFETY: gettid has no preconditions.
         let tid = unsafe { libc::gettid() };
         self.tid.store(tid as u32, Ordering::Relaxed);
-        arch::set_gs_base(self as *const KThread as usize);
+        arch::set_gs_base(self as *const Kthread as usize);
         // The scheduler itself always runs with preemption disabled.
         // SAFETY: only this thread touches the counter and it is not yet visible to signals.
         unsafe { *self.preempt.get() = PREEMPT_NOT_PENDING | 1 };
@@ -230,15 +230,15 @@ std::thread_local! {
 
 /// The kthread the caller runs on, if it runs on one.
 #[inline(always)]
-pub(crate) fn current_kthread() -> Option<&'static KThread> {
+pub(crate) fn current_kthread() -> Option<&'static Kthread> {
     loop {
         let base = arch::gs_base();
         if base == 0 {
             return None;
         }
         // SAFETY: a nonzero gs base in this process is only ever set by bind_current_thread to
-        // a KThread, and KThreads are never freed (see Shared::new), so this is live memory.
-        let k = unsafe { &*(base as *const KThread) };
+        // a Kthread, and Kthreads are never freed (see Shared::new), so this is live memory.
+        let k = unsafe { &*(base as *const Kthread) };
         if k.owner_fs.load(Ordering::Relaxed) == arch::fs_base() {
             return Some(k);
         }
@@ -255,7 +255,7 @@ pub(crate) fn current_kthread() -> Option<&'static KThread> {
 /// # Safety
 /// The caller runs on a kthread, and must not keep the reference across a context switch.
 #[inline(always)]
-pub(crate) unsafe fn this_kthread() -> &'static KThread {
+pub(crate) unsafe fn this_kthread() -> &'static Kthread {
     // SAFETY: per the contract, %gs points at the live kthread we run on.
-    unsafe { &*(arch::gs_read::<OFF_SELF>() as *const KThread) }
+    unsafe { &*(arch::gs_read::<OFF_SELF>() as *const Kthread) }
 }

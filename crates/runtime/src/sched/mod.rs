@@ -31,7 +31,7 @@ use crate::iokernel::{IokKthread, IokShared};
 use crate::preempt;
 use crate::sync::spin::RawSpinLock;
 use crate::timer;
-use kthread::{KThread, state, this_kthread};
+use kthread::{Kthread, state, this_kthread};
 use runqueue::RUNQ_CAPACITY;
 use uthread::UThread;
 
@@ -41,7 +41,7 @@ const POLL_EVERY: u32 = 64;
 
 /// State of one runtime shared by all its kthreads.
 pub(crate) struct Shared {
-    pub kthreads: Box<[&'static KThread]>,
+    pub kthreads: Box<[&'static Kthread]>,
     pub config: Config,
     pub n_spinning: AtomicUsize,
     pub n_parked: AtomicUsize,
@@ -93,12 +93,12 @@ impl Shared {
             net,
         });
         let rt: *const Shared = &*shared;
-        // KThreads are leaked on purpose: an OS thread created by a kthread inherits its %gs
+        // Kthreads are leaked on purpose: an OS thread created by a kthread inherits its %gs
         // base, and `current_kthread` reads through it, so that memory must stay valid.
         shared.kthreads = iok_kthreads
             .into_iter()
             .enumerate()
-            .map(|(i, iok)| &*Box::leak(KThread::new(i, rt, iok)))
+            .map(|(i, iok)| &*Box::leak(Kthread::new(i, rt, iok)))
             .collect();
         shared
     }
@@ -124,7 +124,7 @@ impl Shared {
     }
 
     /// Moves up to `max` injected uthreads into `k`'s run queue; returns the first.
-    fn take_injected(&self, k: &KThread, max: usize) -> Option<usize> {
+    fn take_injected(&self, k: &Kthread, max: usize) -> Option<usize> {
         if self.inject_len.load(Ordering::Relaxed) == 0 || !self.inject_lock.try_lock() {
             return None;
         }
@@ -266,7 +266,7 @@ impl Shared {
 }
 
 /// Entry of a kthread's OS thread.
-pub(crate) fn kthread_main(k: &'static KThread) {
+pub(crate) fn kthread_main(k: &'static Kthread) {
     k.bind_current_thread();
     crate::signal::on_kthread_start();
     crate::sync::rcu::register_kthread(k);
@@ -292,7 +292,7 @@ pub(crate) fn kthread_main(k: &'static KThread) {
 }
 
 /// The scheduler loop. Runs with preemption disabled, on the kthread's own stack.
-fn sched_main(k: &'static KThread) {
+fn sched_main(k: &'static Kthread) {
     let rt = k.shared();
     // This kthread starts counted as spinning.
     let mut spinning = true;
@@ -357,7 +357,7 @@ fn sched_main(k: &'static KThread) {
 
 /// Finds the next uthread for `k`: expired timers, the local queue, the inject queue, then
 /// stealing. Scheduler context only.
-fn find_work(k: &KThread) -> Option<usize> {
+fn find_work(k: &Kthread) -> Option<usize> {
     k.rcu_gen.fetch_add(1, Ordering::Release);
     let rt = k.shared();
     if k.timers.next_deadline() != u64::MAX {
@@ -425,7 +425,7 @@ fn find_work(k: &KThread) -> Option<usize> {
 }
 
 #[inline]
-fn pop_local(k: &KThread) -> Option<usize> {
+fn pop_local(k: &Kthread) -> Option<usize> {
     if k.rq.is_empty() {
         return None;
     }
@@ -437,7 +437,7 @@ fn pop_local(k: &KThread) -> Option<usize> {
 }
 
 /// Parks `k` until it is woken (standalone mode). Returns with `k` counted as spinning.
-fn park(k: &'static KThread) {
+fn park(k: &'static Kthread) {
     let rt = k.shared();
     // Hand our timers to a kthread that is awake; if none is, we keep them and wake ourselves
     // at the earliest deadline.
@@ -487,7 +487,7 @@ fn park(k: &'static KThread) {
 
 /// Parks `k` under iokerneld: reports it and blocks on the eventfd until iokerneld grants a
 /// core again. `preempted`: iokerneld asked for the core. Returns with `k` counted as spinning.
-fn iok_park(k: &'static KThread, preempted: bool) {
+fn iok_park(k: &'static Kthread, preempted: bool) {
     let rt = k.shared();
     let iok = rt.iok.as_ref().expect("iokerneld mode");
     let kio = k.iok();
@@ -545,7 +545,7 @@ fn iok_park(k: &'static KThread, preempted: bool) {
 }
 
 /// Leaves the parked list if a waker did not already take us off it.
-fn unpark_self(k: &KThread) {
+fn unpark_self(k: &Kthread) {
     let rt = k.shared();
     rt.parked_lock.lock();
     // SAFETY: parked_lock held.
@@ -564,7 +564,7 @@ fn unpark_self(k: &KThread) {
 ///
 /// # Safety
 /// Scheduler context of `k`; `th` is runnable and owned by nobody else.
-unsafe fn run_from_scheduler(k: &KThread, th: *mut UThread) {
+unsafe fn run_from_scheduler(k: &Kthread, th: *mut UThread) {
     // SAFETY: forwarded.
     unsafe { switch_into(k, k.sched_rsp.as_ptr(), &k.sched_running, th) };
 }
@@ -574,7 +574,7 @@ unsafe fn run_from_scheduler(k: &KThread, th: *mut UThread) {
 /// # Safety
 /// Preemption is disabled; `next` is runnable, owned by the caller, and is not the caller.
 #[inline(always)]
-unsafe fn switch_into(k: &KThread, save: *mut usize, prev_running: &AtomicU8, next: *mut UThread) {
+unsafe fn switch_into(k: &Kthread, save: *mut usize, prev_running: &AtomicU8, next: *mut UThread) {
     // SAFETY: next is a live uthread (caller's contract).
     let next = unsafe { &*next };
     // It may have been readied before it finished switching away on another kthread.
@@ -633,7 +633,7 @@ pub(crate) fn ready(th: NonNull<UThread>) {
 }
 
 /// Pushes onto `k`'s own run queue, spilling half of it to the inject queue when full.
-pub(crate) fn push_local(k: &KThread, th: usize) {
+pub(crate) fn push_local(k: &Kthread, th: usize) {
     if k.rq.push(th).is_ok() {
         return;
     }
@@ -789,7 +789,7 @@ fn switch_not_allowed(depth: u32) -> ! {
 }
 
 /// Recycles the uthread that just exited on `k`, if any.
-fn reap_dead(k: &KThread) {
+fn reap_dead(k: &Kthread) {
     let dead = k.dead.replace(ptr::null_mut());
     if let Some(dead) = NonNull::new(dead) {
         kthread::bump(&k.exited);

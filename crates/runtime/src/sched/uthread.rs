@@ -13,7 +13,7 @@ use std::sync::Arc;
 use crate::arch;
 use crate::config::check_stack_size;
 use crate::preempt;
-use crate::sched::kthread::{self, KThread};
+use crate::sched::kthread::{self, Kthread};
 use crate::sched::{self, Shared, stack};
 use crate::sync::waitq::{self, WaitNode};
 
@@ -476,7 +476,7 @@ unsafe extern "C" fn uthread_start(th: usize) -> ! {
 }
 
 /// For diagnostics: the current uthread of `k`, if any.
-pub(crate) fn running_on(k: &KThread) -> Option<&UThread> {
+pub(crate) fn running_on(k: &Kthread) -> Option<&UThread> {
     // SAFETY: the current uthread is alive while it is current.
     unsafe { k.current().as_ref() }
 }
