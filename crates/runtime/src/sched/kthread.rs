@@ -13,9 +13,11 @@ use core::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use crate::arch;
 use crate::iokernel::IokKthread;
 use crate::sched::Shared;
+use crate::sched::idle::ParkWord;
+use crate::sched::running::RunningFlag;
 use crate::sched::runqueue::{RUNQ_CAPACITY, RunQueue};
+use crate::sched::timer_watch::WatchedDeadline;
 use crate::sched::uthread::UThread;
-use crate::sync::spin::RawSpinLock;
 use crate::timer::TimerQueue;
 
 /// Bit 31 of the preemption word is set while *no* preemption is pending, so that a single
@@ -23,15 +25,42 @@ use crate::timer::TimerQueue;
 pub(crate) const PREEMPT_NOT_PENDING: u32 = 1 << 31;
 
 /// What a kthread is doing, as other kthreads see it.
-pub(crate) mod state {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum KthreadState {
     /// Running a uthread or its scheduler.
-    pub const RUNNING: u8 = 0;
+    Running = 0,
     /// Polling for work before parking.
-    pub const SPINNING: u8 = 1;
+    Spinning = 1,
     /// Blocked in the kernel, holding no core.
-    pub const PARKED: u8 = 2;
+    Parked = 2,
     /// Exited: the runtime shut down.
-    pub const GONE: u8 = 3;
+    Gone = 3,
+}
+
+/// A [`KthreadState`] that other kthreads read.
+pub(crate) struct AtomicKthreadState(AtomicU8);
+
+impl AtomicKthreadState {
+    fn new(state: KthreadState) -> Self {
+        AtomicKthreadState(AtomicU8::new(state as u8))
+    }
+
+    #[inline]
+    pub fn load(&self, order: Ordering) -> KthreadState {
+        match self.0.load(order) {
+            0 => KthreadState::Running,
+            1 => KthreadState::Spinning,
+            2 => KthreadState::Parked,
+            3 => KthreadState::Gone,
+            v => unreachable!("kthread state {v}: only KthreadState values are ever stored"),
+        }
+    }
+
+    #[inline]
+    pub fn store(&self, state: KthreadState, order: Ordering) {
+        self.0.store(state as u8, order);
+    }
 }
 
 #[repr(C, align(64))]
@@ -51,15 +80,13 @@ pub(crate) struct Kthread {
     pub rt: *const Shared,
 
     // Shared with other kthreads.
-    pub lock: RawSpinLock,
     pub rq: RunQueue,
     pub timers: TimerQueue,
-    pub state: AtomicU8,
-    /// 0 while parked and waiting, 1 once woken; the futex word.
-    pub park_word: AtomicU32,
-    /// While parked: the earliest timer deadline (any kthread's) this kthread wakes up for;
-    /// `u64::MAX` otherwise.
-    pub park_deadline: AtomicU64,
+    pub state: AtomicKthreadState,
+    /// What this kthread sleeps on while parked (standalone mode).
+    pub park_word: ParkWord,
+    /// While parked: the earliest timer deadline (any kthread's) this kthread wakes up for.
+    pub park_deadline: WatchedDeadline,
     /// Bumped at every pass through the scheduler: an RCU quiescent state.
     pub rcu_gen: AtomicU64,
     pub tid: AtomicU32,
@@ -69,7 +96,7 @@ pub(crate) struct Kthread {
 
     // Owner only.
     pub sched_rsp: Cell<usize>,
-    pub sched_running: AtomicU8,
+    pub sched_running: RunningFlag,
     /// A uthread that exited and whose stack the scheduler must recycle.
     pub dead: Cell<*mut UThread>,
     pub stack_cache: UnsafeCell<Vec<NonNull<UThread>>>,
@@ -116,18 +143,17 @@ impl Kthread {
             current: Cell::new(core::ptr::null_mut()),
             index,
             rt,
-            lock: RawSpinLock::new(),
             rq,
             timers: TimerQueue::new(),
-            state: AtomicU8::new(state::RUNNING),
-            park_word: AtomicU32::new(0),
-            park_deadline: AtomicU64::new(u64::MAX),
+            state: AtomicKthreadState::new(KthreadState::Running),
+            park_word: ParkWord::new(),
+            park_deadline: WatchedDeadline::new(),
             rcu_gen: AtomicU64::new(0),
             tid: AtomicU32::new(0),
             spawned: AtomicU64::new(0),
             exited: AtomicU64::new(0),
             sched_rsp: Cell::new(0),
-            sched_running: AtomicU8::new(1),
+            sched_running: RunningFlag::new(true),
             dead: Cell::new(core::ptr::null_mut()),
             stack_cache: UnsafeCell::new(Vec::new()),
             rng: Cell::new(0x9E37_79B9_7F4A_7C15 ^ ((index as u64 + 1) << 17)),

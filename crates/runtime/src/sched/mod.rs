@@ -15,14 +15,17 @@
 //!   parked; a kthread that makes work runnable checks for parked kthreads after publishing it
 //!   (with a full fence between), so no runnable work waits while a kthread sleeps.
 
+pub(crate) mod idle;
 pub(crate) mod kthread;
+pub(crate) mod running;
 pub(crate) mod runqueue;
 pub(crate) mod stack;
+pub(crate) mod timer_watch;
 pub(crate) mod uthread;
 
 use core::cell::UnsafeCell;
 use core::ptr::{self, NonNull};
-use core::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering, fence};
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::collections::VecDeque;
 
 use crate::arch;
@@ -31,7 +34,9 @@ use crate::iokernel::{IokKthread, IokShared};
 use crate::preempt;
 use crate::sync::spin::RawSpinLock;
 use crate::timer;
-use kthread::{Kthread, state, this_kthread};
+use idle::Idle;
+use kthread::{Kthread, KthreadState, this_kthread};
+use running::RunningFlag;
 use runqueue::RUNQ_CAPACITY;
 use uthread::UThread;
 
@@ -43,10 +48,8 @@ const POLL_EVERY: u32 = 64;
 pub(crate) struct Shared {
     pub kthreads: Box<[&'static Kthread]>,
     pub config: Config,
-    pub n_spinning: AtomicUsize,
-    pub n_parked: AtomicUsize,
-    parked_lock: RawSpinLock,
-    parked: UnsafeCell<Vec<usize>>,
+    /// Which kthreads are spinning and parked.
+    pub idle: Idle,
     inject_lock: RawSpinLock,
     inject: UnsafeCell<VecDeque<usize>>,
     inject_len: AtomicUsize,
@@ -80,10 +83,7 @@ impl Shared {
             kthreads: Box::new([]),
             stacks: stack::StackPool::new(config.stack_size),
             config,
-            n_spinning: AtomicUsize::new(0),
-            n_parked: AtomicUsize::new(0),
-            parked_lock: RawSpinLock::new(),
-            parked: UnsafeCell::new(Vec::new()),
+            idle: Idle::new(),
             inject_lock: RawSpinLock::new(),
             inject: UnsafeCell::new(VecDeque::new()),
             inject_len: AtomicUsize::new(0),
@@ -156,11 +156,7 @@ impl Shared {
             // iokerneld watches the queues and grants a core when work waits.
             return;
         }
-        // Pairs with the fence implied by the RMWs in `park`: either the parker sees our
-        // work, or we see it parked.
-        fence(Ordering::SeqCst);
-        if self.n_spinning.load(Ordering::Relaxed) == 0 && self.n_parked.load(Ordering::Relaxed) > 0
-        {
+        if self.idle.wake_needed() {
             self.wake_one();
         }
     }
@@ -175,26 +171,13 @@ impl Shared {
     }
 
     /// Unparks one kthread, which starts out spinning.
-    fn wake_one(&self) -> bool {
+    fn wake_one(&self) {
+        // A uthread may call this: it must not be preempted while holding the parked list.
         preempt::disable();
-        self.parked_lock.lock();
-        // SAFETY: parked_lock held.
-        let idx = unsafe { (*self.parked.get()).pop() };
-        if idx.is_some() {
-            self.n_parked.fetch_sub(1, Ordering::SeqCst);
-            self.n_spinning.fetch_add(1, Ordering::SeqCst);
-        }
-        // SAFETY: we hold the lock.
-        unsafe { self.parked_lock.unlock() };
+        let index = self.idle.take_parked();
         preempt::enable();
-        match idx {
-            Some(i) => {
-                let k = self.kthreads[i];
-                k.park_word.store(1, Ordering::Release);
-                futex_wake(&k.park_word);
-                true
-            }
-            None => false,
+        if let Some(i) = index {
+            self.kthreads[i].park_word.wake();
         }
     }
 
@@ -213,17 +196,8 @@ impl Shared {
             // Timers are added by running kthreads, and the last one to park reports them.
             return;
         }
-        // Pairs with the publish-then-recheck in `park`.
-        fence(Ordering::SeqCst);
-        if self.n_parked.load(Ordering::SeqCst) == 0 {
-            return;
-        }
-        let watched = self
-            .kthreads
-            .iter()
-            .map(|k| k.park_deadline.load(Ordering::SeqCst))
-            .min();
-        if watched.is_some_and(|w| deadline < w) {
+        let watched = self.kthreads.iter().map(|k| &k.park_deadline);
+        if timer_watch::needs_watcher(&self.idle, deadline, watched) {
             self.wake_one();
         }
     }
@@ -256,8 +230,7 @@ impl Shared {
     pub fn begin_shutdown(&self) {
         self.shutdown.store(true, Ordering::SeqCst);
         for k in self.kthreads.iter() {
-            k.park_word.store(1, Ordering::Release);
-            futex_wake(&k.park_word);
+            k.park_word.wake();
             if let Some(iok) = &k.iok {
                 iok.kick();
             }
@@ -273,20 +246,20 @@ pub(crate) fn kthread_main(k: &'static Kthread) {
     let rt = k.shared();
     if rt.iok.is_some() {
         // Under iokerneld a kthread starts parked and runs only once granted a core.
-        k.state.store(state::PARKED, Ordering::SeqCst);
-        rt.n_parked.fetch_add(1, Ordering::SeqCst);
+        k.state.store(KthreadState::Parked, Ordering::SeqCst);
+        rt.idle.count_parked(true);
         k.iok().wait();
-        rt.n_parked.fetch_sub(1, Ordering::SeqCst);
+        rt.idle.count_parked(false);
         if let Some(iok) = &rt.iok {
             iok.active.fetch_add(1, Ordering::SeqCst);
         }
         // The scheduler context runs with preemption disabled.
         crate::iokernel::poll_own(k);
     }
-    rt.n_spinning.fetch_add(1, Ordering::SeqCst);
-    k.state.store(state::SPINNING, Ordering::SeqCst);
+    rt.idle.start_spinning();
+    k.state.store(KthreadState::Spinning, Ordering::SeqCst);
     sched_main(k);
-    k.state.store(state::GONE, Ordering::SeqCst);
+    k.state.store(KthreadState::Gone, Ordering::SeqCst);
     stack::drain_kthread_cache(k);
     k.unbind_current_thread();
 }
@@ -304,8 +277,8 @@ fn sched_main(k: &'static Kthread) {
             // iokerneld wants the core back, whatever work is queued.
             if !spinning {
                 spinning = true;
-                k.state.store(state::SPINNING, Ordering::Relaxed);
-                rt.n_spinning.fetch_add(1, Ordering::SeqCst);
+                k.state.store(KthreadState::Spinning, Ordering::Relaxed);
+                rt.idle.start_spinning();
             }
             iok_park(k, true);
             spin_start = timer::now_ns();
@@ -314,8 +287,8 @@ fn sched_main(k: &'static Kthread) {
         if let Some(th) = find_work(k) {
             if spinning {
                 spinning = false;
-                k.state.store(state::RUNNING, Ordering::Relaxed);
-                if rt.n_spinning.fetch_sub(1, Ordering::SeqCst) == 1 {
+                k.state.store(KthreadState::Running, Ordering::Relaxed);
+                if rt.idle.stop_spinning() {
                     // We were the last one looking: there may be more work (on our queue or
                     // a victim's), so make sure somebody keeps looking.
                     rt.wake_if_idle_after_local_push();
@@ -329,7 +302,7 @@ fn sched_main(k: &'static Kthread) {
         }
         if rt.shutdown.load(Ordering::Relaxed) {
             if spinning {
-                rt.n_spinning.fetch_sub(1, Ordering::SeqCst);
+                rt.idle.stop_spinning();
             }
             return;
         }
@@ -337,8 +310,8 @@ fn sched_main(k: &'static Kthread) {
         if !spinning {
             spinning = true;
             spin_start = now;
-            k.state.store(state::SPINNING, Ordering::Relaxed);
-            rt.n_spinning.fetch_add(1, Ordering::SeqCst);
+            k.state.store(KthreadState::Spinning, Ordering::Relaxed);
+            rt.idle.start_spinning();
         } else if now.saturating_sub(spin_start) >= rt.config.spin_before_park.as_nanos() as u64
             && rt.iok.as_ref().is_none_or(|iok| k.index >= iok.spinning)
         {
@@ -401,10 +374,11 @@ fn find_work(k: &Kthread) -> Option<usize> {
             if ptr::eq(victim, k) {
                 continue;
             }
-            if !victim.rq.is_empty() && victim.lock.try_lock() {
-                let moved = victim.rq.steal_half_into(&k.rq);
-                // SAFETY: we hold the victim's lock.
-                unsafe { victim.lock.unlock() };
+            if !victim.rq.is_empty()
+                && let Some(mut taking) = victim.rq.try_lock()
+            {
+                let moved = taking.steal_half_into(&k.rq);
+                drop(taking);
                 if moved > 0 {
                     return pop_local(k);
                 }
@@ -429,11 +403,7 @@ fn pop_local(k: &Kthread) -> Option<usize> {
     if k.rq.is_empty() {
         return None;
     }
-    k.lock.lock();
-    let th = k.rq.pop();
-    // SAFETY: we hold our own lock.
-    unsafe { k.lock.unlock() };
-    th
+    k.rq.lock().pop()
 }
 
 /// Parks `k` until it is woken (standalone mode). Returns with `k` counted as spinning.
@@ -444,7 +414,7 @@ fn park(k: &'static Kthread) {
     if k.timers.next_deadline() != u64::MAX {
         for other in rt.kthreads.iter() {
             if !ptr::eq(*other, k)
-                && other.state.load(Ordering::SeqCst) != state::PARKED
+                && other.state.load(Ordering::SeqCst) != KthreadState::Parked
                 && k.timers.move_all_to(&other.timers)
             {
                 break;
@@ -453,15 +423,8 @@ fn park(k: &'static Kthread) {
     }
     k.timers.stop_accepting();
 
-    k.park_word.store(0, Ordering::Relaxed);
-    rt.parked_lock.lock();
-    // SAFETY: parked_lock held.
-    unsafe { (*rt.parked.get()).push(k.index) };
-    k.state.store(state::PARKED, Ordering::SeqCst);
-    rt.n_parked.fetch_add(1, Ordering::SeqCst);
-    rt.n_spinning.fetch_sub(1, Ordering::SeqCst);
-    // SAFETY: we hold the lock.
-    unsafe { rt.parked_lock.unlock() };
+    k.state.store(KthreadState::Parked, Ordering::SeqCst);
+    rt.idle.announce_parked(k.index, &k.park_word);
 
     // Anything published before we were counted as parked must be seen now.
     let mut woken = rt.work_visible(timer::now_ns()) || rt.shutdown.load(Ordering::SeqCst);
@@ -469,20 +432,18 @@ fn park(k: &'static Kthread) {
         // Wake for every kthread's timers, not only ours: a kthread busy in a long uthread
         // cannot fire its own. Publish what we watch, then look again, so that a timer added
         // meanwhile is either seen here or sees us (Shared::timer_added).
-        let watch = rt.earliest_timer();
-        k.park_deadline.store(watch, Ordering::SeqCst);
-        let watch = watch.min(rt.earliest_timer());
+        let watch = k.park_deadline.publish(|| rt.earliest_timer());
         let now = timer::now_ns();
         if watch <= now {
             break;
         }
-        futex_wait(&k.park_word, 0, (watch != u64::MAX).then(|| watch - now));
-        woken = k.park_word.load(Ordering::Acquire) == 1 || rt.shutdown.load(Ordering::SeqCst);
+        woken = k.park_word.sleep((watch != u64::MAX).then(|| watch - now))
+            || rt.shutdown.load(Ordering::SeqCst);
     }
-    k.park_deadline.store(u64::MAX, Ordering::SeqCst);
-    unpark_self(k);
+    k.park_deadline.clear();
+    rt.idle.leave_parked(k.index);
     k.timers.start_accepting();
-    k.state.store(state::SPINNING, Ordering::SeqCst);
+    k.state.store(KthreadState::Spinning, Ordering::SeqCst);
 }
 
 /// Parks `k` under iokerneld: reports it and blocks on the eventfd until iokerneld grants a
@@ -496,7 +457,7 @@ fn iok_park(k: &'static Kthread, preempted: bool) {
     if k.timers.next_deadline() != u64::MAX {
         for other in rt.kthreads.iter() {
             if !ptr::eq(*other, k)
-                && other.state.load(Ordering::SeqCst) != state::PARKED
+                && other.state.load(Ordering::SeqCst) != KthreadState::Parked
                 && k.timers.move_all_to(&other.timers)
             {
                 break;
@@ -504,7 +465,7 @@ fn iok_park(k: &'static Kthread, preempted: bool) {
         }
     }
     k.timers.stop_accepting();
-    k.state.store(state::PARKED, Ordering::SeqCst);
+    k.state.store(KthreadState::Parked, Ordering::SeqCst);
     let last = iok.active.fetch_sub(1, Ordering::SeqCst) == 1;
     // iokerneld watches only the run queues of kthreads that hold a core. The last one must
     // not leave runnable work on a parked kthread's queue unannounced: it takes it instead
@@ -514,11 +475,11 @@ fn iok_park(k: &'static Kthread, preempted: bool) {
     if last && !preempted && (work_left || rt.inject_len.load(Ordering::SeqCst) > 0) {
         iok.active.fetch_add(1, Ordering::SeqCst);
         k.timers.start_accepting();
-        k.state.store(state::SPINNING, Ordering::SeqCst);
+        k.state.store(KthreadState::Spinning, Ordering::SeqCst);
         return;
     }
-    rt.n_parked.fetch_add(1, Ordering::SeqCst);
-    rt.n_spinning.fetch_sub(1, Ordering::SeqCst);
+    rt.idle.count_parked(true);
+    rt.idle.stop_spinning();
     if last {
         // SAFETY: our own command ring, scheduler context.
         unsafe { crate::iokernel::send_timer_deadline(kio, rt.earliest_timer()) };
@@ -538,26 +499,10 @@ fn iok_park(k: &'static Kthread, preempted: bool) {
     }
     crate::iokernel::poll_own(k);
     iok.active.fetch_add(1, Ordering::SeqCst);
-    rt.n_parked.fetch_sub(1, Ordering::SeqCst);
-    rt.n_spinning.fetch_add(1, Ordering::SeqCst);
+    rt.idle.count_parked(false);
+    rt.idle.start_spinning();
     k.timers.start_accepting();
-    k.state.store(state::SPINNING, Ordering::SeqCst);
-}
-
-/// Leaves the parked list if a waker did not already take us off it.
-fn unpark_self(k: &Kthread) {
-    let rt = k.shared();
-    rt.parked_lock.lock();
-    // SAFETY: parked_lock held.
-    let list = unsafe { &mut *rt.parked.get() };
-    if let Some(pos) = list.iter().position(|&i| i == k.index) {
-        list.swap_remove(pos);
-        rt.n_parked.fetch_sub(1, Ordering::SeqCst);
-        rt.n_spinning.fetch_add(1, Ordering::SeqCst);
-    }
-    // Otherwise wake_one already moved us from parked to spinning.
-    // SAFETY: we hold the lock.
-    unsafe { rt.parked_lock.unlock() };
+    k.state.store(KthreadState::Spinning, Ordering::SeqCst);
 }
 
 /// Switches from the scheduler context into `th`.
@@ -574,17 +519,19 @@ unsafe fn run_from_scheduler(k: &Kthread, th: *mut UThread) {
 /// # Safety
 /// Preemption is disabled; `next` is runnable, owned by the caller, and is not the caller.
 #[inline(always)]
-unsafe fn switch_into(k: &Kthread, save: *mut usize, prev_running: &AtomicU8, next: *mut UThread) {
+unsafe fn switch_into(
+    k: &Kthread,
+    save: *mut usize,
+    prev_running: &RunningFlag,
+    next: *mut UThread,
+) {
     // SAFETY: next is a live uthread (caller's contract).
     let next = unsafe { &*next };
     // It may have been readied before it finished switching away on another kthread.
-    while next.running.load(Ordering::Acquire) != 0 {
-        arch::pause();
-    }
-    next.running.store(1, Ordering::Relaxed);
+    next.running.claim();
     k.set_current(next as *const UThread as *mut UThread);
     // SAFETY: next's saved stack pointer is valid and its context is not running anywhere.
-    unsafe { arch::switch_context(save, next.saved_rsp(), prev_running) };
+    unsafe { arch::switch_context(save, next.saved_rsp(), prev_running.as_switch_flag()) };
 }
 
 /// Switches away from the current uthread, which must already be queued somewhere (or about to
@@ -611,7 +558,13 @@ pub(crate) unsafe fn schedule_away() {
     }
     k.set_current(ptr::null_mut());
     // SAFETY: the scheduler context of this kthread is suspended in run_from_scheduler.
-    unsafe { arch::switch_context(cur.rsp_slot(), k.sched_rsp.get(), &cur.running) };
+    unsafe {
+        arch::switch_context(
+            cur.rsp_slot(),
+            k.sched_rsp.get(),
+            cur.running.as_switch_flag(),
+        )
+    };
 }
 
 /// Makes `th` runnable.
@@ -638,13 +591,13 @@ pub(crate) fn push_local(k: &Kthread, th: usize) {
         return;
     }
     let rt = k.shared();
-    k.lock.lock();
+    let mut taking = k.rq.lock();
     rt.inject_lock.lock();
     // SAFETY: inject_lock held.
     let q = unsafe { &mut *rt.inject.get() };
     let mut moved = 0;
     for _ in 0..RUNQ_CAPACITY / 2 {
-        match k.rq.pop() {
+        match taking.pop() {
             Some(t) => {
                 q.push_back(t);
                 moved += 1;
@@ -657,11 +610,9 @@ pub(crate) fn push_local(k: &Kthread, th: usize) {
     if let Some(iok) = &rt.iok {
         iok.shared_added(moved + 1);
     }
-    // SAFETY: we hold both locks.
-    unsafe {
-        rt.inject_lock.unlock();
-        k.lock.unlock();
-    }
+    // SAFETY: we hold the lock.
+    unsafe { rt.inject_lock.unlock() };
+    drop(taking);
 }
 
 /// Yields the current uthread: it goes to the back of the local queue and the next one runs.
@@ -692,25 +643,29 @@ unsafe fn yield_locked() {
         push_local(k, cur as usize);
         k.set_current(ptr::null_mut());
         // SAFETY: cur is running; the scheduler context is suspended.
-        unsafe { arch::switch_context((*cur).rsp_slot(), k.sched_rsp.get(), &(*cur).running) };
+        unsafe {
+            arch::switch_context(
+                (*cur).rsp_slot(),
+                k.sched_rsp.get(),
+                (*cur).running.as_switch_flag(),
+            )
+        };
         return;
     }
     if k.rq.is_empty() {
         return;
     }
-    k.lock.lock();
-    let next = k.rq.pop();
+    let mut taking = k.rq.lock();
+    let next = taking.pop();
     if let Some(next) = next {
         // There is room: we just took one out, and only we push.
         let _ = k.rq.push(cur as usize);
-        // SAFETY: we hold our own lock.
-        unsafe { k.lock.unlock() };
+        drop(taking);
         k.rcu_gen.fetch_add(1, Ordering::Release);
         // SAFETY: cur is running, next came off our queue.
         unsafe { switch_into(k, (*cur).rsp_slot(), &(*cur).running, next as *mut UThread) };
     } else {
-        // SAFETY: we hold our own lock.
-        unsafe { k.lock.unlock() };
+        drop(taking);
     }
 }
 
@@ -738,7 +693,13 @@ unsafe fn preempted_locked() {
     push_local(k, cur as usize);
     k.set_current(ptr::null_mut());
     // SAFETY: cur is running and now queued; the scheduler context is suspended.
-    unsafe { arch::switch_context((*cur).rsp_slot(), k.sched_rsp.get(), &(*cur).running) };
+    unsafe {
+        arch::switch_context(
+            (*cur).rsp_slot(),
+            k.sched_rsp.get(),
+            (*cur).running.as_switch_flag(),
+        )
+    };
 }
 
 /// A pending preemption became due (the counter dropped to zero): yield the core.
@@ -811,43 +772,12 @@ pub(crate) unsafe fn exit_current() -> ! {
     k.dead.set(cur);
     k.set_current(ptr::null_mut());
     // SAFETY: the scheduler context is suspended; our context is never resumed.
-    unsafe { arch::switch_context((*cur).rsp_slot(), k.sched_rsp.get(), &(*cur).running) };
+    unsafe {
+        arch::switch_context(
+            (*cur).rsp_slot(),
+            k.sched_rsp.get(),
+            (*cur).running.as_switch_flag(),
+        )
+    };
     unreachable!("a dead uthread was resumed");
-}
-
-/// Blocks the calling OS thread while `*word == expected`, for at most `timeout_ns`.
-pub(crate) fn futex_wait(
-    word: &core::sync::atomic::AtomicU32,
-    expected: u32,
-    timeout_ns: Option<u64>,
-) {
-    let ts = timeout_ns.map(|ns| libc::timespec {
-        tv_sec: (ns / 1_000_000_000) as libc::time_t,
-        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
-    });
-    let ts_ptr = ts
-        .as_ref()
-        .map_or(ptr::null(), |t| t as *const libc::timespec);
-    // SAFETY: word is a valid u32 for the duration of the call; the timeout is relative.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
-            expected,
-            ts_ptr,
-        )
-    };
-}
-
-pub(crate) fn futex_wake(word: &core::sync::atomic::AtomicU32) {
-    // SAFETY: waking a futex word has no memory-safety preconditions.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
-            1,
-        )
-    };
 }

@@ -12,7 +12,7 @@ use std::sync::{Condvar as OsCondvar, Mutex as OsMutex, OnceLock};
 use std::time::Duration;
 
 use crate::preempt;
-use crate::sched::kthread::{self, Kthread, state};
+use crate::sched::kthread::{self, Kthread, KthreadState};
 use crate::sync::spin::SpinLock;
 
 /// Every kthread of every runtime in the process (kthreads are never freed).
@@ -71,7 +71,10 @@ pub fn synchronize() {
         .collect();
     for (k, gen_then) in snapshot {
         while k.rcu_gen.load(Ordering::Acquire) == gen_then
-            && !matches!(k.state.load(Ordering::SeqCst), state::PARKED | state::GONE)
+            && !matches!(
+                k.state.load(Ordering::SeqCst),
+                KthreadState::Parked | KthreadState::Gone
+            )
         {
             backoff();
         }

@@ -1,9 +1,6 @@
 //! Test-and-test-and-set spinlock, the building block under every runtime structure.
 
-#[cfg(not(loom))]
-use core::sync::atomic::{AtomicBool, Ordering};
-#[cfg(loom)]
-use loom::sync::atomic::{AtomicBool, Ordering};
+use crate::primitives::{AtomicBool, Ordering, spin_wait_hint};
 
 /// A bare lock word. Callers decide what it protects; [`crate::SpinLock`] wraps it with data
 /// and disables preemption while held.
@@ -56,10 +53,7 @@ impl RawSpinLock {
     fn lock_contended(&self) {
         loop {
             while self.locked.load(Ordering::Relaxed) {
-                #[cfg(loom)]
-                loom::thread::yield_now();
-                #[cfg(not(loom))]
-                core::hint::spin_loop();
+                spin_wait_hint();
             }
             if self.try_lock() {
                 return;
@@ -72,6 +66,33 @@ impl RawSpinLock {
     #[inline]
     pub unsafe fn unlock(&self) {
         self.locked.store(false, Ordering::Release);
+    }
+
+    /// Takes the lock, released when the guard drops. Does not touch preemption: the caller
+    /// keeps it disabled while a uthread holds the guard.
+    #[inline]
+    pub fn guard(&self) -> RawSpinGuard<'_> {
+        self.lock();
+        RawSpinGuard { lock: self }
+    }
+
+    /// Takes the lock if it is free; see [`RawSpinLock::guard`].
+    #[inline]
+    pub fn try_guard(&self) -> Option<RawSpinGuard<'_>> {
+        self.try_lock().then_some(RawSpinGuard { lock: self })
+    }
+}
+
+/// Proof that a [`RawSpinLock`] is held; unlocks it when dropped.
+pub struct RawSpinGuard<'a> {
+    lock: &'a RawSpinLock,
+}
+
+impl Drop for RawSpinGuard<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        // SAFETY: a guard exists only while its lock is held (made by guard/try_guard).
+        unsafe { self.lock.unlock() };
     }
 }
 
