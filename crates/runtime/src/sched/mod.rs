@@ -7,7 +7,8 @@
 //! `Config::spin_before_park` of finding nothing it parks the kthread on a futex.
 //!
 //! Invariants:
-//! - Only a kthread pushes to its own run queue; popping and stealing hold the owner's lock.
+//! - Only a kthread pushes to its own run queue; popping and stealing go through
+//!   `RunQueue::lock` (the `runqueue::Locked` guard).
 //! - A uthread's `running` flag is cleared by the context switch *after* its registers are
 //!   saved; whoever resumes it first waits for the flag to clear. So a uthread may be made
 //!   runnable (even stolen) before it has finished switching away.

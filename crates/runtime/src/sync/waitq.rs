@@ -207,15 +207,13 @@ impl WaitQueue {
     #[inline]
     pub fn with<R>(&self, f: impl FnOnce(&mut WaitList<'_>) -> R) -> R {
         preempt::disable();
-        self.lock.lock();
-        // SAFETY: lock held.
-        let mut list = WaitList {
-            q: unsafe { &mut *self.queue.get() },
-            len: &self.len,
-        };
+        let held = self.lock.guard();
+        // SAFETY: the queue is only touched with the lock held, which `held` proves; the
+        // borrow ends with `list`, before the guard drops.
+        let q = unsafe { &mut *self.queue.get() };
+        let mut list = WaitList { q, len: &self.len };
         let r = f(&mut list);
-        // SAFETY: we hold the lock.
-        unsafe { self.lock.unlock() };
+        drop(held);
         preempt::enable();
         r
     }
