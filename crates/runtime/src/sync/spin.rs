@@ -79,7 +79,8 @@ impl RawSpinLock {
     /// Takes the lock if it is free; see [`RawSpinLock::guard`].
     #[inline]
     pub fn try_guard(&self) -> Option<RawSpinGuard<'_>> {
-        self.try_lock().then_some(RawSpinGuard { lock: self })
+        // Lazily: a guard made for a failed attempt would unlock someone else's lock on drop.
+        self.try_lock().then(|| RawSpinGuard { lock: self })
     }
 }
 
@@ -187,5 +188,26 @@ mod guarded {
             unsafe { self.lock.raw.unlock() };
             crate::preempt::enable();
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::RawSpinLock;
+
+    #[test]
+    fn a_failed_try_guard_leaves_the_lock_held() {
+        let lock = RawSpinLock::new();
+        let held = lock.guard();
+        assert!(lock.try_guard().is_none());
+        assert!(
+            !lock.try_lock(),
+            "the holder's lock was released by a failed attempt"
+        );
+        drop(held);
+        let again = lock.try_guard();
+        assert!(again.is_some());
+        drop(again);
+        assert!(lock.try_lock());
     }
 }
