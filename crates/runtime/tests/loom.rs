@@ -245,7 +245,18 @@ fn timer_added_while_parked_is_watched() {
 /// over before waking it.
 #[test]
 fn wake_and_timeout_race_has_one_winner() {
-    loom::model(|| {
+    loom::model(|| wake_and_timeout_race(true));
+}
+
+/// As above with a waiter that re-checks without being unparked (a timed park that timed
+/// out, as in `block_with_deadline`): only the state's own ordering hands the data over.
+#[test]
+fn wake_and_timeout_race_seen_without_unpark() {
+    loom::model(|| wake_and_timeout_race(false));
+}
+
+fn wake_and_timeout_race(waiter_parks: bool) {
+    {
         let state = Arc::new(AtomicWaitState::new());
         let handed_over = Arc::new(UnsafeCell::new(0u32));
         let wakes = Arc::new(AtomicUsize::new(0));
@@ -283,7 +294,11 @@ fn wake_and_timeout_race_has_one_winner() {
 
         // As block_with for an OS thread.
         while state.load() == WaitState::Waiting {
-            thread::park();
+            if waiter_parks {
+                thread::park();
+            } else {
+                thread::yield_now();
+            }
         }
         let outcome = state.load();
         if outcome == WaitState::Woken {
@@ -296,7 +311,7 @@ fn wake_and_timeout_race_has_one_winner() {
         assert_eq!(outcome == WaitState::Woken, notified);
         assert_eq!(wakes.load(Ordering::Relaxed), 1);
         assert_eq!(state.load(), outcome, "a finished node never changes again");
-    });
+    }
 }
 
 /// A uthread readied while its kthread is still switching away is stolen by another kthread:
