@@ -30,17 +30,17 @@ pub fn spin_wait_hint() {
 /// An `UnsafeCell` with loom's closure-based access, so that loom can check every access to
 /// what a lock protects.
 #[cfg(not(loom))]
-pub(crate) struct Cell<T: ?Sized>(core::cell::UnsafeCell<T>);
+pub(crate) struct UnsafeCell<T: ?Sized>(core::cell::UnsafeCell<T>);
 
 #[cfg(not(loom))]
-impl<T> Cell<T> {
+impl<T> UnsafeCell<T> {
     pub const fn new(value: T) -> Self {
-        Cell(core::cell::UnsafeCell::new(value))
+        UnsafeCell(core::cell::UnsafeCell::new(value))
     }
 }
 
 #[cfg(not(loom))]
-impl<T: ?Sized> Cell<T> {
+impl<T: ?Sized> UnsafeCell<T> {
     /// Runs `f` with a pointer for writing. The caller upholds whatever protects the cell.
     #[inline(always)]
     pub fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
@@ -49,7 +49,7 @@ impl<T: ?Sized> Cell<T> {
 }
 
 #[cfg(loom)]
-pub use loom::cell::UnsafeCell as Cell;
+pub use loom::cell::UnsafeCell;
 
 /// A 32-bit futex word: a value that a thread can sleep on until another changes it.
 pub struct Futex {

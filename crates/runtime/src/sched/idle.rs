@@ -13,7 +13,7 @@
 //! myself parked; read the work": at least one side sees the other. The model in
 //! `tests/loom.rs` (`parked_kthread_is_woken_for_published_work`) checks it.
 
-use crate::primitives::{AtomicUsize, Cell, Futex, Ordering, fence};
+use crate::primitives::{AtomicUsize, Futex, Ordering, UnsafeCell, fence};
 use crate::sync::spin::RawSpinLock;
 
 /// The idle-kthread counters and the parked list of one runtime.
@@ -22,7 +22,7 @@ pub struct Idle {
     n_parked: AtomicUsize,
     parked_lock: RawSpinLock,
     /// Indices of parked kthreads, guarded by `parked_lock`.
-    parked: Cell<Vec<usize>>,
+    parked: UnsafeCell<Vec<usize>>,
 }
 
 // SAFETY: `parked` is only touched with `parked_lock` held; everything else is atomic.
@@ -42,7 +42,7 @@ impl Idle {
             n_spinning: AtomicUsize::new(0),
             n_parked: AtomicUsize::new(0),
             parked_lock: RawSpinLock::new(),
-            parked: Cell::new(Vec::new()),
+            parked: UnsafeCell::new(Vec::new()),
         }
     }
 
