@@ -15,14 +15,27 @@
 #[cfg(not(target_arch = "x86_64"))]
 compile_error!("corral runs on x86-64 only");
 
+// Under loom only the protocols written against `primitives` are built, for tests/loom.rs.
 #[cfg(loom)]
 #[doc(hidden)]
-#[path = "sched/runqueue.rs"]
-pub mod runqueue;
+pub mod primitives;
 #[cfg(loom)]
 #[doc(hidden)]
-#[path = "sync/spin.rs"]
-pub mod spin;
+pub mod sched {
+    pub mod idle;
+    pub mod running;
+    pub mod runqueue;
+    pub mod timer_watch;
+}
+#[cfg(loom)]
+#[doc(hidden)]
+pub mod sync {
+    pub mod spin;
+    pub mod wait_state;
+}
+#[cfg(loom)]
+#[doc(hidden)]
+pub use {sched::runqueue, sync::spin};
 
 #[cfg(not(loom))]
 mod arch;
@@ -36,6 +49,8 @@ mod malloc;
 pub mod net;
 #[cfg(not(loom))]
 pub mod preempt;
+#[cfg(not(loom))]
+mod primitives;
 #[cfg(not(loom))]
 mod runtime;
 #[cfg(not(loom))]

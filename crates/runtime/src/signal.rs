@@ -15,7 +15,7 @@ use std::sync::Once;
 
 use crate::arch;
 use crate::preempt;
-use crate::sched::kthread::{self, KThread, OFF_PREEMPT, PREEMPT_NOT_PENDING};
+use crate::sched::kthread::{self, Kthread, OFF_PREEMPT, PREEMPT_NOT_PENDING};
 use crate::sched::uthread::running_on;
 
 /// The signal iokerneld uses to preempt a kthread.
@@ -282,7 +282,7 @@ fn set_preempt_signal_blocked(blocked: bool) {
 }
 
 /// Marks a pending preemption as handled.
-pub(crate) fn clear_pending(_k: &KThread) {
+pub(crate) fn clear_pending(_k: &Kthread) {
     // SAFETY: called on the kthread `_k` whose %gs we update.
     unsafe { arch::gs_or32::<OFF_PREEMPT>(PREEMPT_NOT_PENDING) };
 }

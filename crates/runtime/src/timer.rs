@@ -62,7 +62,7 @@ impl TimerAction {
             TimerAction::Wake(th) => sched::ready(th),
             TimerAction::Timeout(node) => {
                 // SAFETY: the Arc keeps the node alive.
-                unsafe { waitq::finish(Arc::as_ptr(&node), waitq::TIMED_OUT) };
+                unsafe { waitq::finish(Arc::as_ptr(&node), waitq::WaitState::TimedOut) };
             }
             TimerAction::NetPoll => crate::net::timer_fired(),
         }

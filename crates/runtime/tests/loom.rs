@@ -1,32 +1,43 @@
-//! Model checks of the lock-free pieces: the run queue (owner pushes without a lock, owner and
-//! thieves pop under the owner's lock) and the spinlock.
-//! Run with: RUSTFLAGS="--cfg loom" cargo test -p corral --test loom --release
+//! Model checks of the runtime's concurrency protocols, on the same code the runtime runs
+//! (built against loom's atomics through `corral::primitives`):
+//! - the run queue (owner pushes without a lock, owner and thieves take under its lock) and the
+//!   spinlock;
+//! - the park/wake handshake (`sched::idle`): no lost wake-up;
+//! - the timer watch while parked (`sched::timer_watch`): a new timer is always watched;
+//! - the wait-node state machine (`sync::wait_state`): wake vs timeout has one winner;
+//! - the `running` flag (`sched::running`): a context is resumed only after it is saved.
+//!
+//! Not modelled: the naked-asm context switch (its flag clear is stood in by
+//! `RunningFlag::release`) and the mutex's membarrier-based unlock (loom has no asymmetric
+//! fence); both are covered by the stress tests in `tests/threads.rs` and `tests/sync.rs`.
+//!
+//! Run with: RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 cargo test -p corral --test loom --release
 #![cfg(loom)]
 
+use loom::cell::UnsafeCell;
 use loom::sync::Arc;
+use loom::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use loom::thread;
 
 use corral::runqueue::RunQueue;
+use corral::sched::idle::{Idle, ParkWord};
+use corral::sched::running::RunningFlag;
+use corral::sched::timer_watch::{WatchedDeadline, needs_watcher};
 use corral::spin::RawSpinLock;
+use corral::sync::wait_state::{AtomicWaitState, WaitState};
 
 struct Kthread {
-    lock: RawSpinLock,
     rq: RunQueue,
 }
 
 fn kthread(capacity: usize) -> Arc<Kthread> {
     Arc::new(Kthread {
-        lock: RawSpinLock::new(),
         rq: RunQueue::with_capacity(capacity),
     })
 }
 
 fn pop_locked(k: &Kthread) -> Option<usize> {
-    k.lock.lock();
-    let v = k.rq.pop();
-    // SAFETY: locked just above.
-    unsafe { k.lock.unlock() };
-    v
+    k.rq.lock().pop()
 }
 
 /// The owner pushes (wrapping the small ring) and pops while a thief steals half into its own
@@ -40,10 +51,7 @@ fn push_pop_and_steal_take_each_item_once() {
         let t2 = thief_q.clone();
         let thief = thread::spawn(move || {
             let mut got = Vec::new();
-            v2.lock.lock();
-            v2.rq.steal_half_into(&t2.rq);
-            // SAFETY: locked just above.
-            unsafe { v2.lock.unlock() };
+            v2.rq.lock().steal_half_into(&t2.rq);
             while let Some(x) = pop_locked(&t2) {
                 got.push(x);
             }
@@ -87,10 +95,7 @@ fn steal_sees_published_items_and_wraparound_is_safe() {
         let v2 = victim.clone();
         let t2 = thief_q.clone();
         let thief = thread::spawn(move || {
-            v2.lock.lock();
-            let n = v2.rq.steal_half_into(&t2.rq);
-            // SAFETY: locked just above.
-            unsafe { v2.lock.unlock() };
+            let n = v2.rq.lock().steal_half_into(&t2.rq);
             let mut got = Vec::new();
             while let Some(x) = pop_locked(&t2) {
                 got.push(x);
@@ -118,7 +123,7 @@ fn steal_sees_published_items_and_wraparound_is_safe() {
 fn spinlock_excludes() {
     loom::model(|| {
         let lock = Arc::new(RawSpinLock::new());
-        let counter = Arc::new(loom::cell::UnsafeCell::new(0u32));
+        let counter = Arc::new(UnsafeCell::new(0u32));
         let hs: Vec<_> = (0..2)
             .map(|_| {
                 let lock = lock.clone();
@@ -137,5 +142,212 @@ fn spinlock_excludes() {
         }
         // SAFETY: all writers joined.
         assert_eq!(counter.with(|c| unsafe { *c }), 2);
+    });
+}
+
+/// The park/wake handshake: a kthread finds nothing and parks while another publishes work
+/// and wakes a parked kthread if nobody is spinning. The parker must end up with the work,
+/// either by seeing it in its re-check or by being woken; a lost wake-up leaves it asleep
+/// forever, which loom reports as a deadlock.
+#[test]
+fn parked_kthread_is_woken_for_published_work() {
+    loom::model(|| {
+        let idle = Arc::new(Idle::new());
+        let word = Arc::new(ParkWord::new());
+        let work = Arc::new(AtomicUsize::new(0));
+        // The parker starts out spinning.
+        idle.start_spinning();
+
+        let publisher = {
+            let (idle, word, work) = (idle.clone(), word.clone(), work.clone());
+            thread::spawn(move || {
+                // As Shared::inject / ready: publish, then wake_if_idle.
+                work.store(1, Ordering::Relaxed);
+                if idle.wake_needed()
+                    && let Some(index) = idle.take_parked()
+                {
+                    assert_eq!(index, 0);
+                    word.wake();
+                }
+            })
+        };
+
+        // As sched::park: announce, re-check, sleep until woken.
+        idle.announce_parked(0, &word);
+        let mut woken = work.load(Ordering::SeqCst) != 0;
+        while !woken {
+            woken = word.sleep(None);
+        }
+        idle.leave_parked(0);
+        assert_eq!(
+            work.load(Ordering::Relaxed),
+            1,
+            "woken without the work visible"
+        );
+        publisher.join().unwrap();
+        assert_eq!(idle.n_parked(), 0);
+    });
+}
+
+/// A timer added by a running kthread while another parks: the parker either watches a
+/// deadline no later than the new timer, or is woken to look again. A parker that sleeps past
+/// the timer unwoken stays asleep here (the model gives its sleep no timeout, since waking at
+/// the later deadline would be too late), which loom reports as a deadlock.
+#[test]
+fn timer_added_while_parked_is_watched() {
+    const OWN_TIMER: u64 = 100;
+    const NEW_TIMER: u64 = 50;
+    loom::model(|| {
+        let idle = Arc::new(Idle::new());
+        let word = Arc::new(ParkWord::new());
+        // Earliest timer of each kthread: [the parker, the busy kthread].
+        let next: Arc<[AtomicU64; 2]> =
+            Arc::new([AtomicU64::new(OWN_TIMER), AtomicU64::new(u64::MAX)]);
+        let watched: Arc<[WatchedDeadline; 2]> =
+            Arc::new([WatchedDeadline::new(), WatchedDeadline::new()]);
+        idle.start_spinning();
+
+        let busy = {
+            let (idle, word, next, watched) =
+                (idle.clone(), word.clone(), next.clone(), watched.clone());
+            thread::spawn(move || {
+                // As TimerQueue::insert then Shared::timer_added.
+                next[1].store(NEW_TIMER, Ordering::SeqCst);
+                if needs_watcher(&idle, NEW_TIMER, watched.iter())
+                    && let Some(index) = idle.take_parked()
+                {
+                    assert_eq!(index, 0);
+                    word.wake();
+                }
+            })
+        };
+
+        let earliest = || next.iter().map(|n| n.load(Ordering::SeqCst)).min().unwrap();
+        idle.announce_parked(0, &word);
+        loop {
+            let watch = watched[0].publish(earliest);
+            if watch <= NEW_TIMER {
+                // The sleep's timeout fires in time for the new timer.
+                break;
+            }
+            if word.sleep(None) {
+                break;
+            }
+        }
+        watched[0].clear();
+        idle.leave_parked(0);
+        busy.join().unwrap();
+    });
+}
+
+/// A notifier and a timer race to finish one wait node: exactly one wins, the waiter is
+/// made runnable exactly once, sees the winner's state, and sees what the notifier handed
+/// over before waking it.
+#[test]
+fn wake_and_timeout_race_has_one_winner() {
+    loom::model(|| wake_and_timeout_race(true));
+}
+
+/// As above with a waiter that re-checks without being unparked (a timed park that timed
+/// out, as in `block_with_deadline`): only the state's own ordering hands the data over.
+#[test]
+fn wake_and_timeout_race_seen_without_unpark() {
+    loom::model(|| wake_and_timeout_race(false));
+}
+
+fn wake_and_timeout_race(waiter_parks: bool) {
+    {
+        let state = Arc::new(AtomicWaitState::new());
+        let handed_over = Arc::new(UnsafeCell::new(0u32));
+        let wakes = Arc::new(AtomicUsize::new(0));
+        let waiter = thread::current();
+
+        let notifier = {
+            let (state, handed_over, wakes, waiter) = (
+                state.clone(),
+                handed_over.clone(),
+                wakes.clone(),
+                waiter.clone(),
+            );
+            thread::spawn(move || {
+                // SAFETY: written only before the state leaves Waiting, read only after.
+                handed_over.with_mut(|v| unsafe { *v = 7 });
+                let won = state.finish(WaitState::Woken);
+                if won {
+                    wakes.fetch_add(1, Ordering::Relaxed);
+                    waiter.unpark();
+                }
+                won
+            })
+        };
+        let timer = {
+            let (state, wakes) = (state.clone(), wakes.clone());
+            thread::spawn(move || {
+                let won = state.finish(WaitState::TimedOut);
+                if won {
+                    wakes.fetch_add(1, Ordering::Relaxed);
+                    waiter.unpark();
+                }
+                won
+            })
+        };
+
+        // As block_with for an OS thread.
+        while state.load() == WaitState::Waiting {
+            if waiter_parks {
+                thread::park();
+            } else {
+                thread::yield_now();
+            }
+        }
+        let outcome = state.load();
+        if outcome == WaitState::Woken {
+            // SAFETY: the notifier wrote it before finishing; the Acquire load orders it.
+            assert_eq!(handed_over.with(|v| unsafe { *v }), 7);
+        }
+        let notified = notifier.join().unwrap();
+        let timed_out = timer.join().unwrap();
+        assert!(notified != timed_out, "exactly one party finishes the node");
+        assert_eq!(outcome == WaitState::Woken, notified);
+        assert_eq!(wakes.load(Ordering::Relaxed), 1);
+        assert_eq!(state.load(), outcome, "a finished node never changes again");
+    }
+}
+
+/// A uthread readied while its kthread is still switching away is stolen by another kthread:
+/// the thief resumes it only after the save completed, and then sees the saved context.
+#[test]
+fn resume_waits_for_the_context_save() {
+    loom::model(|| {
+        // The uthread's saved stack pointer, and its running flag (set: it runs on kthread A).
+        let saved_rsp = Arc::new(UnsafeCell::new(0usize));
+        let running = Arc::new(RunningFlag::new(true));
+        let runq = kthread(2);
+
+        let thief = {
+            let (saved_rsp, running, runq) = (saved_rsp.clone(), running.clone(), runq.clone());
+            thread::spawn(move || {
+                // As find_work: take it off the victim's queue, then switch_into.
+                let th = loop {
+                    if let Some(th) = pop_locked(&runq) {
+                        break th;
+                    }
+                    thread::yield_now();
+                };
+                assert_eq!(th, 1);
+                running.claim();
+                // SAFETY: claim returned: the context is saved and nobody else resumes it.
+                let rsp = saved_rsp.with(|r| unsafe { *r });
+                assert_eq!(rsp, 0x1000, "resumed a context that was not saved yet");
+            })
+        };
+
+        // Kthread A: the uthread makes itself runnable (as a wake-up racing its block), then
+        // switches away: save the context, leave the stack, clear the flag (switch_context).
+        runq.rq.push(1).unwrap();
+        // SAFETY: the flag is still set: no other kthread reads the saved context yet.
+        saved_rsp.with_mut(|r| unsafe { *r = 0x1000 });
+        running.release();
+        thief.join().unwrap();
     });
 }

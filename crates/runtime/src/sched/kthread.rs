@@ -13,9 +13,11 @@ use core::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use crate::arch;
 use crate::iokernel::IokKthread;
 use crate::sched::Shared;
+use crate::sched::idle::ParkWord;
+use crate::sched::running::RunningFlag;
 use crate::sched::runqueue::{RUNQ_CAPACITY, RunQueue};
+use crate::sched::timer_watch::WatchedDeadline;
 use crate::sched::uthread::UThread;
-use crate::sync::spin::RawSpinLock;
 use crate::timer::TimerQueue;
 
 /// Bit 31 of the preemption word is set while *no* preemption is pending, so that a single
@@ -23,21 +25,48 @@ use crate::timer::TimerQueue;
 pub(crate) const PREEMPT_NOT_PENDING: u32 = 1 << 31;
 
 /// What a kthread is doing, as other kthreads see it.
-pub(crate) mod state {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum KthreadState {
     /// Running a uthread or its scheduler.
-    pub const RUNNING: u8 = 0;
+    Running = 0,
     /// Polling for work before parking.
-    pub const SPINNING: u8 = 1;
+    Spinning = 1,
     /// Blocked in the kernel, holding no core.
-    pub const PARKED: u8 = 2;
+    Parked = 2,
     /// Exited: the runtime shut down.
-    pub const GONE: u8 = 3;
+    Gone = 3,
+}
+
+/// A [`KthreadState`] that other kthreads read.
+pub(crate) struct AtomicKthreadState(AtomicU8);
+
+impl AtomicKthreadState {
+    fn new(state: KthreadState) -> Self {
+        AtomicKthreadState(AtomicU8::new(state as u8))
+    }
+
+    #[inline]
+    pub fn load(&self, order: Ordering) -> KthreadState {
+        match self.0.load(order) {
+            0 => KthreadState::Running,
+            1 => KthreadState::Spinning,
+            2 => KthreadState::Parked,
+            3 => KthreadState::Gone,
+            v => unreachable!("kthread state {v}: only KthreadState values are ever stored"),
+        }
+    }
+
+    #[inline]
+    pub fn store(&self, state: KthreadState, order: Ordering) {
+        self.0.store(state as u8, order);
+    }
 }
 
 #[repr(C, align(64))]
-pub(crate) struct KThread {
+pub(crate) struct Kthread {
     /// `%gs:0`: this struct's own address.
-    self_ptr: *const KThread,
+    self_ptr: *const Kthread,
     /// `%gs:8`: preemption counter and pending bit.
     preempt: UnsafeCell<u32>,
     _pad: u32,
@@ -51,15 +80,13 @@ pub(crate) struct KThread {
     pub rt: *const Shared,
 
     // Shared with other kthreads.
-    pub lock: RawSpinLock,
     pub rq: RunQueue,
     pub timers: TimerQueue,
-    pub state: AtomicU8,
-    /// 0 while parked and waiting, 1 once woken; the futex word.
-    pub park_word: AtomicU32,
-    /// While parked: the earliest timer deadline (any kthread's) this kthread wakes up for;
-    /// `u64::MAX` otherwise.
-    pub park_deadline: AtomicU64,
+    pub state: AtomicKthreadState,
+    /// What this kthread sleeps on while parked (standalone mode).
+    pub park_word: ParkWord,
+    /// While parked: the earliest timer deadline (any kthread's) this kthread wakes up for.
+    pub park_deadline: WatchedDeadline,
     /// Bumped at every pass through the scheduler: an RCU quiescent state.
     pub rcu_gen: AtomicU64,
     pub tid: AtomicU32,
@@ -69,7 +96,7 @@ pub(crate) struct KThread {
 
     // Owner only.
     pub sched_rsp: Cell<usize>,
-    pub sched_running: AtomicU8,
+    pub sched_running: RunningFlag,
     /// A uthread that exited and whose stack the scheduler must recycle.
     pub dead: Cell<*mut UThread>,
     pub stack_cache: UnsafeCell<Vec<NonNull<UThread>>>,
@@ -82,10 +109,10 @@ pub(crate) struct KThread {
     pub iok: Option<IokKthread>,
 }
 
-pub(crate) const OFF_SELF: usize = offset_of!(KThread, self_ptr);
-pub(crate) const OFF_PREEMPT: usize = offset_of!(KThread, preempt);
-pub(crate) const OFF_FS: usize = offset_of!(KThread, owner_fs);
-pub(crate) const OFF_CURRENT: usize = offset_of!(KThread, current);
+pub(crate) const OFF_SELF: usize = offset_of!(Kthread, self_ptr);
+pub(crate) const OFF_PREEMPT: usize = offset_of!(Kthread, preempt);
+pub(crate) const OFF_FS: usize = offset_of!(Kthread, owner_fs);
+pub(crate) const OFF_CURRENT: usize = offset_of!(Kthread, current);
 
 const _: () = assert!(OFF_SELF == 0 && OFF_PREEMPT == 8 && OFF_FS == 16 && OFF_CURRENT == 24);
 
@@ -95,12 +122,12 @@ static NEXT_ID_BLOCK: AtomicU64 = AtomicU64::new(1);
 
 // SAFETY: fields shared between kthreads are atomics or lock-protected; the owner-only cells
 // are touched only by the OS thread whose %gs points here, with preemption disabled.
-unsafe impl Sync for KThread {}
+unsafe impl Sync for Kthread {}
 // SAFETY: as above.
-unsafe impl Send for KThread {}
+unsafe impl Send for Kthread {}
 
-impl KThread {
-    pub fn new(index: usize, rt: *const Shared, iok: Option<IokKthread>) -> Box<KThread> {
+impl Kthread {
+    pub fn new(index: usize, rt: *const Shared, iok: Option<IokKthread>) -> Box<Kthread> {
         let rq = match &iok {
             Some(iok) => {
                 let (head, tail) = crate::iokernel::runq_counters(iok);
@@ -108,7 +135,7 @@ impl KThread {
             }
             None => RunQueue::new(),
         };
-        let mut k = Box::new(KThread {
+        let mut k = Box::new(Kthread {
             self_ptr: core::ptr::null(),
             preempt: UnsafeCell::new(PREEMPT_NOT_PENDING),
             _pad: 0,
@@ -116,18 +143,17 @@ impl KThread {
             current: Cell::new(core::ptr::null_mut()),
             index,
             rt,
-            lock: RawSpinLock::new(),
             rq,
             timers: TimerQueue::new(),
-            state: AtomicU8::new(state::RUNNING),
-            park_word: AtomicU32::new(0),
-            park_deadline: AtomicU64::new(u64::MAX),
+            state: AtomicKthreadState::new(KthreadState::Running),
+            park_word: ParkWord::new(),
+            park_deadline: WatchedDeadline::new(),
             rcu_gen: AtomicU64::new(0),
             tid: AtomicU32::new(0),
             spawned: AtomicU64::new(0),
             exited: AtomicU64::new(0),
             sched_rsp: Cell::new(0),
-            sched_running: AtomicU8::new(1),
+            sched_running: RunningFlag::new(true),
             dead: Cell::new(core::ptr::null_mut()),
             stack_cache: UnsafeCell::new(Vec::new()),
             rng: Cell::new(0x9E37_79B9_7F4A_7C15 ^ ((index as u64 + 1) << 17)),
@@ -147,7 +173,7 @@ impl KThread {
         // SAFETY: gettid has no preconditions.
         let tid = unsafe { libc::gettid() };
         self.tid.store(tid as u32, Ordering::Relaxed);
-        arch::set_gs_base(self as *const KThread as usize);
+        arch::set_gs_base(self as *const Kthread as usize);
         // The scheduler itself always runs with preemption disabled.
         // SAFETY: only this thread touches the counter and it is not yet visible to signals.
         unsafe { *self.preempt.get() = PREEMPT_NOT_PENDING | 1 };
@@ -230,15 +256,15 @@ std::thread_local! {
 
 /// The kthread the caller runs on, if it runs on one.
 #[inline(always)]
-pub(crate) fn current_kthread() -> Option<&'static KThread> {
+pub(crate) fn current_kthread() -> Option<&'static Kthread> {
     loop {
         let base = arch::gs_base();
         if base == 0 {
             return None;
         }
         // SAFETY: a nonzero gs base in this process is only ever set by bind_current_thread to
-        // a KThread, and KThreads are never freed (see Shared::new), so this is live memory.
-        let k = unsafe { &*(base as *const KThread) };
+        // a Kthread, and Kthreads are never freed (see Shared::new), so this is live memory.
+        let k = unsafe { &*(base as *const Kthread) };
         if k.owner_fs.load(Ordering::Relaxed) == arch::fs_base() {
             return Some(k);
         }
@@ -255,7 +281,7 @@ pub(crate) fn current_kthread() -> Option<&'static KThread> {
 /// # Safety
 /// The caller runs on a kthread, and must not keep the reference across a context switch.
 #[inline(always)]
-pub(crate) unsafe fn this_kthread() -> &'static KThread {
+pub(crate) unsafe fn this_kthread() -> &'static Kthread {
     // SAFETY: per the contract, %gs points at the live kthread we run on.
-    unsafe { &*(arch::gs_read::<OFF_SELF>() as *const KThread) }
+    unsafe { &*(arch::gs_read::<OFF_SELF>() as *const Kthread) }
 }

@@ -7,7 +7,8 @@
 //! `Config::spin_before_park` of finding nothing it parks the kthread on a futex.
 //!
 //! Invariants:
-//! - Only a kthread pushes to its own run queue; popping and stealing hold the owner's lock.
+//! - Only a kthread pushes to its own run queue; popping and stealing go through
+//!   `RunQueue::lock` (the `runqueue::Locked` guard).
 //! - A uthread's `running` flag is cleared by the context switch *after* its registers are
 //!   saved; whoever resumes it first waits for the flag to clear. So a uthread may be made
 //!   runnable (even stolen) before it has finished switching away.
@@ -15,14 +16,17 @@
 //!   parked; a kthread that makes work runnable checks for parked kthreads after publishing it
 //!   (with a full fence between), so no runnable work waits while a kthread sleeps.
 
+pub(crate) mod idle;
 pub(crate) mod kthread;
+pub(crate) mod running;
 pub(crate) mod runqueue;
 pub(crate) mod stack;
+pub(crate) mod timer_watch;
 pub(crate) mod uthread;
 
 use core::cell::UnsafeCell;
 use core::ptr::{self, NonNull};
-use core::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering, fence};
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::collections::VecDeque;
 
 use crate::arch;
@@ -31,7 +35,9 @@ use crate::iokernel::{IokKthread, IokShared};
 use crate::preempt;
 use crate::sync::spin::RawSpinLock;
 use crate::timer;
-use kthread::{KThread, state, this_kthread};
+use idle::Idle;
+use kthread::{Kthread, KthreadState, this_kthread};
+use running::RunningFlag;
 use runqueue::RUNQ_CAPACITY;
 use uthread::UThread;
 
@@ -41,12 +47,10 @@ const POLL_EVERY: u32 = 64;
 
 /// State of one runtime shared by all its kthreads.
 pub(crate) struct Shared {
-    pub kthreads: Box<[&'static KThread]>,
+    pub kthreads: Box<[&'static Kthread]>,
     pub config: Config,
-    pub n_spinning: AtomicUsize,
-    pub n_parked: AtomicUsize,
-    parked_lock: RawSpinLock,
-    parked: UnsafeCell<Vec<usize>>,
+    /// Which kthreads are spinning and parked.
+    pub idle: Idle,
     inject_lock: RawSpinLock,
     inject: UnsafeCell<VecDeque<usize>>,
     inject_len: AtomicUsize,
@@ -80,10 +84,7 @@ impl Shared {
             kthreads: Box::new([]),
             stacks: stack::StackPool::new(config.stack_size),
             config,
-            n_spinning: AtomicUsize::new(0),
-            n_parked: AtomicUsize::new(0),
-            parked_lock: RawSpinLock::new(),
-            parked: UnsafeCell::new(Vec::new()),
+            idle: Idle::new(),
             inject_lock: RawSpinLock::new(),
             inject: UnsafeCell::new(VecDeque::new()),
             inject_len: AtomicUsize::new(0),
@@ -93,12 +94,12 @@ impl Shared {
             net,
         });
         let rt: *const Shared = &*shared;
-        // KThreads are leaked on purpose: an OS thread created by a kthread inherits its %gs
+        // Kthreads are leaked on purpose: an OS thread created by a kthread inherits its %gs
         // base, and `current_kthread` reads through it, so that memory must stay valid.
         shared.kthreads = iok_kthreads
             .into_iter()
             .enumerate()
-            .map(|(i, iok)| &*Box::leak(KThread::new(i, rt, iok)))
+            .map(|(i, iok)| &*Box::leak(Kthread::new(i, rt, iok)))
             .collect();
         shared
     }
@@ -124,7 +125,7 @@ impl Shared {
     }
 
     /// Moves up to `max` injected uthreads into `k`'s run queue; returns the first.
-    fn take_injected(&self, k: &KThread, max: usize) -> Option<usize> {
+    fn take_injected(&self, k: &Kthread, max: usize) -> Option<usize> {
         if self.inject_len.load(Ordering::Relaxed) == 0 || !self.inject_lock.try_lock() {
             return None;
         }
@@ -156,11 +157,7 @@ impl Shared {
             // iokerneld watches the queues and grants a core when work waits.
             return;
         }
-        // Pairs with the fence implied by the RMWs in `park`: either the parker sees our
-        // work, or we see it parked.
-        fence(Ordering::SeqCst);
-        if self.n_spinning.load(Ordering::Relaxed) == 0 && self.n_parked.load(Ordering::Relaxed) > 0
-        {
+        if self.idle.wake_needed() {
             self.wake_one();
         }
     }
@@ -175,26 +172,13 @@ impl Shared {
     }
 
     /// Unparks one kthread, which starts out spinning.
-    fn wake_one(&self) -> bool {
+    fn wake_one(&self) {
+        // A uthread may call this: it must not be preempted while holding the parked list.
         preempt::disable();
-        self.parked_lock.lock();
-        // SAFETY: parked_lock held.
-        let idx = unsafe { (*self.parked.get()).pop() };
-        if idx.is_some() {
-            self.n_parked.fetch_sub(1, Ordering::SeqCst);
-            self.n_spinning.fetch_add(1, Ordering::SeqCst);
-        }
-        // SAFETY: we hold the lock.
-        unsafe { self.parked_lock.unlock() };
+        let index = self.idle.take_parked();
         preempt::enable();
-        match idx {
-            Some(i) => {
-                let k = self.kthreads[i];
-                k.park_word.store(1, Ordering::Release);
-                futex_wake(&k.park_word);
-                true
-            }
-            None => false,
+        if let Some(i) = index {
+            self.kthreads[i].park_word.wake();
         }
     }
 
@@ -213,17 +197,8 @@ impl Shared {
             // Timers are added by running kthreads, and the last one to park reports them.
             return;
         }
-        // Pairs with the publish-then-recheck in `park`.
-        fence(Ordering::SeqCst);
-        if self.n_parked.load(Ordering::SeqCst) == 0 {
-            return;
-        }
-        let watched = self
-            .kthreads
-            .iter()
-            .map(|k| k.park_deadline.load(Ordering::SeqCst))
-            .min();
-        if watched.is_some_and(|w| deadline < w) {
+        let watched = self.kthreads.iter().map(|k| &k.park_deadline);
+        if timer_watch::needs_watcher(&self.idle, deadline, watched) {
             self.wake_one();
         }
     }
@@ -256,8 +231,7 @@ impl Shared {
     pub fn begin_shutdown(&self) {
         self.shutdown.store(true, Ordering::SeqCst);
         for k in self.kthreads.iter() {
-            k.park_word.store(1, Ordering::Release);
-            futex_wake(&k.park_word);
+            k.park_word.wake();
             if let Some(iok) = &k.iok {
                 iok.kick();
             }
@@ -266,33 +240,33 @@ impl Shared {
 }
 
 /// Entry of a kthread's OS thread.
-pub(crate) fn kthread_main(k: &'static KThread) {
+pub(crate) fn kthread_main(k: &'static Kthread) {
     k.bind_current_thread();
     crate::signal::on_kthread_start();
     crate::sync::rcu::register_kthread(k);
     let rt = k.shared();
     if rt.iok.is_some() {
         // Under iokerneld a kthread starts parked and runs only once granted a core.
-        k.state.store(state::PARKED, Ordering::SeqCst);
-        rt.n_parked.fetch_add(1, Ordering::SeqCst);
+        k.state.store(KthreadState::Parked, Ordering::SeqCst);
+        rt.idle.count_parked(true);
         k.iok().wait();
-        rt.n_parked.fetch_sub(1, Ordering::SeqCst);
+        rt.idle.count_parked(false);
         if let Some(iok) = &rt.iok {
             iok.active.fetch_add(1, Ordering::SeqCst);
         }
         // The scheduler context runs with preemption disabled.
         crate::iokernel::poll_own(k);
     }
-    rt.n_spinning.fetch_add(1, Ordering::SeqCst);
-    k.state.store(state::SPINNING, Ordering::SeqCst);
+    rt.idle.start_spinning();
+    k.state.store(KthreadState::Spinning, Ordering::SeqCst);
     sched_main(k);
-    k.state.store(state::GONE, Ordering::SeqCst);
+    k.state.store(KthreadState::Gone, Ordering::SeqCst);
     stack::drain_kthread_cache(k);
     k.unbind_current_thread();
 }
 
 /// The scheduler loop. Runs with preemption disabled, on the kthread's own stack.
-fn sched_main(k: &'static KThread) {
+fn sched_main(k: &'static Kthread) {
     let rt = k.shared();
     // This kthread starts counted as spinning.
     let mut spinning = true;
@@ -304,8 +278,8 @@ fn sched_main(k: &'static KThread) {
             // iokerneld wants the core back, whatever work is queued.
             if !spinning {
                 spinning = true;
-                k.state.store(state::SPINNING, Ordering::Relaxed);
-                rt.n_spinning.fetch_add(1, Ordering::SeqCst);
+                k.state.store(KthreadState::Spinning, Ordering::Relaxed);
+                rt.idle.start_spinning();
             }
             iok_park(k, true);
             spin_start = timer::now_ns();
@@ -314,8 +288,8 @@ fn sched_main(k: &'static KThread) {
         if let Some(th) = find_work(k) {
             if spinning {
                 spinning = false;
-                k.state.store(state::RUNNING, Ordering::Relaxed);
-                if rt.n_spinning.fetch_sub(1, Ordering::SeqCst) == 1 {
+                k.state.store(KthreadState::Running, Ordering::Relaxed);
+                if rt.idle.stop_spinning() {
                     // We were the last one looking: there may be more work (on our queue or
                     // a victim's), so make sure somebody keeps looking.
                     rt.wake_if_idle_after_local_push();
@@ -329,7 +303,7 @@ fn sched_main(k: &'static KThread) {
         }
         if rt.shutdown.load(Ordering::Relaxed) {
             if spinning {
-                rt.n_spinning.fetch_sub(1, Ordering::SeqCst);
+                rt.idle.stop_spinning();
             }
             return;
         }
@@ -337,8 +311,8 @@ fn sched_main(k: &'static KThread) {
         if !spinning {
             spinning = true;
             spin_start = now;
-            k.state.store(state::SPINNING, Ordering::Relaxed);
-            rt.n_spinning.fetch_add(1, Ordering::SeqCst);
+            k.state.store(KthreadState::Spinning, Ordering::Relaxed);
+            rt.idle.start_spinning();
         } else if now.saturating_sub(spin_start) >= rt.config.spin_before_park.as_nanos() as u64
             && rt.iok.as_ref().is_none_or(|iok| k.index >= iok.spinning)
         {
@@ -357,7 +331,7 @@ fn sched_main(k: &'static KThread) {
 
 /// Finds the next uthread for `k`: expired timers, the local queue, the inject queue, then
 /// stealing. Scheduler context only.
-fn find_work(k: &KThread) -> Option<usize> {
+fn find_work(k: &Kthread) -> Option<usize> {
     k.rcu_gen.fetch_add(1, Ordering::Release);
     let rt = k.shared();
     if k.timers.next_deadline() != u64::MAX {
@@ -401,10 +375,11 @@ fn find_work(k: &KThread) -> Option<usize> {
             if ptr::eq(victim, k) {
                 continue;
             }
-            if !victim.rq.is_empty() && victim.lock.try_lock() {
-                let moved = victim.rq.steal_half_into(&k.rq);
-                // SAFETY: we hold the victim's lock.
-                unsafe { victim.lock.unlock() };
+            if !victim.rq.is_empty()
+                && let Some(mut taking) = victim.rq.try_lock()
+            {
+                let moved = taking.steal_half_into(&k.rq);
+                drop(taking);
                 if moved > 0 {
                     return pop_local(k);
                 }
@@ -425,26 +400,22 @@ fn find_work(k: &KThread) -> Option<usize> {
 }
 
 #[inline]
-fn pop_local(k: &KThread) -> Option<usize> {
+fn pop_local(k: &Kthread) -> Option<usize> {
     if k.rq.is_empty() {
         return None;
     }
-    k.lock.lock();
-    let th = k.rq.pop();
-    // SAFETY: we hold our own lock.
-    unsafe { k.lock.unlock() };
-    th
+    k.rq.lock().pop()
 }
 
 /// Parks `k` until it is woken (standalone mode). Returns with `k` counted as spinning.
-fn park(k: &'static KThread) {
+fn park(k: &'static Kthread) {
     let rt = k.shared();
     // Hand our timers to a kthread that is awake; if none is, we keep them and wake ourselves
     // at the earliest deadline.
     if k.timers.next_deadline() != u64::MAX {
         for other in rt.kthreads.iter() {
             if !ptr::eq(*other, k)
-                && other.state.load(Ordering::SeqCst) != state::PARKED
+                && other.state.load(Ordering::SeqCst) != KthreadState::Parked
                 && k.timers.move_all_to(&other.timers)
             {
                 break;
@@ -453,15 +424,8 @@ fn park(k: &'static KThread) {
     }
     k.timers.stop_accepting();
 
-    k.park_word.store(0, Ordering::Relaxed);
-    rt.parked_lock.lock();
-    // SAFETY: parked_lock held.
-    unsafe { (*rt.parked.get()).push(k.index) };
-    k.state.store(state::PARKED, Ordering::SeqCst);
-    rt.n_parked.fetch_add(1, Ordering::SeqCst);
-    rt.n_spinning.fetch_sub(1, Ordering::SeqCst);
-    // SAFETY: we hold the lock.
-    unsafe { rt.parked_lock.unlock() };
+    k.state.store(KthreadState::Parked, Ordering::SeqCst);
+    rt.idle.announce_parked(k.index, &k.park_word);
 
     // Anything published before we were counted as parked must be seen now.
     let mut woken = rt.work_visible(timer::now_ns()) || rt.shutdown.load(Ordering::SeqCst);
@@ -469,25 +433,23 @@ fn park(k: &'static KThread) {
         // Wake for every kthread's timers, not only ours: a kthread busy in a long uthread
         // cannot fire its own. Publish what we watch, then look again, so that a timer added
         // meanwhile is either seen here or sees us (Shared::timer_added).
-        let watch = rt.earliest_timer();
-        k.park_deadline.store(watch, Ordering::SeqCst);
-        let watch = watch.min(rt.earliest_timer());
+        let watch = k.park_deadline.publish(|| rt.earliest_timer());
         let now = timer::now_ns();
         if watch <= now {
             break;
         }
-        futex_wait(&k.park_word, 0, (watch != u64::MAX).then(|| watch - now));
-        woken = k.park_word.load(Ordering::Acquire) == 1 || rt.shutdown.load(Ordering::SeqCst);
+        woken = k.park_word.sleep((watch != u64::MAX).then(|| watch - now))
+            || rt.shutdown.load(Ordering::SeqCst);
     }
-    k.park_deadline.store(u64::MAX, Ordering::SeqCst);
-    unpark_self(k);
+    k.park_deadline.clear();
+    rt.idle.leave_parked(k.index);
     k.timers.start_accepting();
-    k.state.store(state::SPINNING, Ordering::SeqCst);
+    k.state.store(KthreadState::Spinning, Ordering::SeqCst);
 }
 
 /// Parks `k` under iokerneld: reports it and blocks on the eventfd until iokerneld grants a
 /// core again. `preempted`: iokerneld asked for the core. Returns with `k` counted as spinning.
-fn iok_park(k: &'static KThread, preempted: bool) {
+fn iok_park(k: &'static Kthread, preempted: bool) {
     let rt = k.shared();
     let iok = rt.iok.as_ref().expect("iokerneld mode");
     let kio = k.iok();
@@ -496,7 +458,7 @@ fn iok_park(k: &'static KThread, preempted: bool) {
     if k.timers.next_deadline() != u64::MAX {
         for other in rt.kthreads.iter() {
             if !ptr::eq(*other, k)
-                && other.state.load(Ordering::SeqCst) != state::PARKED
+                && other.state.load(Ordering::SeqCst) != KthreadState::Parked
                 && k.timers.move_all_to(&other.timers)
             {
                 break;
@@ -504,7 +466,7 @@ fn iok_park(k: &'static KThread, preempted: bool) {
         }
     }
     k.timers.stop_accepting();
-    k.state.store(state::PARKED, Ordering::SeqCst);
+    k.state.store(KthreadState::Parked, Ordering::SeqCst);
     let last = iok.active.fetch_sub(1, Ordering::SeqCst) == 1;
     // iokerneld watches only the run queues of kthreads that hold a core. The last one must
     // not leave runnable work on a parked kthread's queue unannounced: it takes it instead
@@ -514,11 +476,11 @@ fn iok_park(k: &'static KThread, preempted: bool) {
     if last && !preempted && (work_left || rt.inject_len.load(Ordering::SeqCst) > 0) {
         iok.active.fetch_add(1, Ordering::SeqCst);
         k.timers.start_accepting();
-        k.state.store(state::SPINNING, Ordering::SeqCst);
+        k.state.store(KthreadState::Spinning, Ordering::SeqCst);
         return;
     }
-    rt.n_parked.fetch_add(1, Ordering::SeqCst);
-    rt.n_spinning.fetch_sub(1, Ordering::SeqCst);
+    rt.idle.count_parked(true);
+    rt.idle.stop_spinning();
     if last {
         // SAFETY: our own command ring, scheduler context.
         unsafe { crate::iokernel::send_timer_deadline(kio, rt.earliest_timer()) };
@@ -538,33 +500,17 @@ fn iok_park(k: &'static KThread, preempted: bool) {
     }
     crate::iokernel::poll_own(k);
     iok.active.fetch_add(1, Ordering::SeqCst);
-    rt.n_parked.fetch_sub(1, Ordering::SeqCst);
-    rt.n_spinning.fetch_add(1, Ordering::SeqCst);
+    rt.idle.count_parked(false);
+    rt.idle.start_spinning();
     k.timers.start_accepting();
-    k.state.store(state::SPINNING, Ordering::SeqCst);
-}
-
-/// Leaves the parked list if a waker did not already take us off it.
-fn unpark_self(k: &KThread) {
-    let rt = k.shared();
-    rt.parked_lock.lock();
-    // SAFETY: parked_lock held.
-    let list = unsafe { &mut *rt.parked.get() };
-    if let Some(pos) = list.iter().position(|&i| i == k.index) {
-        list.swap_remove(pos);
-        rt.n_parked.fetch_sub(1, Ordering::SeqCst);
-        rt.n_spinning.fetch_add(1, Ordering::SeqCst);
-    }
-    // Otherwise wake_one already moved us from parked to spinning.
-    // SAFETY: we hold the lock.
-    unsafe { rt.parked_lock.unlock() };
+    k.state.store(KthreadState::Spinning, Ordering::SeqCst);
 }
 
 /// Switches from the scheduler context into `th`.
 ///
 /// # Safety
 /// Scheduler context of `k`; `th` is runnable and owned by nobody else.
-unsafe fn run_from_scheduler(k: &KThread, th: *mut UThread) {
+unsafe fn run_from_scheduler(k: &Kthread, th: *mut UThread) {
     // SAFETY: forwarded.
     unsafe { switch_into(k, k.sched_rsp.as_ptr(), &k.sched_running, th) };
 }
@@ -574,17 +520,19 @@ unsafe fn run_from_scheduler(k: &KThread, th: *mut UThread) {
 /// # Safety
 /// Preemption is disabled; `next` is runnable, owned by the caller, and is not the caller.
 #[inline(always)]
-unsafe fn switch_into(k: &KThread, save: *mut usize, prev_running: &AtomicU8, next: *mut UThread) {
+unsafe fn switch_into(
+    k: &Kthread,
+    save: *mut usize,
+    prev_running: &RunningFlag,
+    next: *mut UThread,
+) {
     // SAFETY: next is a live uthread (caller's contract).
     let next = unsafe { &*next };
     // It may have been readied before it finished switching away on another kthread.
-    while next.running.load(Ordering::Acquire) != 0 {
-        arch::pause();
-    }
-    next.running.store(1, Ordering::Relaxed);
+    next.running.claim();
     k.set_current(next as *const UThread as *mut UThread);
     // SAFETY: next's saved stack pointer is valid and its context is not running anywhere.
-    unsafe { arch::switch_context(save, next.saved_rsp(), prev_running) };
+    unsafe { arch::switch_context(save, next.saved_rsp(), prev_running.as_switch_flag()) };
 }
 
 /// Switches away from the current uthread, which must already be queued somewhere (or about to
@@ -611,7 +559,13 @@ pub(crate) unsafe fn schedule_away() {
     }
     k.set_current(ptr::null_mut());
     // SAFETY: the scheduler context of this kthread is suspended in run_from_scheduler.
-    unsafe { arch::switch_context(cur.rsp_slot(), k.sched_rsp.get(), &cur.running) };
+    unsafe {
+        arch::switch_context(
+            cur.rsp_slot(),
+            k.sched_rsp.get(),
+            cur.running.as_switch_flag(),
+        )
+    };
 }
 
 /// Makes `th` runnable.
@@ -633,18 +587,18 @@ pub(crate) fn ready(th: NonNull<UThread>) {
 }
 
 /// Pushes onto `k`'s own run queue, spilling half of it to the inject queue when full.
-pub(crate) fn push_local(k: &KThread, th: usize) {
+pub(crate) fn push_local(k: &Kthread, th: usize) {
     if k.rq.push(th).is_ok() {
         return;
     }
     let rt = k.shared();
-    k.lock.lock();
+    let mut taking = k.rq.lock();
     rt.inject_lock.lock();
     // SAFETY: inject_lock held.
     let q = unsafe { &mut *rt.inject.get() };
     let mut moved = 0;
     for _ in 0..RUNQ_CAPACITY / 2 {
-        match k.rq.pop() {
+        match taking.pop() {
             Some(t) => {
                 q.push_back(t);
                 moved += 1;
@@ -657,11 +611,9 @@ pub(crate) fn push_local(k: &KThread, th: usize) {
     if let Some(iok) = &rt.iok {
         iok.shared_added(moved + 1);
     }
-    // SAFETY: we hold both locks.
-    unsafe {
-        rt.inject_lock.unlock();
-        k.lock.unlock();
-    }
+    // SAFETY: we hold the lock.
+    unsafe { rt.inject_lock.unlock() };
+    drop(taking);
 }
 
 /// Yields the current uthread: it goes to the back of the local queue and the next one runs.
@@ -692,25 +644,29 @@ unsafe fn yield_locked() {
         push_local(k, cur as usize);
         k.set_current(ptr::null_mut());
         // SAFETY: cur is running; the scheduler context is suspended.
-        unsafe { arch::switch_context((*cur).rsp_slot(), k.sched_rsp.get(), &(*cur).running) };
+        unsafe {
+            arch::switch_context(
+                (*cur).rsp_slot(),
+                k.sched_rsp.get(),
+                (*cur).running.as_switch_flag(),
+            )
+        };
         return;
     }
     if k.rq.is_empty() {
         return;
     }
-    k.lock.lock();
-    let next = k.rq.pop();
+    let mut taking = k.rq.lock();
+    let next = taking.pop();
     if let Some(next) = next {
         // There is room: we just took one out, and only we push.
         let _ = k.rq.push(cur as usize);
-        // SAFETY: we hold our own lock.
-        unsafe { k.lock.unlock() };
+        drop(taking);
         k.rcu_gen.fetch_add(1, Ordering::Release);
         // SAFETY: cur is running, next came off our queue.
         unsafe { switch_into(k, (*cur).rsp_slot(), &(*cur).running, next as *mut UThread) };
     } else {
-        // SAFETY: we hold our own lock.
-        unsafe { k.lock.unlock() };
+        drop(taking);
     }
 }
 
@@ -738,7 +694,13 @@ unsafe fn preempted_locked() {
     push_local(k, cur as usize);
     k.set_current(ptr::null_mut());
     // SAFETY: cur is running and now queued; the scheduler context is suspended.
-    unsafe { arch::switch_context((*cur).rsp_slot(), k.sched_rsp.get(), &(*cur).running) };
+    unsafe {
+        arch::switch_context(
+            (*cur).rsp_slot(),
+            k.sched_rsp.get(),
+            (*cur).running.as_switch_flag(),
+        )
+    };
 }
 
 /// A pending preemption became due (the counter dropped to zero): yield the core.
@@ -789,7 +751,7 @@ fn switch_not_allowed(depth: u32) -> ! {
 }
 
 /// Recycles the uthread that just exited on `k`, if any.
-fn reap_dead(k: &KThread) {
+fn reap_dead(k: &Kthread) {
     let dead = k.dead.replace(ptr::null_mut());
     if let Some(dead) = NonNull::new(dead) {
         kthread::bump(&k.exited);
@@ -811,43 +773,12 @@ pub(crate) unsafe fn exit_current() -> ! {
     k.dead.set(cur);
     k.set_current(ptr::null_mut());
     // SAFETY: the scheduler context is suspended; our context is never resumed.
-    unsafe { arch::switch_context((*cur).rsp_slot(), k.sched_rsp.get(), &(*cur).running) };
+    unsafe {
+        arch::switch_context(
+            (*cur).rsp_slot(),
+            k.sched_rsp.get(),
+            (*cur).running.as_switch_flag(),
+        )
+    };
     unreachable!("a dead uthread was resumed");
-}
-
-/// Blocks the calling OS thread while `*word == expected`, for at most `timeout_ns`.
-pub(crate) fn futex_wait(
-    word: &core::sync::atomic::AtomicU32,
-    expected: u32,
-    timeout_ns: Option<u64>,
-) {
-    let ts = timeout_ns.map(|ns| libc::timespec {
-        tv_sec: (ns / 1_000_000_000) as libc::time_t,
-        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
-    });
-    let ts_ptr = ts
-        .as_ref()
-        .map_or(ptr::null(), |t| t as *const libc::timespec);
-    // SAFETY: word is a valid u32 for the duration of the call; the timeout is relative.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
-            expected,
-            ts_ptr,
-        )
-    };
-}
-
-pub(crate) fn futex_wake(word: &core::sync::atomic::AtomicU32) {
-    // SAFETY: waking a futex word has no memory-safety preconditions.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
-            1,
-        )
-    };
 }

@@ -1,17 +1,16 @@
 //! The per-kthread run queue: a bounded ring that only its owner pushes to, so that readying a
 //! uthread costs two plain stores and no atomic read-modify-write. Popping and stealing move the
-//! head; both happen under the owning kthread's lock, which the caller holds.
+//! head; both happen under the queue's lock, so they are methods of [`Locked`], the proof that
+//! the lock is held.
 //!
 //! Under iokerneld the head and tail counters live in the kthread's shared cache line, where
 //! the core allocator reads them every pass to tell whether a uthread has waited a whole
 //! interval. They are the queue's own counters, not copies, so what iokerneld sees is never
 //! more than the queue held.
 
+use crate::primitives::{AtomicU32, AtomicUsize, Ordering};
+use crate::sync::spin::{RawSpinGuard, RawSpinLock};
 use core::ptr::NonNull;
-#[cfg(not(loom))]
-use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
-#[cfg(loom)]
-use loom::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 /// Default run queue capacity; a power of two so that indices may wrap freely.
 pub const RUNQ_CAPACITY: usize = 256;
@@ -21,7 +20,9 @@ struct CacheLine<T>(T);
 
 /// Entries are nonzero `usize`s (pointers to uthreads in the runtime).
 pub struct RunQueue {
-    /// Next entry to take. Written only under the owner's lock.
+    /// Serializes the takers (the owner popping, thieves stealing); the owner pushes without it.
+    lock: RawSpinLock,
+    /// Next entry to take. Written only under `lock`.
     head: NonNull<AtomicU32>,
     /// Next free slot. Written only by the owner.
     tail: NonNull<AtomicU32>,
@@ -56,6 +57,7 @@ impl RunQueue {
         );
         let own = Box::new([CacheLine(AtomicU32::new(0)), CacheLine(AtomicU32::new(0))]);
         RunQueue {
+            lock: RawSpinLock::new(),
             head: NonNull::from(&own[0].0),
             tail: NonNull::from(&own[1].0),
             _own: Some(own),
@@ -123,42 +125,22 @@ impl RunQueue {
         Ok(())
     }
 
-    /// Takes the oldest entry. The caller holds the owner's lock.
+    /// Locks the taking end. A uthread keeps preemption disabled while it holds the result.
     #[inline]
-    pub fn pop(&self) -> Option<usize> {
-        let head = self.head().load(Ordering::Relaxed);
-        let tail = self.tail().load(Ordering::Acquire);
-        if head == tail {
-            return None;
+    pub fn lock(&self) -> Locked<'_> {
+        Locked {
+            rq: self,
+            _held: self.lock.guard(),
         }
-        let item = self.slot(head).load(Ordering::Relaxed);
-        self.head().store(head.wrapping_add(1), Ordering::Release);
-        Some(item)
     }
 
-    /// Moves half (rounded up) of this queue's entries into `into`, which must be the caller's own,
-    /// empty queue. The caller holds this queue's owner's lock. Returns how many moved.
-    pub fn steal_half_into(&self, into: &RunQueue) -> usize {
-        let head = self.head().load(Ordering::Relaxed);
-        let tail = self.tail().load(Ordering::Acquire);
-        let available = tail.wrapping_sub(head) as usize;
-        if available == 0 {
-            return 0;
-        }
-        let take = available.div_ceil(2);
-        let mut moved = 0;
-        for i in 0..take {
-            let item = self
-                .slot(head.wrapping_add(i as u32))
-                .load(Ordering::Relaxed);
-            if into.push(item).is_err() {
-                break;
-            }
-            moved += 1;
-        }
-        self.head()
-            .store(head.wrapping_add(moved as u32), Ordering::Release);
-        moved
+    /// Locks the taking end if nobody else holds it.
+    #[inline]
+    pub fn try_lock(&self) -> Option<Locked<'_>> {
+        Some(Locked {
+            rq: self,
+            _held: self.lock.try_guard()?,
+        })
     }
 
     /// A racy length: exact when called by the owner with its lock held.
@@ -172,5 +154,51 @@ impl RunQueue {
     #[inline]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// A run queue with its lock held: the only way to take entries out of it.
+pub struct Locked<'a> {
+    rq: &'a RunQueue,
+    _held: RawSpinGuard<'a>,
+}
+
+impl Locked<'_> {
+    /// Takes the oldest entry.
+    #[inline]
+    pub fn pop(&mut self) -> Option<usize> {
+        let rq = self.rq;
+        let head = rq.head().load(Ordering::Relaxed);
+        let tail = rq.tail().load(Ordering::Acquire);
+        if head == tail {
+            return None;
+        }
+        let item = rq.slot(head).load(Ordering::Relaxed);
+        rq.head().store(head.wrapping_add(1), Ordering::Release);
+        Some(item)
+    }
+
+    /// Moves half (rounded up) of this queue's entries into `into`, which must be the caller's
+    /// own, empty queue. Returns how many moved.
+    pub fn steal_half_into(&mut self, into: &RunQueue) -> usize {
+        let rq = self.rq;
+        let head = rq.head().load(Ordering::Relaxed);
+        let tail = rq.tail().load(Ordering::Acquire);
+        let available = tail.wrapping_sub(head) as usize;
+        if available == 0 {
+            return 0;
+        }
+        let take = available.div_ceil(2);
+        let mut moved = 0;
+        for i in 0..take {
+            let item = rq.slot(head.wrapping_add(i as u32)).load(Ordering::Relaxed);
+            if into.push(item).is_err() {
+                break;
+            }
+            moved += 1;
+        }
+        rq.head()
+            .store(head.wrapping_add(moved as u32), Ordering::Release);
+        moved
     }
 }

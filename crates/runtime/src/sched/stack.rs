@@ -8,7 +8,7 @@ use std::io;
 
 use crate::config::page_size;
 use crate::sched::Shared;
-use crate::sched::kthread::KThread;
+use crate::sched::kthread::Kthread;
 use crate::sched::uthread::UThread;
 use crate::sync::spin::RawSpinLock;
 
@@ -65,7 +65,7 @@ pub(crate) fn round_stack_size(bytes: usize) -> usize {
 /// A control block plus stack of `stack_size` usable bytes (already page-rounded).
 /// `k` is the caller's kthread, if any; preemption must be disabled when it is given.
 pub(crate) fn alloc(
-    k: Option<&KThread>,
+    k: Option<&Kthread>,
     rt: &Shared,
     stack_size: usize,
 ) -> io::Result<NonNull<UThread>> {
@@ -148,7 +148,7 @@ pub(crate) unsafe fn unmap(th: NonNull<UThread>) {
 }
 
 /// Recycles the stack of a uthread that exited on `k`. Scheduler context of `k`.
-pub(crate) fn release(k: &KThread, th: NonNull<UThread>) {
+pub(crate) fn release(k: &Kthread, th: NonNull<UThread>) {
     // SAFETY: the uthread is dead and its context never runs again.
     let t = unsafe { th.as_ref() };
     t.clear_for_reuse();
@@ -176,7 +176,7 @@ pub(crate) fn release(k: &KThread, th: NonNull<UThread>) {
 }
 
 /// Returns a stopping kthread's cached stacks to the system.
-pub(crate) fn drain_kthread_cache(k: &KThread) {
+pub(crate) fn drain_kthread_cache(k: &Kthread) {
     // SAFETY: owner-only cache, the kthread is stopping.
     let cache = unsafe { &mut *k.stack_cache.get() };
     for th in cache.drain(..) {

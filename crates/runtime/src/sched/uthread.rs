@@ -4,7 +4,7 @@ use core::cell::{Cell, UnsafeCell};
 use core::fmt;
 use core::num::NonZeroU64;
 use core::ptr::{self, NonNull};
-use core::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicUsize, Ordering};
 use std::any::Any;
 use std::io;
 use std::panic::{self, AssertUnwindSafe};
@@ -13,7 +13,8 @@ use std::sync::Arc;
 use crate::arch;
 use crate::config::check_stack_size;
 use crate::preempt;
-use crate::sched::kthread::{self, KThread};
+use crate::sched::kthread::{self, Kthread};
+use crate::sched::running::RunningFlag;
 use crate::sched::{self, Shared, stack};
 use crate::sync::waitq::{self, WaitNode};
 
@@ -25,7 +26,7 @@ const INLINE_CLOSURE_MAX: usize = 1024;
 pub(crate) struct UThread {
     rsp: UnsafeCell<usize>,
     /// 1 from the moment a kthread decides to run it until its context is fully saved.
-    pub running: AtomicU8,
+    pub running: RunningFlag,
     id: Cell<u64>,
     name: UnsafeCell<Option<Box<str>>>,
     rt: Cell<*const Shared>,
@@ -42,7 +43,7 @@ impl UThread {
     pub fn new(map_base: usize, map_len: usize, stack_size: usize) -> UThread {
         UThread {
             rsp: UnsafeCell::new(0),
-            running: AtomicU8::new(0),
+            running: RunningFlag::new(false),
             id: Cell::new(0),
             name: UnsafeCell::new(None),
             rt: Cell::new(ptr::null()),
@@ -100,7 +101,7 @@ impl UThread {
     pub fn clear_for_reuse(&self) {
         // SAFETY: the uthread is dead; nobody reads its name.
         unsafe { *self.name.get() = None };
-        self.running.store(0, Ordering::Relaxed);
+        self.running.release();
     }
 }
 
@@ -429,7 +430,7 @@ unsafe fn prepare<F: FnOnce() + Send + 'static>(
     // SAFETY: nobody reads the name of a uthread that is not running yet.
     unsafe { *t.name.get() = name };
     t.rt.set(rt);
-    t.running.store(0, Ordering::Relaxed);
+    t.running.release();
     let header = th.as_ptr() as usize;
     let top = if size_of::<F>() <= INLINE_CLOSURE_MAX && align_of::<F>() <= 64 {
         let at = (header - size_of::<F>()) & !(align_of::<F>().max(16) - 1);
@@ -476,7 +477,7 @@ unsafe extern "C" fn uthread_start(th: usize) -> ! {
 }
 
 /// For diagnostics: the current uthread of `k`, if any.
-pub(crate) fn running_on(k: &KThread) -> Option<&UThread> {
+pub(crate) fn running_on(k: &Kthread) -> Option<&UThread> {
     // SAFETY: the current uthread is alive while it is current.
     unsafe { k.current().as_ref() }
 }

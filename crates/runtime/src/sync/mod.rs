@@ -6,5 +6,6 @@ pub(crate) mod mutex;
 pub mod rcu;
 pub(crate) mod rwlock;
 pub(crate) mod spin;
+pub(crate) mod wait_state;
 pub(crate) mod waitgroup;
 pub(crate) mod waitq;

@@ -12,15 +12,15 @@ use std::sync::{Condvar as OsCondvar, Mutex as OsMutex, OnceLock};
 use std::time::Duration;
 
 use crate::preempt;
-use crate::sched::kthread::{self, KThread, state};
+use crate::sched::kthread::{self, Kthread, KthreadState};
 use crate::sync::spin::SpinLock;
 
 /// Every kthread of every runtime in the process (kthreads are never freed).
-static KTHREADS: SpinLock<Vec<&'static KThread>> = SpinLock::new(Vec::new());
+static KTHREADS: SpinLock<Vec<&'static Kthread>> = SpinLock::new(Vec::new());
 /// Read sections currently open on threads that are not kthreads.
 static FOREIGN_READERS: AtomicUsize = AtomicUsize::new(0);
 
-pub(crate) fn register_kthread(k: &'static KThread) {
+pub(crate) fn register_kthread(k: &'static Kthread) {
     KTHREADS.lock().push(k);
 }
 
@@ -62,16 +62,19 @@ impl Drop for RcuReadGuard {
 /// Waits until every read section that was open when it was called has ended.
 pub fn synchronize() {
     fence(Ordering::SeqCst);
-    let me = kthread::current_kthread().map(|k| k as *const KThread);
-    let snapshot: Vec<(&'static KThread, u64)> = KTHREADS
+    let me = kthread::current_kthread().map(|k| k as *const Kthread);
+    let snapshot: Vec<(&'static Kthread, u64)> = KTHREADS
         .lock()
         .iter()
-        .filter(|k| Some(**k as *const KThread) != me)
+        .filter(|k| Some(**k as *const Kthread) != me)
         .map(|k| (*k, k.rcu_gen.load(Ordering::Acquire)))
         .collect();
     for (k, gen_then) in snapshot {
         while k.rcu_gen.load(Ordering::Acquire) == gen_then
-            && !matches!(k.state.load(Ordering::SeqCst), state::PARKED | state::GONE)
+            && !matches!(
+                k.state.load(Ordering::SeqCst),
+                KthreadState::Parked | KthreadState::Gone
+            )
         {
             backoff();
         }

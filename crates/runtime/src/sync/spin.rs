@@ -1,9 +1,6 @@
 //! Test-and-test-and-set spinlock, the building block under every runtime structure.
 
-#[cfg(not(loom))]
-use core::sync::atomic::{AtomicBool, Ordering};
-#[cfg(loom)]
-use loom::sync::atomic::{AtomicBool, Ordering};
+use crate::primitives::{AtomicBool, Ordering, spin_wait_hint};
 
 /// A bare lock word. Callers decide what it protects; [`crate::SpinLock`] wraps it with data
 /// and disables preemption while held.
@@ -56,10 +53,7 @@ impl RawSpinLock {
     fn lock_contended(&self) {
         loop {
             while self.locked.load(Ordering::Relaxed) {
-                #[cfg(loom)]
-                loom::thread::yield_now();
-                #[cfg(not(loom))]
-                core::hint::spin_loop();
+                spin_wait_hint();
             }
             if self.try_lock() {
                 return;
@@ -72,6 +66,34 @@ impl RawSpinLock {
     #[inline]
     pub unsafe fn unlock(&self) {
         self.locked.store(false, Ordering::Release);
+    }
+
+    /// Takes the lock, released when the guard drops. Does not touch preemption: the caller
+    /// keeps it disabled while a uthread holds the guard.
+    #[inline]
+    pub fn guard(&self) -> RawSpinGuard<'_> {
+        self.lock();
+        RawSpinGuard { lock: self }
+    }
+
+    /// Takes the lock if it is free; see [`RawSpinLock::guard`].
+    #[inline]
+    pub fn try_guard(&self) -> Option<RawSpinGuard<'_>> {
+        // Lazily: a guard made for a failed attempt would unlock someone else's lock on drop.
+        self.try_lock().then(|| RawSpinGuard { lock: self })
+    }
+}
+
+/// Proof that a [`RawSpinLock`] is held; unlocks it when dropped.
+pub struct RawSpinGuard<'a> {
+    lock: &'a RawSpinLock,
+}
+
+impl Drop for RawSpinGuard<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        // SAFETY: a guard exists only while its lock is held (made by guard/try_guard).
+        unsafe { self.lock.unlock() };
     }
 }
 
@@ -166,5 +188,26 @@ mod guarded {
             unsafe { self.lock.raw.unlock() };
             crate::preempt::enable();
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::RawSpinLock;
+
+    #[test]
+    fn a_failed_try_guard_leaves_the_lock_held() {
+        let lock = RawSpinLock::new();
+        let held = lock.guard();
+        assert!(lock.try_guard().is_none());
+        assert!(
+            !lock.try_lock(),
+            "the holder's lock was released by a failed attempt"
+        );
+        drop(held);
+        let again = lock.try_guard();
+        assert!(again.is_some());
+        drop(again);
+        assert!(lock.try_lock());
     }
 }

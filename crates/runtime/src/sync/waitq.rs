@@ -1,12 +1,12 @@
 //! Blocking: wait nodes and wait queues shared by every primitive that can block.
 //!
 //! A blocked thread (a uthread, or an ordinary OS thread using the same primitive) is described
-//! by a [`WaitNode`]. Exactly one party moves a node out of `WAITING` (with a compare-exchange)
-//! and that party wakes the thread: a notifier, or a timer for timed waits.
+//! by a [`WaitNode`]. Exactly one party moves a node out of [`WaitState::Waiting`] (see
+//! `wait_state`) and that party wakes the thread: a notifier, or a timer for timed waits.
 
 use core::cell::UnsafeCell;
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicUsize, Ordering};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -15,11 +15,9 @@ use crate::sched::kthread::{self, this_kthread};
 use crate::sched::uthread::UThread;
 use crate::sched::{self};
 use crate::sync::spin::RawSpinLock;
+use crate::sync::wait_state::AtomicWaitState;
+pub(crate) use crate::sync::wait_state::WaitState;
 use crate::timer::{self, TimerAction};
-
-pub(crate) const WAITING: u8 = 0;
-pub(crate) const WOKEN: u8 = 1;
-pub(crate) const TIMED_OUT: u8 = 2;
 
 enum Who {
     UThread(NonNull<UThread>),
@@ -28,7 +26,7 @@ enum Who {
 
 pub(crate) struct WaitNode {
     who: Who,
-    state: AtomicU8,
+    state: AtomicWaitState,
 }
 
 // SAFETY: the uthread pointer is only used to make that uthread runnable, which any thread may do.
@@ -50,12 +48,12 @@ impl WaitNode {
         };
         WaitNode {
             who,
-            state: AtomicU8::new(WAITING),
+            state: AtomicWaitState::new(),
         }
     }
 
-    pub fn state(&self) -> u8 {
-        self.state.load(Ordering::Acquire)
+    pub fn state(&self) -> WaitState {
+        self.state.load()
     }
 }
 
@@ -63,27 +61,21 @@ impl WaitNode {
 ///
 /// # Safety
 /// `node` is alive: its thread is blocked on it (a node is not freed before it is finished).
-pub(crate) unsafe fn finish(node: *const WaitNode, to: u8) -> bool {
+pub(crate) unsafe fn finish(node: *const WaitNode, to: WaitState) -> bool {
     // SAFETY: per the contract.
     let n = unsafe { &*node };
     // Read what we need before the exchange: afterwards the node may be freed.
     match &n.who {
         Who::UThread(th) => {
             let th = *th;
-            if n.state
-                .compare_exchange(WAITING, to, Ordering::AcqRel, Ordering::Acquire)
-                .is_err()
-            {
+            if !n.state.finish(to) {
                 return false;
             }
             sched::ready(th);
         }
         Who::Os(t) => {
             let t = t.clone();
-            if n.state
-                .compare_exchange(WAITING, to, Ordering::AcqRel, Ordering::Acquire)
-                .is_err()
-            {
+            if !n.state.finish(to) {
                 return false;
             }
             t.unpark();
@@ -96,7 +88,7 @@ pub(crate) unsafe fn finish(node: *const WaitNode, to: u8) -> bool {
 /// As for [`finish`].
 pub(crate) unsafe fn wake(node: *const WaitNode) -> bool {
     // SAFETY: forwarded.
-    unsafe { finish(node, WOKEN) }
+    unsafe { finish(node, WaitState::Woken) }
 }
 
 /// Blocks the caller on `node`. `enqueue` runs with preemption disabled; it publishes the node
@@ -115,7 +107,7 @@ pub(crate) fn block_with(node: &WaitNode, enqueue: impl FnOnce() -> bool) {
         }
         Who::Os(_) => {
             if enqueue() {
-                while node.state() == WAITING {
+                while node.state() == WaitState::Waiting {
                     std::thread::park();
                 }
             }
@@ -147,11 +139,11 @@ pub(crate) fn block_with_deadline(
         }
         Who::Os(_) => {
             if enqueue() {
-                while node.state() == WAITING {
+                while node.state() == WaitState::Waiting {
                     let now = timer::now_ns();
                     if now >= deadline {
                         // SAFETY: we own the node.
-                        unsafe { finish(Arc::as_ptr(node), TIMED_OUT) };
+                        unsafe { finish(Arc::as_ptr(node), WaitState::TimedOut) };
                         break;
                     }
                     std::thread::park_timeout(std::time::Duration::from_nanos(deadline - now));
@@ -159,7 +151,7 @@ pub(crate) fn block_with_deadline(
             }
         }
     }
-    node.state() == TIMED_OUT
+    node.state() == WaitState::TimedOut
 }
 
 /// A queued waiter: a node on the blocked thread's stack, or a shared one for timed waits.
@@ -180,7 +172,7 @@ impl WaitRef {
     /// As for [`finish`].
     pub unsafe fn wake(self) -> bool {
         // SAFETY: forwarded; for Shared our Arc keeps the node alive.
-        unsafe { finish(self.node(), WOKEN) }
+        unsafe { finish(self.node(), WaitState::Woken) }
     }
 }
 
@@ -215,15 +207,13 @@ impl WaitQueue {
     #[inline]
     pub fn with<R>(&self, f: impl FnOnce(&mut WaitList<'_>) -> R) -> R {
         preempt::disable();
-        self.lock.lock();
-        // SAFETY: lock held.
-        let mut list = WaitList {
-            q: unsafe { &mut *self.queue.get() },
-            len: &self.len,
-        };
+        let held = self.lock.guard();
+        // SAFETY: the queue is only touched with the lock held, which `held` proves; the
+        // borrow ends with `list`, before the guard drops.
+        let q = unsafe { &mut *self.queue.get() };
+        let mut list = WaitList { q, len: &self.len };
         let r = f(&mut list);
-        // SAFETY: we hold the lock.
-        unsafe { self.lock.unlock() };
+        drop(held);
         preempt::enable();
         r
     }

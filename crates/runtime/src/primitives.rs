@@ -1,0 +1,142 @@
+//! The concurrency primitives the scheduler and the sync primitives are built on: atomics,
+//! interior-mutable cells and a futex word. Normally these are the std/libc ones; under
+//! `--cfg loom` they are loom's, so that the protocols built on them (see the `tests/loom.rs`
+//! models) run under the model checker unchanged.
+//!
+//! The futex is modelled with a loom `Mutex` + `Condvar`: the value check and the sleep happen
+//! under the mutex, and a wake takes the mutex before notifying, which is exactly the atomicity
+//! the kernel gives `FUTEX_WAIT` against `FUTEX_WAKE`. A timed wait may return at any time under
+//! loom (as a real one may on timeout or a signal), so every caller re-checks its condition.
+
+#[cfg(not(loom))]
+pub(crate) use core::sync::atomic::{
+    AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+};
+#[cfg(loom)]
+pub use loom::sync::atomic::{
+    AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+};
+
+/// What a busy-wait loop does each turn: a CPU pause, or under loom a yield, so that the model
+/// checker lets the thread being waited for run.
+#[inline]
+pub fn spin_wait_hint() {
+    #[cfg(loom)]
+    loom::thread::yield_now();
+    #[cfg(not(loom))]
+    core::hint::spin_loop();
+}
+
+/// An `UnsafeCell` with loom's closure-based access, so that loom can check every access to
+/// what a lock protects.
+#[cfg(not(loom))]
+pub(crate) struct UnsafeCell<T: ?Sized>(core::cell::UnsafeCell<T>);
+
+#[cfg(not(loom))]
+impl<T> UnsafeCell<T> {
+    pub const fn new(value: T) -> Self {
+        UnsafeCell(core::cell::UnsafeCell::new(value))
+    }
+}
+
+#[cfg(not(loom))]
+impl<T: ?Sized> UnsafeCell<T> {
+    /// Runs `f` with a pointer for writing. The caller upholds whatever protects the cell.
+    #[inline(always)]
+    pub fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+        f(self.0.get())
+    }
+}
+
+#[cfg(loom)]
+pub use loom::cell::UnsafeCell;
+
+/// A 32-bit futex word: a value that a thread can sleep on until another changes it.
+pub struct Futex {
+    word: AtomicU32,
+    #[cfg(loom)]
+    sleep: loom::sync::Mutex<()>,
+    #[cfg(loom)]
+    wakeup: loom::sync::Condvar,
+}
+
+impl Futex {
+    #[cfg(not(loom))]
+    pub const fn new(value: u32) -> Self {
+        Futex {
+            word: AtomicU32::new(value),
+        }
+    }
+
+    #[cfg(loom)]
+    pub fn new(value: u32) -> Self {
+        Futex {
+            word: AtomicU32::new(value),
+            sleep: loom::sync::Mutex::new(()),
+            wakeup: loom::sync::Condvar::new(),
+        }
+    }
+
+    #[inline]
+    pub fn load(&self, order: Ordering) -> u32 {
+        self.word.load(order)
+    }
+
+    #[inline]
+    pub fn store(&self, value: u32, order: Ordering) {
+        self.word.store(value, order)
+    }
+
+    /// Sleeps while the word reads `expected`, for at most `timeout_ns`. May return early
+    /// (a signal, a spurious wake): callers re-check.
+    #[cfg(not(loom))]
+    pub fn wait(&self, expected: u32, timeout_ns: Option<u64>) {
+        let ts = timeout_ns.map(|ns| libc::timespec {
+            tv_sec: (ns / 1_000_000_000) as libc::time_t,
+            tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+        });
+        let ts_ptr = ts
+            .as_ref()
+            .map_or(core::ptr::null(), |t| t as *const libc::timespec);
+        // SAFETY: the word is a live, aligned u32 for the whole call; the timeout, when given,
+        // points to a timespec on our stack that outlives the call (it is relative).
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                self.word.as_ptr(),
+                libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+                expected,
+                ts_ptr,
+            )
+        };
+    }
+
+    #[cfg(loom)]
+    pub fn wait(&self, expected: u32, timeout_ns: Option<u64>) {
+        let guard = self.sleep.lock().unwrap();
+        // A timed wait may time out at any point: model it as returning at once.
+        if timeout_ns.is_none() && self.word.load(Ordering::SeqCst) == expected {
+            drop(self.wakeup.wait(guard).unwrap());
+        }
+    }
+
+    /// Wakes one thread sleeping on the word. Change the word first.
+    #[cfg(not(loom))]
+    pub fn wake_one(&self) {
+        // SAFETY: FUTEX_WAKE only uses the address as a key; it reads and writes no memory.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                self.word.as_ptr(),
+                libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+                1,
+            )
+        };
+    }
+
+    #[cfg(loom)]
+    pub fn wake_one(&self) {
+        let _guard = self.sleep.lock().unwrap();
+        self.wakeup.notify_one();
+    }
+}
