@@ -5,28 +5,11 @@
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use rustix::process::Pid;
-use rustix::thread::CpuSet;
-
 /// `CLOCK_MONOTONIC` in nanoseconds: the clock runtimes use for timer deadlines.
 #[inline]
 pub fn now_ns() -> u64 {
     let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
     t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
-}
-
-fn pid(raw: i32) -> io::Result<Pid> {
-    Pid::from_raw(raw).ok_or_else(|| io::Error::from_raw_os_error(libc::ESRCH))
-}
-
-/// Restricts thread `tid` (0: the calling thread) to `cpus`.
-pub fn set_affinity(tid: i32, cpus: &[usize]) -> io::Result<()> {
-    let mut set = CpuSet::new();
-    for &cpu in cpus {
-        set.set(cpu);
-    }
-    let target = if tid == 0 { None } else { Some(pid(tid)?) };
-    rustix::thread::sched_setaffinity(target, &set).map_err(io::Error::from)
 }
 
 /// Puts thread `tid` under `SCHED_IDLE` (`idle == true`) or back under `SCHED_OTHER`.

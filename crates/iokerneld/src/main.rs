@@ -152,7 +152,7 @@ fn run(settings: &SettingArgs) -> ExitCode {
 fn start(config: Config) -> Result<(), String> {
     let stop = sys::stop_on_sigint_sigterm()
         .map_err(|e| format!("cannot install the SIGINT/SIGTERM handlers: {e}"))?;
-    sys::set_affinity(0, &[config.core])
+    corral_affinity::pin_current_thread(config.core)
         .map_err(|e| format!("cannot pin iokerneld to CPU {}: {e}", config.core))?;
     let topology = Sysfs::new(&config.sysfs_root)
         .topology(&config.managed_cores)

@@ -345,18 +345,8 @@ pub(crate) fn page_size() -> usize {
     if p > 0 { p as usize } else { 4096 }
 }
 
-/// The CPUs this process may run on, in increasing order.
+/// The CPUs this process may run on, in increasing order. Linux always answers for the calling
+/// thread; should it ever refuse, CPU 0 is the one CPU every machine has.
 pub fn allowed_cpus() -> Vec<usize> {
-    // SAFETY: cpu_set_t is plain data; zeroed is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { core::mem::zeroed() };
-    // SAFETY: we pass the set's real size and a valid pointer.
-    let rc =
-        unsafe { libc::sched_getaffinity(0, core::mem::size_of::<libc::cpu_set_t>(), &mut set) };
-    if rc != 0 {
-        return vec![0];
-    }
-    (0..libc::CPU_SETSIZE as usize)
-        // SAFETY: i is below CPU_SETSIZE.
-        .filter(|&i| unsafe { libc::CPU_ISSET(i, &set) })
-        .collect()
+    corral_affinity::allowed_cpus().unwrap_or_else(|_| vec![0])
 }

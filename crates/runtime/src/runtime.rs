@@ -41,18 +41,30 @@ impl Runtime {
             shared,
             threads: Vec::new(),
         };
+        // Each kthread pins itself before it runs anything and says whether that worked: a
+        // kthread silently running elsewhere than configured would break the caller's
+        // placement without a trace.
+        let (pinned_tx, pinned_rx) = std::sync::mpsc::channel();
         for &k in rt.kthreads.iter() {
             let cpu = rt.config.cpus.as_ref().map(|c| c[k.index % c.len()]);
+            let pinned_tx = pinned_tx.clone();
             let t = std::thread::Builder::new()
                 .name(format!("corral-k{}", k.index))
                 .stack_size(256 * 1024)
                 .spawn(move || {
-                    if let Some(cpu) = cpu {
-                        pin_current_thread(cpu);
+                    let pinned = cpu.map_or(Ok(()), corral_affinity::pin_current_thread);
+                    let ok = pinned.is_ok();
+                    let _ = pinned_tx.send(pinned);
+                    if ok {
+                        sched::kthread_main(k);
                     }
-                    sched::kthread_main(k);
                 })?;
             runtime.threads.push(t);
+        }
+        drop(pinned_tx);
+        for pinned in pinned_rx.iter() {
+            // On failure, dropping `runtime` stops the kthreads that did start.
+            pinned?;
         }
         if let (Some(iok), Mode::Iokernel(settings), Some(memfd)) =
             (&rt.iok, &rt.config.mode, memfd)
@@ -192,13 +204,4 @@ where
 {
     let rt = Runtime::new(config)?;
     Ok(rt.block_on(f))
-}
-
-fn pin_current_thread(cpu: usize) {
-    // SAFETY: cpu_set_t is plain data; CPU numbers were validated against the affinity mask.
-    unsafe {
-        let mut set: libc::cpu_set_t = core::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, core::mem::size_of::<libc::cpu_set_t>(), &set);
-    }
 }

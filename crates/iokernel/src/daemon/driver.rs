@@ -487,7 +487,7 @@ fn wake(kt: &mut Kthread, cpu: usize) -> Result<(), String> {
         kt.idle_policy = false;
     }
     if kt.pinned != Some(cpu) {
-        sys::set_affinity(kt.tid, &[cpu]).map_err(|e| format!("sched_setaffinity: {e}"))?;
+        corral_affinity::set_thread_affinity(kt.tid, &[cpu]).map_err(|e| e.to_string())?;
         kt.pinned = Some(cpu);
     }
     kt.ingress
@@ -506,7 +506,7 @@ fn demote(kt: &mut Kthread, spare: &[usize]) -> std::io::Result<String> {
         kt.idle_policy = true;
         Ok("SCHED_IDLE".into())
     } else {
-        sys::set_affinity(kt.tid, spare)?;
+        corral_affinity::set_thread_affinity(kt.tid, spare)?;
         kt.pinned = None;
         Ok(format!(
             "moved to CPUs {}",

@@ -40,7 +40,7 @@ use std::sync::Mutex;
 
 use corral_abi::{Consumer, Producer, QueuePositions, Region};
 
-use crate::sched::kthread::Kthread as Kthread;
+use crate::sched::kthread::Kthread;
 use crate::sync::spin::{RawSpinLock, SpinLock};
 
 pub use handover::{core_granted_at_ns, core_wake_sent_at_ns};
