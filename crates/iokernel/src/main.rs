@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use corral_abi::control::{Reply, Request};
-use corral_iokernel::alloc::{Allocator, AllocatorConfig};
+use corral_iokernel::alloc::PolicySettings;
 use corral_iokernel::config::{self, Cli, Command, Config, GenArgs, SettingArgs};
 use corral_iokernel::cpus::{Sysfs, format_cpu_list};
 use corral_iokernel::daemon::Daemon;
@@ -232,18 +232,16 @@ fn start(config: Config) -> Result<(), String> {
     let topology = Sysfs::new(&config.sysfs_root)
         .topology(&config.managed_cores)
         .map_err(|e| format!("cannot read the CPU topology: {e}"))?;
-    let alloc = Allocator::new(
-        topology,
-        AllocatorConfig {
-            preemption_timeout: Some(config.preemption_timeout_us * 1000),
-            ..AllocatorConfig::default()
-        },
-    );
+    let settings = PolicySettings {
+        preemption_timeout: Some(config.preemption_timeout_us * 1000),
+    };
+    let alloc = corral_iokernel::alloc::build(&config.policy, topology, &settings)
+        .map_err(|e| e.to_string())?;
     let listener = control::listen(&config.socket)
         .map_err(|e| format!("cannot listen on {}: {e}", config.socket.display()))?;
     info!(
         "iokerneld {} (pid {}) on CPU {}, managing CPUs {}; spare CPUs {}; socket {}; \
-         interval {} us, preemption timeout {} us, control poll {} us",
+         policy {}, interval {} us, preemption timeout {} us, control poll {} us",
         env!("CARGO_PKG_VERSION"),
         std::process::id(),
         config.core,
@@ -254,6 +252,7 @@ fn start(config: Config) -> Result<(), String> {
             format_cpu_list(&config.spare_cpus)
         },
         config.socket.display(),
+        config.policy,
         config.interval_us,
         config.preemption_timeout_us,
         config.control_poll_us,

@@ -7,7 +7,8 @@ use log::{error, warn};
 
 use super::{Daemon, Kthread, Runtime, Sched, net};
 use crate::alloc::{
-    AllocError, Decision, KthreadIndex, KthreadPlace, QueueCounters, QueueSnapshot, RuntimeId,
+    AllocError, Decision, KthreadIndex, KthreadPlace, KthreadQueues, QueueSnapshot, RingPositions,
+    RuntimeId,
 };
 use crate::control::send_reply;
 use crate::sys;
@@ -79,7 +80,7 @@ impl Daemon {
                 match wake(kt, cpu) {
                     Ok(()) => {
                         self.sched.counters.wakes += 1;
-                        net::refresh_active(&self.sched.alloc, entry);
+                        net::refresh_active(&*self.sched.alloc, entry);
                     }
                     Err(e) => self.doom(
                         runtime,
@@ -167,7 +168,7 @@ impl Daemon {
                 ) {
                     error!("preemption_completed refused after a demotion: {e}");
                 }
-                net::refresh_active(&self.sched.alloc, entry);
+                net::refresh_active(&*self.sched.alloc, entry);
             }
         }
     }
@@ -297,7 +298,7 @@ fn command(
                 .kthread_parked(id, kthread, now, &mut sched.decisions)
                 .map_err(bad)?;
             sched.counters.parks += 1;
-            net::refresh_active(&sched.alloc, runtime);
+            net::refresh_active(&*sched.alloc, runtime);
             // A frame steered to this kthread after its last look at the ring, but before its
             // park was read here, would otherwise wait for its next wake-up.
             let unread = net::rx_unread(&runtime.kthreads[index]);
@@ -333,6 +334,7 @@ fn observe_runtime(sched: &mut Sched, runtime: &mut Runtime, now: u64) -> Result
     // no core (see `deliver`).
     runtime.core_requested = false;
     let mut stale_lists = false;
+    sched.sweep.clear();
     for (index, kt) in runtime.kthreads.iter().enumerate() {
         let kthread = KthreadIndex(index as u16);
         let active = matches!(
@@ -345,19 +347,21 @@ fn observe_runtime(sched: &mut Sched, runtime: &mut Runtime, now: u64) -> Result
         if !active {
             continue;
         }
-        let runq = kt.positions.runq();
-        let snapshot = QueueSnapshot {
-            run_queue: QueueCounters::new(runq.produced, runq.consumed),
-            ingress: QueueCounters::new(kt.ingress.position(), kt.positions.ingress_consumed()),
+        let queues = QueueSnapshot {
+            run_queue: kt.positions.runq(),
+            ingress: RingPositions::new(kt.ingress.position(), kt.positions.ingress_consumed()),
         };
-        match sched.alloc.observe_queues(id, kthread, snapshot) {
+        sched.sweep.push(KthreadQueues { kthread, queues });
+    }
+    if !sched.sweep.is_empty() {
+        match sched.alloc.observe_runtime(id, &sched.sweep) {
             Ok(()) => {}
             Err(e @ AllocError::ImpossibleQueue { .. }) => return Err(e.to_string()),
             Err(e) => error!("queue observation refused: {e}"),
         }
     }
     if stale_lists {
-        net::refresh_active(&sched.alloc, runtime);
+        net::refresh_active(&*sched.alloc, runtime);
     }
 
     let committed = sched

@@ -22,7 +22,7 @@ use corral_abi::control::NetIdentity;
 use corral_abi::{Consumer, KthreadView, QueuePositions, Region, RingPositions};
 use rustix::event::epoll;
 
-use crate::alloc::{Allocator, Decision, RuntimeId};
+use crate::alloc::{Decision, KthreadQueues, Policy, RuntimeId};
 use crate::config::Config;
 use crate::control::RecvBuffers;
 use crate::sys::{Mapping, now_ns};
@@ -193,8 +193,10 @@ pub const LOOP_STALL_NS: u64 = 50_000;
 /// The allocator and what feeds it, apart from the runtime table so that both can be
 /// borrowed at once.
 struct Sched {
-    alloc: Allocator,
+    alloc: Box<dyn Policy>,
     decisions: Vec<Decision>,
+    /// One runtime's active kthreads' queue counters, swept for the policy; reused every pass.
+    sweep: Vec<KthreadQueues>,
     /// Latest time handed to the allocator, which refuses time going back.
     clock: u64,
     counters: Counters,
@@ -244,7 +246,7 @@ impl Daemon {
     /// between its runtimes and `nic` (`None`: among runtimes only).
     pub fn new(
         config: Config,
-        alloc: Allocator,
+        alloc: Box<dyn Policy>,
         listener: OwnedFd,
         nic: Option<Box<dyn crate::nic::Nic>>,
     ) -> std::io::Result<Self> {
@@ -262,6 +264,7 @@ impl Daemon {
             sched: Sched {
                 alloc,
                 decisions: Vec::with_capacity(64),
+                sweep: Vec::with_capacity(corral_abi::MAX_KTHREADS),
                 clock,
                 counters: Counters::default(),
             },

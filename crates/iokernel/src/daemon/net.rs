@@ -37,7 +37,7 @@ use log::error;
 use serde::{Deserialize, Serialize};
 
 use super::{Daemon, Kthread, Runtime, Sched};
-use crate::alloc::{Allocator, KthreadIndex, KthreadPlace};
+use crate::alloc::{KthreadIndex, KthreadPlace, Policy};
 use crate::nic::{FrameBatch, Nic};
 
 /// Longest frame switched: Ethernet header and a 1500-byte payload. Receive buffers must hold
@@ -391,7 +391,7 @@ impl RxBuffers {
 /// Rebuilds a runtime's lists of active kthreads (for steering) and of kthreads whose egress
 /// packet rings are polled (active ones, and parked ones that may have left frames behind),
 /// from the allocator's state. Called whenever a kthread wakes or parks.
-pub(super) fn refresh_active(alloc: &Allocator, runtime: &mut Runtime) {
+pub(super) fn refresh_active(alloc: &dyn Policy, runtime: &mut Runtime) {
     runtime.active.clear();
     runtime.tx_poll.clear();
     for (index, kt) in runtime.kthreads.iter_mut().enumerate() {
