@@ -162,7 +162,7 @@ impl Load {
                 queues.run_queue.consumed = queues.run_queue.produced;
                 queues.ingress.consumed = queues.ingress.produced;
             }
-            if queues.run_queue.len() > 1 << 20 || queues.ingress.len() > 1 << 20 {
+            if queues.run_queue.pending() > 1 << 20 || queues.ingress.pending() > 1 << 20 {
                 queues.run_queue.consumed = queues.run_queue.produced;
                 queues.ingress.consumed = queues.ingress.produced;
             }

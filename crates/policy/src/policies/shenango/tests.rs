@@ -891,6 +891,80 @@ fn voluntary_park_during_preemption_completes_the_handover() {
 // ---- Refusals ----
 
 #[test]
+fn a_refused_sweep_records_nothing_of_the_runtime() {
+    let mut sim = Sim::flat(2);
+    let app = sim.register(0, 2);
+    grow(&mut sim, app, 2);
+    let queued = |produced, consumed| QueueSnapshot {
+        run_queue: RingPositions::new(produced, consumed),
+        ingress: RingPositions::default(),
+    };
+    let sweep = |first, second| {
+        [
+            KthreadQueues {
+                kthread: KthreadIndex(0),
+                queues: first,
+            },
+            KthreadQueues {
+                kthread: KthreadIndex(1),
+                queues: second,
+            },
+        ]
+    };
+    sim.alloc
+        .observe_runtime(app, &sweep(queued(100, 0), queued(0, 0)))
+        .unwrap();
+    run_pass(&mut sim);
+    // Kthread 0 still has its items (congested), but kthread 1's counters are impossible: the
+    // whole sweep is refused, so kthread 0's evidence is not recorded either.
+    let before = format!("{:?}", sim.alloc);
+    assert!(matches!(
+        sim.alloc
+            .observe_runtime(app, &sweep(queued(101, 1), queued(0, 1))),
+        Err(AllocError::ImpossibleQueue {
+            kthread: KthreadIndex(1),
+            ..
+        })
+    ));
+    assert_eq!(before, format!("{:?}", sim.alloc));
+    let mut reversed = sweep(queued(101, 1), queued(0, 0));
+    reversed.reverse();
+    assert_eq!(
+        sim.alloc.observe_runtime(app, &reversed),
+        Err(AllocError::ObservationsOutOfOrder {
+            runtime: app,
+            kthread: KthreadIndex(0)
+        })
+    );
+    let twice = [reversed[1], reversed[1]];
+    assert_eq!(
+        sim.alloc.observe_runtime(app, &twice),
+        Err(AllocError::ObservationsOutOfOrder {
+            runtime: app,
+            kthread: KthreadIndex(0)
+        })
+    );
+    assert_eq!(before, format!("{:?}", sim.alloc));
+    // The same sweep with honest counters is accepted and finds the congestion.
+    let congestion_before = sim.view(app).stats.congestion_detections;
+    sim.alloc
+        .observe_runtime(app, &sweep(queued(101, 1), queued(0, 0)))
+        .unwrap();
+    assert_eq!(
+        sim.alloc
+            .observe_runtime(app, &sweep(queued(101, 1), queued(0, 0))),
+        Err(AllocError::AlreadyObserved {
+            runtime: app,
+            kthread: KthreadIndex(0)
+        })
+    );
+    assert_eq!(
+        sim.view(app).stats.congestion_detections,
+        congestion_before + 1
+    );
+}
+
+#[test]
 fn bad_ids_and_impossible_observations_are_refused_without_change() {
     let mut sim = Sim::flat(2);
     let app = sim.register(0, 2);
