@@ -124,12 +124,6 @@ impl RingPositions {
         Self { produced, consumed }
     }
 
-    /// Whether nothing is queued.
-    #[inline]
-    pub const fn is_empty(&self) -> bool {
-        self.produced == self.consumed
-    }
-
     /// Items pushed and not yet popped. Garbage (huge) if the consumer claims to be ahead of
     /// the producer.
     #[inline]
