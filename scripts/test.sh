@@ -17,7 +17,7 @@ RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 CARGO_TARGET_DIR=target/loom \
 
 echo "== benchmark smoke runs (numbers from runs this small mean nothing)"
 cargo run --quiet --profile ci -p corral-bench-threading -- --scale 0.005 --reps 2 >/dev/null
-cargo bench --quiet --profile ci -p corral-iokernel --bench alloc_pass >/dev/null
+cargo bench --quiet --profile ci -p corral-policy --bench alloc_pass >/dev/null
 cargo bench --quiet --profile ci -p corral-wire >/dev/null
 cargo build --quiet --profile ci -p corral-iokerneld --bin iokerneld
 cargo run --quiet --profile ci -p corral-bench-iokernel -- --reps 1 --samples 50 --seconds 0.2 >/dev/null

@@ -101,8 +101,10 @@ impl fmt::Display for RingError {
 
 impl std::error::Error for RingError {}
 
-/// How many items a ring has seen enter and leave. Both counters start at 0, only grow, and
-/// wrap at 2^32; compare them with wrapping arithmetic.
+/// How many items a single-producer single-consumer queue (a ring, a run queue) has seen enter
+/// and leave. Both counters start at 0, only grow, and wrap at 2^32; compare them with wrapping
+/// arithmetic. The one counter type for every queue iokerneld watches: its own rings, and the
+/// queues the core allocator judges a runtime's congestion by.
 ///
 /// A view knows its own counter exactly and loads the other from the peer's cell, so when the
 /// peer is untrusted that half may be garbage: use it for heuristics (congestion), never for
@@ -116,14 +118,24 @@ pub struct RingPositions {
 }
 
 impl RingPositions {
-    /// Items pushed and not yet popped.
+    /// Positions after `produced` pushes and `consumed` pops.
+    #[inline]
+    pub const fn new(produced: u32, consumed: u32) -> Self {
+        Self { produced, consumed }
+    }
+
+    /// Items pushed and not yet popped. Garbage (huge) if the consumer claims to be ahead of
+    /// the producer.
     #[inline]
     pub const fn pending(&self) -> u32 {
         self.produced.wrapping_sub(self.consumed)
     }
 
-    /// Whether an item that was already in the queue at `earlier` is still there now: the
-    /// congestion signal of the Shenango allocator (something waited a whole interval).
+    /// Whether an item that was already in the queue at `earlier` is still there now, i.e. the
+    /// consumer has not yet reached where the producer stood then: the congestion signal of the
+    /// Shenango allocator (Algorithm 1: something waited a whole interval). Queue length alone
+    /// would need a threshold tuned per workload; an item's age does not. Positions one
+    /// interval apart are never 2^31 items apart, so the signed difference is unambiguous.
     #[inline]
     pub const fn has_waited_since(&self, earlier: RingPositions) -> bool {
         (earlier.produced.wrapping_sub(self.consumed) as i32) > 0
@@ -633,6 +645,10 @@ mod tests {
             }
             .has_waited_since(wrapped)
         );
+        let before_wrap = RingPositions::new(2, u32::MAX - 1);
+        assert!(RingPositions::new(4, 1).has_waited_since(before_wrap));
+        assert!(!RingPositions::new(4, 2).has_waited_since(before_wrap));
+        assert!(!RingPositions::new(4, 3).has_waited_since(RingPositions::new(3, 3)));
     }
 }
 

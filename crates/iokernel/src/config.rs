@@ -20,6 +20,7 @@ pub const DEFAULT_INTERVAL_US: u64 = 5;
 // its own. Cores isolated from Linux (isolcpus) can use far less.
 pub const DEFAULT_PREEMPTION_TIMEOUT_US: u64 = 10_000;
 pub const DEFAULT_CONTROL_POLL_US: u64 = 50;
+pub const DEFAULT_POLICY: &str = "shenango";
 pub const DEFAULT_LOG_LEVEL: &str = "info";
 pub const DEFAULT_TAP_NAME: &str = "corral0";
 pub const DEFAULT_HOST_IP: &str = "10.99.0.1/24";
@@ -53,6 +54,11 @@ pub struct SettingArgs {
     /// is demoted off the managed cores [default: 10000].
     #[arg(long, value_name = "MICROSECONDS")]
     pub preemption_timeout_us: Option<u64>,
+
+    /// `policy`: the core allocation policy, by name; `shenango` grants a congested runtime one
+    /// more core per pass [default: shenango].
+    #[arg(long, value_name = "NAME")]
+    pub policy: Option<String>,
 
     /// `control_poll_us`: microseconds between polls of the control socket for registrations,
     /// statistics requests and hang-ups [default: 50].
@@ -106,6 +112,7 @@ pub struct FileConfig {
     pub socket: Option<PathBuf>,
     pub interval_us: Option<i64>,
     pub preemption_timeout_us: Option<i64>,
+    pub policy: Option<String>,
     pub control_poll_us: Option<i64>,
     pub log_level: Option<String>,
     pub log_file: Option<PathBuf>,
@@ -199,6 +206,8 @@ pub struct Config {
     pub socket: PathBuf,
     pub interval_us: u64,
     pub preemption_timeout_us: u64,
+    /// A name in [`corral_policy::policies::KNOWN`].
+    pub policy: String,
     pub control_poll_us: u64,
     pub log_level: LogLevel,
     pub log_file: Option<PathBuf>,
@@ -320,11 +329,11 @@ impl Config {
             }
             check_cpu(&sysfs, &online, "managed_cores", &shown, cpu)?;
         }
-        if managed_cores.len() > crate::alloc::MAX_CORES {
+        if managed_cores.len() > corral_policy::MAX_CORES {
             return Err(invalid(
                 "managed_cores",
                 &shown,
-                format!("more than {} CPUs", crate::alloc::MAX_CORES),
+                format!("more than {} CPUs", corral_policy::MAX_CORES),
             ));
         }
         let spare_cpus = online
@@ -374,6 +383,24 @@ impl Config {
             file.preemption_timeout_us,
             DEFAULT_PREEMPTION_TIMEOUT_US,
         )?;
+        let policy = args
+            .policy
+            .clone()
+            .or_else(|| file.policy.clone())
+            .unwrap_or_else(|| DEFAULT_POLICY.to_owned());
+        if !corral_policy::policies::KNOWN
+            .iter()
+            .any(|entry| entry.name == policy)
+        {
+            let unknown = corral_policy::UnknownPolicy {
+                name: policy.clone(),
+            };
+            return Err(invalid(
+                "policy",
+                format!("{policy:?}"),
+                unknown.to_string(),
+            ));
+        }
         let control_poll_us = number(
             "control_poll_us",
             args.control_poll_us,
@@ -403,6 +430,7 @@ impl Config {
             socket,
             interval_us,
             preemption_timeout_us,
+            policy,
             control_poll_us,
             log_level,
             log_file,
@@ -542,6 +570,7 @@ mod tests {
         assert_eq!(config.socket, PathBuf::from(DEFAULT_SOCKET));
         assert_eq!(config.interval_us, 5);
         assert_eq!(config.preemption_timeout_us, 10_000);
+        assert_eq!(config.policy, "shenango");
         assert_eq!(config.control_poll_us, 50);
         assert_eq!(config.log_level, LogLevel(log::LevelFilter::Info));
     }
@@ -602,6 +631,10 @@ mod tests {
             "invalid preemption_timeout_us = 0",
         );
         check("log_level = \"loud\"", "invalid log_level = \"loud\"");
+        check(
+            "policy = \"fifo\"",
+            "invalid policy = \"fifo\": unknown policy \"fifo\"; known policies: \"shenango\"",
+        );
         check("socket = \"\"", "invalid socket");
         check("interval = 5", "unknown field `interval`");
         check("interval_us = \"5\"", "interval_us");

@@ -7,7 +7,7 @@ use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use crate::alloc::{CoreId, Topology};
+use corral_policy::{CoreId, Topology};
 
 /// Where Linux describes its CPUs.
 pub const SYSFS_CPU_ROOT: &str = "/sys/devices/system/cpu";

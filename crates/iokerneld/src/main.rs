@@ -12,12 +12,12 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use corral_abi::control::{Reply, Request};
 use corral_gen::{GenArgs, GenBackend};
-use corral_iokernel::alloc::{Allocator, AllocatorConfig};
 use corral_iokernel::config::{self, Config, NicConfig, SettingArgs};
 use corral_iokernel::cpus::{Sysfs, format_cpu_list};
 use corral_iokernel::daemon::Daemon;
 use corral_iokernel::nic::{self, Nic};
 use corral_iokernel::{control, logger, sys};
+use corral_policy::PolicySettings;
 use log::{error, info};
 
 /// iokerneld: allocates the managed cores among Corral runtimes every few microseconds.
@@ -157,18 +157,16 @@ fn start(config: Config) -> Result<(), String> {
     let topology = Sysfs::new(&config.sysfs_root)
         .topology(&config.managed_cores)
         .map_err(|e| format!("cannot read the CPU topology: {e}"))?;
-    let alloc = Allocator::new(
-        topology,
-        AllocatorConfig {
-            preemption_timeout: Some(config.preemption_timeout_us * 1000),
-            ..AllocatorConfig::default()
-        },
-    );
+    let settings = PolicySettings {
+        preemption_timeout: Some(config.preemption_timeout_us * 1000),
+    };
+    let alloc =
+        corral_policy::build(&config.policy, topology, &settings).map_err(|e| e.to_string())?;
     let listener = control::listen(&config.socket)
         .map_err(|e| format!("cannot listen on {}: {e}", config.socket.display()))?;
     info!(
         "iokerneld {} (pid {}) on CPU {}, managing CPUs {}; spare CPUs {}; socket {}; \
-         interval {} us, preemption timeout {} us, control poll {} us",
+         policy {}, interval {} us, preemption timeout {} us, control poll {} us",
         env!("CARGO_PKG_VERSION"),
         std::process::id(),
         config.core,
@@ -179,6 +177,7 @@ fn start(config: Config) -> Result<(), String> {
             format_cpu_list(&config.spare_cpus)
         },
         config.socket.display(),
+        config.policy,
         config.interval_us,
         config.preemption_timeout_us,
         config.control_poll_us,

@@ -10,8 +10,8 @@ use corral_abi::control::{ControlError, Reply, Request};
 use log::{info, warn};
 use rustix::event::epoll;
 
-use crate::alloc::RuntimeId;
 use crate::control::{self, Received, RecvBuffers, send_reply};
+use corral_policy::RuntimeId;
 
 /// Messages read from one connection per poll, so that a chatty client cannot stall the loop.
 const MESSAGES_PER_POLL: usize = 8;

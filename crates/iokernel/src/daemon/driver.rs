@@ -11,12 +11,12 @@ use log::{error, warn};
 
 use super::net;
 use super::registry::{Kthread, Registry, Tenant};
-use crate::alloc::{
-    AllocError, Allocator, Decision, KthreadIndex, KthreadPlace, QueueCounters, QueueSnapshot,
-    RuntimeId, RuntimeSpec,
-};
 use crate::config::Config;
 use crate::sys::{self, now_ns};
+use corral_policy::{
+    AllocError, Decision, KthreadIndex, KthreadPlace, KthreadQueues, Policy, QueueSnapshot,
+    RingPositions, RuntimeId, RuntimeSpec,
+};
 
 /// What the core driver has done, for the statistics.
 #[derive(Clone, Copy, Debug, Default)]
@@ -41,8 +41,10 @@ pub(super) enum CoreRequest {
 
 /// The allocator, what feeds it and what carries out its decisions.
 pub(super) struct CoreDriver {
-    alloc: Allocator,
+    alloc: Box<dyn Policy>,
     decisions: Vec<Decision>,
+    /// One runtime's active kthreads' queue counters, swept for the policy; reused every pass.
+    sweep: Vec<KthreadQueues>,
     /// Decisions being carried out, while those they lead to collect in `decisions`.
     executing: Vec<Decision>,
     /// Latest time handed to the allocator, which refuses time going back.
@@ -59,11 +61,12 @@ pub(super) struct CoreDriver {
 
 impl CoreDriver {
     /// A driver of `alloc` over `config.managed_cores`.
-    pub(super) fn new(alloc: Allocator, config: &Config) -> Self {
+    pub(super) fn new(alloc: Box<dyn Policy>, config: &Config) -> Self {
         let clock = now_ns().max(alloc.now());
         CoreDriver {
             alloc,
             decisions: Vec::with_capacity(64),
+            sweep: Vec::with_capacity(corral_abi::MAX_KTHREADS),
             executing: Vec::with_capacity(64),
             clock,
             counters: DriverCounters::default(),
@@ -86,8 +89,8 @@ impl CoreDriver {
     }
 
     /// The allocator, to read its state.
-    pub(super) fn alloc(&self) -> &Allocator {
-        &self.alloc
+    pub(super) fn alloc(&self) -> &dyn Policy {
+        &*self.alloc
     }
 
     pub(super) fn counters(&self) -> DriverCounters {
@@ -193,7 +196,7 @@ impl CoreDriver {
                 match wake(kt, cpu) {
                     Ok(()) => {
                         self.counters.wakes += 1;
-                        net::refresh_active(&self.alloc, entry);
+                        net::refresh_active(&*self.alloc, entry);
                     }
                     Err(e) => registry.mark_for_eviction(
                         runtime,
@@ -275,7 +278,7 @@ impl CoreDriver {
                 ) {
                     error!("preemption_completed refused after a demotion: {e}");
                 }
-                net::refresh_active(&self.alloc, entry);
+                net::refresh_active(&*self.alloc, entry);
             }
         }
     }
@@ -373,7 +376,7 @@ fn command(
                 .kthread_parked(id, kthread, now, &mut driver.decisions)
                 .map_err(bad)?;
             driver.counters.parks += 1;
-            net::refresh_active(&driver.alloc, runtime);
+            net::refresh_active(&*driver.alloc, runtime);
             // A frame steered to this kthread after its last look at the ring, but before its
             // park was read here, would otherwise wait for its next wake-up.
             let unread = net::rx_unread(&runtime.kthreads[index]);
@@ -409,6 +412,7 @@ fn observe_runtime(driver: &mut CoreDriver, runtime: &mut Tenant, now: u64) -> R
     // no core (see `deliver`).
     runtime.core_requested = false;
     let mut stale_lists = false;
+    driver.sweep.clear();
     for (index, kt) in runtime.kthreads.iter().enumerate() {
         let kthread = KthreadIndex(index as u16);
         let active = matches!(
@@ -421,19 +425,21 @@ fn observe_runtime(driver: &mut CoreDriver, runtime: &mut Tenant, now: u64) -> R
         if !active {
             continue;
         }
-        let runq = kt.positions.runq();
-        let snapshot = QueueSnapshot {
-            run_queue: QueueCounters::new(runq.produced, runq.consumed),
-            ingress: QueueCounters::new(kt.ingress.position(), kt.positions.ingress_consumed()),
+        let queues = QueueSnapshot {
+            run_queue: kt.positions.runq(),
+            ingress: RingPositions::new(kt.ingress.position(), kt.positions.ingress_consumed()),
         };
-        match driver.alloc.observe_queues(id, kthread, snapshot) {
+        driver.sweep.push(KthreadQueues { kthread, queues });
+    }
+    if !driver.sweep.is_empty() {
+        match driver.alloc.observe_runtime(id, &driver.sweep) {
             Ok(()) => {}
             Err(e @ AllocError::ImpossibleQueue { .. }) => return Err(e.to_string()),
             Err(e) => error!("queue observation refused: {e}"),
         }
     }
     if stale_lists {
-        net::refresh_active(&driver.alloc, runtime);
+        net::refresh_active(&*driver.alloc, runtime);
     }
 
     let committed = driver

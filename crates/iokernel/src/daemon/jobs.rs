@@ -14,9 +14,9 @@ use super::driver::CoreDriver;
 use super::net::Tables;
 use super::registry::Registry;
 use super::{Daemon, LoopCounters};
-use crate::alloc::CoreId;
 use crate::nic::{Activity, DaemonView, refuse_jobs};
 use crate::sys::now_ns;
+use corral_policy::CoreId;
 
 /// The daemon as a backend's job sees it: borrowed apart from the NIC.
 struct View<'a> {

@@ -28,10 +28,10 @@ use std::time::Instant;
 use corral_abi::control::{ControlError, Reply, Request};
 use log::warn;
 
-use crate::alloc::{Allocator, RuntimeId};
 use crate::config::Config;
 use crate::sys::now_ns;
 use control_plane::{ConnRef, ControlPlane, Incoming};
+use corral_policy::{Policy, RuntimeId};
 use driver::CoreDriver;
 use registry::Registry;
 
@@ -83,7 +83,7 @@ impl Daemon {
     /// between its runtimes and `nic` (`None`: among runtimes only).
     pub fn new(
         config: Config,
-        alloc: Allocator,
+        alloc: Box<dyn Policy>,
         listener: std::os::fd::OwnedFd,
         nic: Option<Box<dyn crate::nic::Nic>>,
     ) -> std::io::Result<Self> {

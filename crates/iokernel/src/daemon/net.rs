@@ -37,8 +37,8 @@ use serde::{Deserialize, Serialize};
 
 use super::driver::{CoreDriver, CoreRequest};
 use super::registry::{Kthread, Registry, Tenant};
-use crate::alloc::{Allocator, KthreadIndex, KthreadPlace};
 use crate::nic::{FrameBatch, Nic};
+use corral_policy::{KthreadIndex, KthreadPlace, Policy};
 
 /// Longest frame switched (corral-abi's, which runtimes share). Receive buffers must hold one.
 pub use corral_abi::MAX_FRAME;
@@ -425,7 +425,7 @@ impl RxBuffers {
 /// Rebuilds a runtime's lists of active kthreads (for steering) and of kthreads whose egress
 /// packet rings are polled (active ones, and parked ones that may have left frames behind),
 /// from the allocator's state. Called whenever a kthread wakes or parks.
-pub(super) fn refresh_active(alloc: &Allocator, runtime: &mut Tenant) {
+pub(super) fn refresh_active(alloc: &dyn Policy, runtime: &mut Tenant) {
     runtime.active.clear();
     runtime.tx_poll.clear();
     for (index, kt) in runtime.kthreads.iter_mut().enumerate() {

@@ -14,8 +14,8 @@ use super::control_plane::ConnRef;
 use super::net::{Ingress, NetCounters, RxBuffers, Switch};
 use super::registry::{Handover, Kthread, Registry, Tenant, TenantCounters};
 use super::{Daemon, encode_runtime_id};
-use crate::alloc::{RuntimeId, RuntimeSpec};
 use crate::sys::Mapping;
+use corral_policy::{RuntimeId, RuntimeSpec};
 
 /// A registration's shared memory, mapped and attached, and its kthreads' eventfds.
 struct SharedMemory {

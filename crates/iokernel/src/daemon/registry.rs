@@ -11,8 +11,8 @@ use corral_abi::{Consumer, KthreadView, QueuePositions, Region, RingPositions};
 
 use super::control_plane::ConnRef;
 use super::net::{Ingress, NetCounters, RxBuffers};
-use crate::alloc::RuntimeId;
 use crate::sys::Mapping;
+use corral_policy::RuntimeId;
 
 /// One registered kthread as iokerneld sees it.
 pub(super) struct Kthread {

@@ -6,8 +6,8 @@ use serde::{Deserialize, Serialize};
 
 use super::net::NetStats;
 use super::{Daemon, encode_runtime_id};
-use crate::alloc::{CoreId, CoreOccupancy};
 use crate::nic::NicCounters;
+use corral_policy::{CoreId, CoreOccupancy};
 
 /// Everything `iokerneld stats` prints.
 #[derive(Clone, Debug, Serialize, Deserialize)]

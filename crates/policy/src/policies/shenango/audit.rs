@@ -1,15 +1,15 @@
 //! A full consistency check of the allocator's tables, for tests and debugging.
 
+use super::Shenango;
 use super::cores::CoreState;
-use super::ids::{CoreId, KthreadIndex};
-use super::{Allocator, KthreadPlace};
+use crate::{CoreId, KthreadIndex, KthreadPlace};
 
-impl Allocator {
+impl Shenango {
     /// Checks every invariant the allocator relies on and that its callers are promised: each
     /// core occupied by at most one kthread and each active kthread on exactly one core, counts
     /// matching, no runtime above its maximum, guarantees not oversubscribed, every index in
     /// step. O(cores + kthreads); allocates. Returns the first violation found.
-    pub fn audit(&self) -> Result<(), String> {
+    pub fn audit_tables(&self) -> Result<(), String> {
         let slots = self.runtimes.len();
         let mut retained = vec![0u32; slots];
         let mut handing_over = vec![0u32; slots];

@@ -1,11 +1,11 @@
 //! The moves a core makes between idle, running and handing over, each keeping every index
 //! (idle bitmaps, per-runtime core lists, the handover list, parked lists) in step.
 
+use super::Shenango;
 use super::cores::CoreState;
-use super::ids::{CoreId, KthreadIndex};
-use super::{Allocator, Decision, KthreadPlace};
+use crate::{CoreId, Decision, KthreadIndex, KthreadPlace, RuntimeId};
 
-impl Allocator {
+impl Shenango {
     pub(super) fn mark_idle(&mut self, core: CoreId) {
         self.cores[core.index()].state = CoreState::Idle;
         self.idle.insert(core);
@@ -305,7 +305,7 @@ impl Allocator {
         runtime.cores_reserved = 0;
         runtime.has_pending_work = false;
         runtime.has_stranded_work = false;
-        let next = super::RuntimeId::from_parts(
+        let next = RuntimeId::from_parts(
             runtime.id.slot(),
             runtime.id.generation().wrapping_add(1),
         );

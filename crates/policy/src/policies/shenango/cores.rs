@@ -1,16 +1,7 @@
 //! Per-core bookkeeping.
 
-use super::ids::{CoreId, KthreadIndex, RuntimeId};
-
-/// Counters kept per core.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CoreStats {
-    /// Kthreads woken on this core.
-    pub grants: u64,
-    /// Grants that gave the core to a different runtime than its previous user: the ones that
-    /// cost a cold cache.
-    pub reallocations: u64,
-}
+use crate::ids::{CoreId, KthreadIndex, RuntimeId};
+use crate::views::CoreStats;
 
 /// Runtimes are named by slot inside the allocator: a core can only point at a live runtime,
 /// because unregistering clears every core that names it.

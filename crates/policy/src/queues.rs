@@ -1,37 +1,25 @@
-//! What the allocator reads from a kthread's shared cache line, and Algorithm 1's test on it.
+//! What a policy reads from a kthread's shared cache line, and the checks that refuse counters
+//! no honest runtime can produce. Whether an item waited a whole interval (Algorithm 1's test)
+//! is [`RingPositions::has_waited_since`], shared with the daemon's own queues.
 
-/// Positions of one single-producer single-consumer queue: free-running counters of items ever
-/// added and ever taken, wrapping at 2^32.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct QueueCounters {
-    /// Items added so far (the producer's position).
-    pub produced: u32,
-    /// Items taken so far (the consumer's position).
-    pub consumed: u32,
-}
+use corral_abi::RingPositions;
 
-impl QueueCounters {
-    pub const fn new(produced: u32, consumed: u32) -> Self {
-        Self { produced, consumed }
-    }
-
-    /// Items queued now. Garbage (huge) if the consumer claims to be ahead of the producer.
-    pub const fn len(self) -> u32 {
-        self.produced.wrapping_sub(self.consumed)
-    }
-
-    pub const fn is_empty(self) -> bool {
-        self.produced == self.consumed
-    }
-}
+use crate::ids::KthreadIndex;
 
 /// One kthread's queues as seen at one pass.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct QueueSnapshot {
     /// Runnable uthreads waiting on the kthread's run queue.
-    pub run_queue: QueueCounters,
+    pub run_queue: RingPositions,
     /// Packets and commands waiting on the kthread's ingress ring.
-    pub ingress: QueueCounters,
+    pub ingress: RingPositions,
+}
+
+/// One active kthread's queues, as swept for [`Policy::observe_runtime`](crate::Policy::observe_runtime).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KthreadQueues {
+    pub kthread: KthreadIndex,
+    pub queues: QueueSnapshot,
 }
 
 /// Which of a kthread's queues an observation problem concerns.
@@ -73,19 +61,23 @@ impl core::fmt::Display for QueueFault {
 
 /// `a` comes before `b` on the wrapping counter line. Positions one pass apart are never 2^31
 /// items apart, so the signed difference is unambiguous.
+#[inline]
 const fn precedes(a: u32, b: u32) -> bool {
     (a.wrapping_sub(b) as i32) < 0
 }
 
-/// Rejects counters that no honest runtime can produce.
-pub(super) fn check(
-    previous: Option<QueueCounters>,
-    now: QueueCounters,
+/// Rejects counters that no honest runtime can produce: more queued than `capacity`, or, given
+/// the counters of the previous pass, either end moving back. Every policy applies it to what
+/// it observes, since the counters come from memory the runtime writes.
+#[inline]
+pub fn check_counters(
+    previous: Option<RingPositions>,
+    now: RingPositions,
     capacity: u32,
 ) -> Result<(), QueueFault> {
-    if now.len() > capacity {
+    if now.pending() > capacity {
         return Err(QueueFault::LongerThanCapacity {
-            length: now.len(),
+            length: now.pending(),
             capacity,
         });
     }
@@ -106,66 +98,36 @@ pub(super) fn check(
     Ok(())
 }
 
-/// Algorithm 1's signal: something that was queued at the previous pass is queued still, i.e.
-/// the consumer has not yet reached where the producer stood then. Queue length alone would need
-/// a threshold tuned per workload; an item's age does not.
-pub(super) fn item_outlived_interval(previous: QueueCounters, now: QueueCounters) -> bool {
-    !previous.is_empty() && precedes(now.consumed, previous.produced)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn an_item_still_queued_one_pass_later_is_congestion() {
-        let before = QueueCounters::new(5, 3);
-        assert!(item_outlived_interval(before, QueueCounters::new(9, 4)));
-        assert!(!item_outlived_interval(before, QueueCounters::new(9, 5)));
-        assert!(!item_outlived_interval(
-            QueueCounters::new(3, 3),
-            QueueCounters::new(4, 3)
-        ));
-    }
-
-    #[test]
-    fn congestion_test_survives_counter_wrap() {
-        let before = QueueCounters::new(2, u32::MAX - 1);
-        assert!(item_outlived_interval(
-            before,
-            QueueCounters::new(4, u32::MAX)
-        ));
-        assert!(item_outlived_interval(before, QueueCounters::new(4, 1)));
-        assert!(!item_outlived_interval(before, QueueCounters::new(4, 2)));
-        assert_eq!(check(Some(before), QueueCounters::new(4, 1), 8), Ok(()));
-    }
-
-    #[test]
     fn impossible_counters_are_faults() {
         assert_eq!(
-            check(None, QueueCounters::new(3, 4), 8),
+            check_counters(None, RingPositions::new(3, 4), 8),
             Err(QueueFault::LongerThanCapacity {
                 length: u32::MAX,
                 capacity: 8
             })
         );
         assert_eq!(
-            check(None, QueueCounters::new(20, 4), 8),
+            check_counters(None, RingPositions::new(20, 4), 8),
             Err(QueueFault::LongerThanCapacity {
                 length: 16,
                 capacity: 8
             })
         );
-        let before = QueueCounters::new(10, 6);
+        let before = RingPositions::new(10, 6);
         assert_eq!(
-            check(Some(before), QueueCounters::new(10, 5), 8),
+            check_counters(Some(before), RingPositions::new(10, 5), 8),
             Err(QueueFault::ConsumedWentBackwards {
                 previous: 6,
                 now: 5
             })
         );
         assert_eq!(
-            check(Some(before), QueueCounters::new(9, 6), 8),
+            check_counters(Some(before), RingPositions::new(9, 6), 8),
             Err(QueueFault::ProducedWentBackwards {
                 previous: 10,
                 now: 9

@@ -1,10 +1,9 @@
-//! The core allocator: which runtime's kthread runs on which managed core.
+//! The Shenango policy: Algorithms 1 and 2 of Shenango (NSDI '19) §4.1, reallocating cores
+//! every few microseconds on queueing delay.
 //!
-//! A pure state machine after Shenango (NSDI '19) §4.1. It is fed observations and events and
-//! answers with [`Decision`]s; it never reads clocks, shared memory or sysfs, and never talks
-//! to the OS. The daemon reads each active kthread's queue counters, feeds them in with
-//! [`Allocator::observe_queues`], calls [`Allocator::run_pass`] every interval, relays the
-//! runtimes' park reports, and carries out the decisions (pin and wake, signal).
+//! The daemon sweeps each runtime's active kthreads' queue counters into
+//! [`Policy::observe_runtime`], calls [`Policy::run_pass`] every interval, relays the runtimes'
+//! park reports, and carries out the decisions (pin and wake, signal).
 //!
 //! * How many cores (Algorithm 1): a runtime is congested when an item that was queued at the
 //!   previous pass, on any of its kthreads' run queues or ingress rings, is queued still. A
@@ -52,56 +51,37 @@
 
 mod audit;
 mod cores;
-mod error;
-mod ids;
-mod queues;
-mod runtime;
+mod records;
 mod select;
-mod topology;
 mod transitions;
 
 #[cfg(test)]
 mod tests;
 
-pub use cores::CoreStats;
-pub use error::{AllocError, SpecError};
-pub use ids::{CoreId, KthreadIndex, RuntimeId};
-pub use queues::{QueueCounters, QueueFault, QueueKind, QueueSnapshot};
-pub use runtime::{KthreadPlace, MAX_KTHREADS, MAX_QUEUE_CAPACITY, RuntimeSpec, RuntimeStats};
-pub use topology::{MAX_CORES, Topology, TopologyError};
-
+use super::{PolicyEntry, PolicySettings};
+use crate::queues::{self, KthreadQueues, QueueKind};
+use crate::{
+    AllocError, CoreId, CoreOccupancy, CoreStats, CoreView, Decision, KthreadIndex, KthreadPlace,
+    KthreadView, MAX_CORES, MAX_RUNTIMES, Policy, RuntimeId, RuntimeSpec, RuntimeView, SpecError,
+    Topology,
+};
 use cores::{Core, CoreSet, CoreState};
-use runtime::Runtime;
+use records::RuntimeRecord;
 
-/// Most runtimes registered at once.
-pub const MAX_RUNTIMES: usize = 1 << 16;
-
-/// What the daemon must do. Decisions are emitted in the order they must be carried out.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Decision {
-    /// Pin `kthread` to `core` and wake it. Nothing else runs on the core.
-    Wake {
-        runtime: RuntimeId,
-        kthread: KthreadIndex,
-        core: CoreId,
+/// Registered as `shenango`.
+pub const ENTRY: PolicyEntry = PolicyEntry {
+    name: "shenango",
+    summary: "Shenango's congestion-driven allocation, one core per congested runtime per pass",
+    build: |topology, settings: &PolicySettings| {
+        Box::new(Shenango::new(
+            topology,
+            ShenangoConfig {
+                preemption_timeout: settings.preemption_timeout,
+                ..ShenangoConfig::default()
+            },
+        ))
     },
-    /// Ask `victim_kthread` to park (signal it). The core is promised to `for_runtime`; a
-    /// [`Decision::Wake`] for it follows once the victim reports that it parked.
-    Preempt {
-        victim_runtime: RuntimeId,
-        victim_kthread: KthreadIndex,
-        core: CoreId,
-        for_runtime: RuntimeId,
-    },
-    /// A preempted kthread has not parked within [`AllocatorConfig::preemption_timeout`]:
-    /// move it off the managed cores, then report [`Allocator::preemption_completed`].
-    /// Emitted once per preemption.
-    PreemptionOverdue {
-        victim_runtime: RuntimeId,
-        victim_kthread: KthreadIndex,
-        core: CoreId,
-    },
-}
+};
 
 /// Which bursting runtimes a runtime that is itself at or above its guarantee may take a core
 /// from, when no core is idle.
@@ -119,14 +99,14 @@ pub enum BurstSharing {
 
 /// Tunables.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AllocatorConfig {
+pub struct ShenangoConfig {
     pub burst_sharing: BurstSharing,
     /// How long (in the caller's time unit) a preempted kthread may keep its core before
     /// [`Decision::PreemptionOverdue`]; `None` never reports.
     pub preemption_timeout: Option<u64>,
 }
 
-impl Default for AllocatorConfig {
+impl Default for ShenangoConfig {
     fn default() -> Self {
         Self {
             burst_sharing: BurstSharing::Balanced,
@@ -136,82 +116,10 @@ impl Default for AllocatorConfig {
     }
 }
 
-/// Who is on a core.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CoreOccupancy {
-    Idle,
-    Running {
-        runtime: RuntimeId,
-        kthread: KthreadIndex,
-    },
-    /// `kthread` still runs here but has been asked to park; the core then goes to `to`, or
-    /// back to the idle pool if `to` is `None`.
-    HandingOver {
-        runtime: RuntimeId,
-        kthread: KthreadIndex,
-        to: Option<RuntimeId>,
-        since: u64,
-    },
-}
-
-impl CoreOccupancy {
-    /// The runtime whose kthread occupies the core.
-    pub fn owner(&self) -> Option<RuntimeId> {
-        match *self {
-            Self::Idle => None,
-            Self::Running { runtime, .. } | Self::HandingOver { runtime, .. } => Some(runtime),
-        }
-    }
-}
-
-/// A core's state and history.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CoreView {
-    pub occupancy: CoreOccupancy,
-    pub sibling: Option<CoreId>,
-    /// The kthread that ran here most recently (possibly still running).
-    pub last_user: Option<(RuntimeId, KthreadIndex)>,
-    pub stats: CoreStats,
-}
-
-/// A runtime's allocation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RuntimeView {
-    pub id: RuntimeId,
-    pub spec: RuntimeSpec,
-    /// Cores its kthreads occupy, including those being preempted.
-    pub running_cores: u32,
-    /// Of `running_cores`, those it has been asked to give up.
-    pub cores_handing_over: u32,
-    /// Cores promised to it, handed over when the kthreads on them park.
-    pub cores_reserved: u32,
-    /// The core it gave up most recently.
-    pub most_recent_core: Option<CoreId>,
-    /// It asked for a core and none could be had yet.
-    pub waiting: bool,
-    /// It has work and no core; it will be granted one as soon as one can be had.
-    pub has_pending_work: bool,
-    pub stats: RuntimeStats,
-}
-
-impl RuntimeView {
-    /// Cores it will hold once pending handovers settle.
-    pub fn committed_cores(&self) -> u32 {
-        self.running_cores - self.cores_handing_over + self.cores_reserved
-    }
-}
-
-/// A kthread's state.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct KthreadView {
-    pub place: KthreadPlace,
-    pub last_core: Option<CoreId>,
-}
-
-/// The allocator. See the module documentation.
+/// The Shenango policy. See the module documentation.
 #[derive(Clone, Debug)]
-pub struct Allocator {
-    config: AllocatorConfig,
+pub struct Shenango {
+    config: ShenangoConfig,
     topology: Topology,
     cores: Vec<Core>,
     idle: CoreSet,
@@ -221,7 +129,7 @@ pub struct Allocator {
     idle_count: usize,
     /// Cores being handed over, for the overdue check.
     handovers: Vec<CoreId>,
-    runtimes: Vec<Runtime>,
+    runtimes: Vec<RuntimeRecord>,
     guaranteed_total: u32,
     waiting_count: u32,
     /// The pass that observations currently feed, counted from 1 so that 0 means "never".
@@ -236,9 +144,9 @@ pub struct Allocator {
     victim_rank_valid: bool,
 }
 
-impl Allocator {
+impl Shenango {
     /// All cores start idle.
-    pub fn new(topology: Topology, config: AllocatorConfig) -> Self {
+    pub fn new(topology: Topology, config: ShenangoConfig) -> Self {
         let core_count = topology.core_count();
         let cores = topology
             .cores()
@@ -273,241 +181,6 @@ impl Allocator {
         }
         allocator
     }
-
-    /// Registers a runtime with all its kthreads parked. It gets a core when it shows demand
-    /// ([`Allocator::pending_work`] or congestion).
-    pub fn register(&mut self, spec: RuntimeSpec, now: u64) -> Result<RuntimeId, AllocError> {
-        self.check_clock(now)?;
-        spec.validate()?;
-        let core_count = self.topology.core_count();
-        if self.guaranteed_total + u32::from(spec.guaranteed_cores) > core_count as u32 {
-            return Err(SpecError::GuaranteesOversubscribed {
-                requested: spec.guaranteed_cores,
-                already_guaranteed: self.guaranteed_total,
-                cores: core_count,
-            }
-            .into());
-        }
-        let slot = match self.runtimes.iter().position(|runtime| !runtime.live) {
-            Some(slot) => slot,
-            None if self.runtimes.len() < MAX_RUNTIMES => {
-                let slot = self.runtimes.len();
-                self.runtimes
-                    .push(Runtime::vacant(RuntimeId::from_parts(slot as u32, 0)));
-                // Grown with the slot table so that grant rounds never reallocate.
-                self.requesters
-                    .reserve(self.runtimes.len() - self.requesters.len());
-                self.victim_rank
-                    .reserve(self.runtimes.len() - self.victim_rank.len());
-                self.victim_rank_position.push(u32::MAX);
-                slot
-            }
-            None => return Err(AllocError::TooManyRuntimes),
-        };
-        self.now = now;
-        let id = self.runtimes[slot].id;
-        self.runtimes[slot].occupy(id, spec, now, core_count);
-        self.guaranteed_total += u32::from(spec.guaranteed_cores);
-        self.victim_rank_valid = false;
-        Ok(id)
-    }
-
-    /// Removes a runtime (its connection closed). Every core it occupied is reclaimed: handed
-    /// to the runtime it was promised to, or to a waiting runtime, or left idle. The daemon must
-    /// already have stopped its kthreads.
-    pub fn unregister(
-        &mut self,
-        runtime: RuntimeId,
-        out: &mut Vec<Decision>,
-    ) -> Result<(), AllocError> {
-        let slot = self.slot_of(runtime)?;
-        self.victim_rank_valid = false;
-        self.reclaim_everything_of(slot, out);
-        self.serve_waiters(out);
-        Ok(())
-    }
-
-    /// Records one active kthread's queue counters for the coming pass and applies Algorithm
-    /// 1's test against the previous pass's counters.
-    ///
-    /// Counters that cannot be true (see [`QueueFault`]) are refused with
-    /// [`AllocError::ImpossibleQueue`]; the observation is dropped and the rest of the pass is
-    /// unaffected.
-    #[inline]
-    pub fn observe_queues(
-        &mut self,
-        runtime: RuntimeId,
-        kthread: KthreadIndex,
-        queues: QueueSnapshot,
-    ) -> Result<(), AllocError> {
-        let slot = self.slot_of(runtime)?;
-        let pass = self.pass;
-        let owner = &self.runtimes[slot];
-        let Some(entry) = owner.kthreads.get(kthread.index()) else {
-            return Err(AllocError::NoSuchKthread {
-                runtime,
-                kthread,
-                kthreads: owner.spec.kthreads,
-            });
-        };
-        if !matches!(entry.place, KthreadPlace::Active { .. }) {
-            return Err(AllocError::KthreadNotActive { runtime, kthread });
-        }
-        if entry.observed_in_pass == pass {
-            return Err(AllocError::AlreadyObserved { runtime, kthread });
-        }
-        let observed_last_pass = entry.observed_in_pass.wrapping_add(1) == pass;
-        let previous = observed_last_pass.then_some(entry.queues_last_seen);
-        let impossible = |queue, fault| AllocError::ImpossibleQueue {
-            runtime,
-            kthread,
-            queue,
-            fault,
-        };
-        queues::check(
-            previous.map(|seen| seen.run_queue),
-            queues.run_queue,
-            owner.spec.run_queue_capacity,
-        )
-        .map_err(|fault| impossible(QueueKind::RunQueue, fault))?;
-        queues::check(
-            previous.map(|seen| seen.ingress),
-            queues.ingress,
-            owner.spec.ingress_capacity,
-        )
-        .map_err(|fault| impossible(QueueKind::Ingress, fault))?;
-
-        let congested = previous.is_some_and(|seen| {
-            queues::item_outlived_interval(seen.run_queue, queues.run_queue)
-                || queues::item_outlived_interval(seen.ingress, queues.ingress)
-        });
-        let owner = &mut self.runtimes[slot];
-        let entry = &mut owner.kthreads[kthread.index()];
-        entry.queues_last_seen = queues;
-        entry.observed_in_pass = pass;
-        if congested && owner.congested_in_pass != pass {
-            owner.congested_in_pass = pass;
-            owner.stats.congestion_detections += 1;
-        }
-        Ok(())
-    }
-
-    /// Ends a pass: grants one core to each runtime found congested since the previous pass or
-    /// waiting with pending work, neediest first (furthest below its guarantee, then least
-    /// bursting). Also reports preemptions that are overdue.
-    pub fn run_pass(&mut self, now: u64, out: &mut Vec<Decision>) -> Result<(), AllocError> {
-        self.check_clock(now)?;
-        self.now = now;
-        self.victim_rank_valid = false;
-
-        let pass = self.pass;
-        let rotation = self.grant_rotation();
-        self.requesters.clear();
-        for slot in 0..self.runtimes.len() {
-            let runtime = &self.runtimes[slot];
-            let has_pending_work = runtime.has_pending_work;
-            // Waiting is re-derived every pass: congestion that went away is no claim on the
-            // next freed core. Work stranded by a preemption is, until a core frees up.
-            let waiting = has_pending_work || runtime.has_stranded_work;
-            if runtime.waiting != waiting {
-                self.set_waiting(slot, waiting);
-            }
-            let runtime = &self.runtimes[slot];
-            let asks = runtime.congested_in_pass == pass || has_pending_work;
-            if asks && runtime.live && runtime.can_grow() {
-                let priority = self.grant_priority(slot, rotation);
-                self.requesters.push((priority, slot as u32));
-            }
-        }
-        self.requesters.sort_unstable();
-        for position in 0..self.requesters.len() {
-            let slot = self.requesters[position].1 as usize;
-            if !self.grant_one_core(slot, false, out) {
-                self.set_waiting(slot, true);
-            }
-        }
-
-        self.report_overdue_handovers(out);
-        self.pass += 1;
-        Ok(())
-    }
-
-    /// A kthread parked: on its own because it found no work, or because it was preempted.
-    /// Its core goes to the runtime it was promised to, else to a waiting runtime, else idle.
-    pub fn kthread_parked(
-        &mut self,
-        runtime: RuntimeId,
-        kthread: KthreadIndex,
-        now: u64,
-        out: &mut Vec<Decision>,
-    ) -> Result<(), AllocError> {
-        self.check_clock(now)?;
-        let slot = self.slot_of(runtime)?;
-        let core = self.active_core_of(slot, kthread)?;
-        self.now = now;
-        self.victim_rank_valid = false;
-        match self.cores[core.index()].state {
-            CoreState::HandingOver { .. } => self.complete_handover(core, out),
-            // An active kthread's core is never idle.
-            CoreState::Idle => {}
-            CoreState::Running { .. } => {
-                self.park_from_running_core(slot, kthread, core);
-                // It ran out of work, so whatever congestion it showed is over.
-                self.set_waiting(slot, false);
-                self.mark_idle(core);
-                self.serve_waiters(out);
-            }
-        }
-        Ok(())
-    }
-
-    /// A preempted kthread reports that it parked; its core is handed over. Unlike
-    /// [`Allocator::kthread_parked`], refuses a kthread that was not being preempted.
-    pub fn preemption_completed(
-        &mut self,
-        runtime: RuntimeId,
-        kthread: KthreadIndex,
-        now: u64,
-        out: &mut Vec<Decision>,
-    ) -> Result<(), AllocError> {
-        self.check_clock(now)?;
-        let slot = self.slot_of(runtime)?;
-        let core = self.active_core_of(slot, kthread)?;
-        let CoreState::HandingOver { .. } = self.cores[core.index()].state else {
-            return Err(AllocError::NoPreemptionPending { runtime, kthread });
-        };
-        self.now = now;
-        self.victim_rank_valid = false;
-        self.complete_handover(core, out);
-        Ok(())
-    }
-
-    /// The runtime has work (a packet, an expired timer) and possibly no core to run it: if it
-    /// holds none, it is granted one at once, preempting a bursting runtime if no core is idle.
-    /// If none can be had, it gets the next one freed. A runtime that holds a core will find
-    /// the work itself, so then this does nothing.
-    pub fn pending_work(
-        &mut self,
-        runtime: RuntimeId,
-        now: u64,
-        out: &mut Vec<Decision>,
-    ) -> Result<(), AllocError> {
-        self.wants_first_core(runtime, now, false, out)
-    }
-
-    /// A preempted kthread parked with runnable work left on its queue. The runtime waits for
-    /// the next idle core without taking one from anybody: taking the core straight back
-    /// would undo the preemption, and the runtime that preempted it would take it back again.
-    /// A runtime that still holds a core finds the work itself, so then this does nothing.
-    pub fn parked_with_work(
-        &mut self,
-        runtime: RuntimeId,
-        now: u64,
-        out: &mut Vec<Decision>,
-    ) -> Result<(), AllocError> {
-        self.wants_first_core(runtime, now, true, out)
-    }
-
     /// A runtime with no core has work: a core at once if one can be had (`only_idle`: without
     /// preempting), else the next one freed. Remembered until it is granted one, since with no
     /// kthread running there is nothing to observe.
@@ -535,11 +208,215 @@ impl Allocator {
         }
         Ok(())
     }
+    pub fn config(&self) -> &ShenangoConfig {
+        &self.config
+    }
+    /// Registered runtimes, by slot.
+    pub fn runtime_ids(&self) -> impl Iterator<Item = RuntimeId> + '_ {
+        self.runtimes
+            .iter()
+            .filter(|runtime| runtime.live)
+            .map(|runtime| runtime.id)
+    }
+    /// The runtime's parked kthreads, longest-parked first.
+    pub fn parked_kthreads(
+        &self,
+        runtime: RuntimeId,
+    ) -> Result<impl Iterator<Item = KthreadIndex> + '_, AllocError> {
+        let slot = self.slot_of(runtime)?;
+        Ok(self.runtimes[slot].parked_in_order())
+    }
+    fn check_clock(&self, now: u64) -> Result<(), AllocError> {
+        if now < self.now {
+            return Err(AllocError::ClockWentBackwards {
+                last: self.now,
+                now,
+            });
+        }
+        Ok(())
+    }
+    fn slot_of(&self, runtime: RuntimeId) -> Result<usize, AllocError> {
+        match self.runtimes.get(runtime.slot_index()) {
+            Some(entry) if entry.live && entry.id == runtime => Ok(runtime.slot_index()),
+            _ => Err(AllocError::UnknownRuntime(runtime)),
+        }
+    }
+    fn check_kthread(&self, slot: usize, kthread: KthreadIndex) -> Result<(), AllocError> {
+        let entry = &self.runtimes[slot];
+        if kthread.index() >= entry.kthreads.len() {
+            return Err(AllocError::NoSuchKthread {
+                runtime: entry.id,
+                kthread,
+                kthreads: entry.spec.kthreads,
+            });
+        }
+        Ok(())
+    }
+    fn active_core_of(&self, slot: usize, kthread: KthreadIndex) -> Result<CoreId, AllocError> {
+        self.check_kthread(slot, kthread)?;
+        match self.runtimes[slot].kthreads[kthread.index()].place {
+            KthreadPlace::Active { core } => Ok(core),
+            KthreadPlace::Parked { .. } => Err(AllocError::KthreadNotActive {
+                runtime: self.runtimes[slot].id,
+                kthread,
+            }),
+        }
+    }
+    /// Which slot goes first among equally needy runtimes; it moves every pass so that no slot
+    /// is always served first when cores run short.
+    fn grant_rotation(&self) -> usize {
+        (self.pass % self.runtimes.len().max(1) as u64) as usize
+    }
+    /// Sort key for grant rounds: furthest below guarantee first, then least bursting, then
+    /// the slot's turn in this pass's rotation.
+    fn grant_priority(&self, slot: usize, rotation: usize) -> u64 {
+        let runtime = &self.runtimes[slot];
+        let surplus = i64::from(runtime.committed()) - i64::from(runtime.spec.guaranteed_cores);
+        // Surplus lies within ±MAX_CORES, so the offset keeps it positive.
+        let need_rank = (surplus + MAX_CORES as i64) as u64;
+        let turn = if slot >= rotation {
+            slot - rotation
+        } else {
+            slot + self.runtimes.len() - rotation
+        };
+        (need_rank << 32) | turn as u64
+    }
+}
+
+impl Policy for Shenango {
+    fn name(&self) -> &'static str {
+        ENTRY.name
+    }
+
+    /// Registers a runtime with all its kthreads parked. It gets a core when it shows demand
+    /// ([`Policy::pending_work`] or congestion).
+    fn register(&mut self, spec: RuntimeSpec, now: u64) -> Result<RuntimeId, AllocError> {
+        self.check_clock(now)?;
+        spec.validate()?;
+        let core_count = self.topology.core_count();
+        if self.guaranteed_total + u32::from(spec.guaranteed_cores) > core_count as u32 {
+            return Err(SpecError::GuaranteesOversubscribed {
+                requested: spec.guaranteed_cores,
+                already_guaranteed: self.guaranteed_total,
+                cores: core_count,
+            }
+            .into());
+        }
+        let slot = match self.runtimes.iter().position(|runtime| !runtime.live) {
+            Some(slot) => slot,
+            None if self.runtimes.len() < MAX_RUNTIMES => {
+                let slot = self.runtimes.len();
+                self.runtimes
+                    .push(RuntimeRecord::vacant(RuntimeId::from_parts(slot as u32, 0)));
+                // Grown with the slot table so that grant rounds never reallocate.
+                self.requesters
+                    .reserve(self.runtimes.len() - self.requesters.len());
+                self.victim_rank
+                    .reserve(self.runtimes.len() - self.victim_rank.len());
+                self.victim_rank_position.push(u32::MAX);
+                slot
+            }
+            None => return Err(AllocError::TooManyRuntimes),
+        };
+        self.now = now;
+        let id = self.runtimes[slot].id;
+        self.runtimes[slot].occupy(id, spec, now, core_count);
+        self.guaranteed_total += u32::from(spec.guaranteed_cores);
+        self.victim_rank_valid = false;
+        Ok(id)
+    }
+    /// Removes a runtime (its connection closed). Every core it occupied is reclaimed: handed
+    /// to the runtime it was promised to, or to a waiting runtime, or left idle. The daemon must
+    /// already have stopped its kthreads.
+    fn unregister(
+        &mut self,
+        runtime: RuntimeId,
+        out: &mut Vec<Decision>,
+    ) -> Result<(), AllocError> {
+        let slot = self.slot_of(runtime)?;
+        self.victim_rank_valid = false;
+        self.reclaim_everything_of(slot, out);
+        self.serve_waiters(out);
+        Ok(())
+    }
+    /// Records the counters and applies Algorithm 1's test against the previous pass's: the
+    /// runtime is congested if, on any kthread observed in both passes, an item queued then is
+    /// queued still. One call per runtime so that the runtime's slot is looked up once per pass,
+    /// not once per kthread.
+    ///
+    /// Counters that cannot be true (see [`QueueFault`](crate::QueueFault)) are refused with
+    /// [`AllocError::ImpossibleQueue`]; then nothing of the sweep is recorded and the rest of the
+    /// pass is unaffected.
+    fn observe_runtime(
+        &mut self,
+        runtime: RuntimeId,
+        kthreads: &[KthreadQueues],
+    ) -> Result<(), AllocError> {
+        let slot = self.slot_of(runtime)?;
+        let pass = self.pass;
+        let record = &mut self.runtimes[slot];
+        let mut congested = false;
+        // Ascending order is what makes "at most once per pass" checkable without writing.
+        let mut lowest_allowed = 0;
+        for &KthreadQueues { kthread, queues } in kthreads {
+            let Some(entry) = record.kthreads.get(kthread.index()) else {
+                return Err(AllocError::NoSuchKthread {
+                    runtime,
+                    kthread,
+                    kthreads: record.spec.kthreads,
+                });
+            };
+            if kthread.index() < lowest_allowed {
+                return Err(AllocError::ObservationsOutOfOrder { runtime, kthread });
+            }
+            lowest_allowed = kthread.index() + 1;
+            if !matches!(entry.place, KthreadPlace::Active { .. }) {
+                return Err(AllocError::KthreadNotActive { runtime, kthread });
+            }
+            if entry.observed_in_pass == pass {
+                return Err(AllocError::AlreadyObserved { runtime, kthread });
+            }
+            let observed_last_pass = entry.observed_in_pass.wrapping_add(1) == pass;
+            let previous = observed_last_pass.then_some(entry.queues_last_seen);
+            let impossible = |queue, fault| AllocError::ImpossibleQueue {
+                runtime,
+                kthread,
+                queue,
+                fault,
+            };
+            queues::check_counters(
+                previous.map(|seen| seen.run_queue),
+                queues.run_queue,
+                record.spec.run_queue_capacity,
+            )
+            .map_err(|fault| impossible(QueueKind::RunQueue, fault))?;
+            queues::check_counters(
+                previous.map(|seen| seen.ingress),
+                queues.ingress,
+                record.spec.ingress_capacity,
+            )
+            .map_err(|fault| impossible(QueueKind::Ingress, fault))?;
+            congested |= previous.is_some_and(|seen| {
+                queues.run_queue.has_waited_since(seen.run_queue)
+                    || queues.ingress.has_waited_since(seen.ingress)
+            });
+        }
+        for &KthreadQueues { kthread, queues } in kthreads {
+            let entry = &mut record.kthreads[kthread.index()];
+            entry.queues_last_seen = queues;
+            entry.observed_in_pass = pass;
+        }
+        if congested && record.congested_in_pass != pass {
+            record.congested_in_pass = pass;
+            record.stats.congestion_detections += 1;
+        }
+        Ok(())
+    }
 
     /// Algorithm 1's finding for a queue the runtime shares among its kthreads (work handed in
     /// from outside its kthreads): an item has waited there since the previous pass. Counts as
     /// congestion in the current pass.
-    pub fn report_congestion(&mut self, runtime: RuntimeId) -> Result<(), AllocError> {
+    fn report_congestion(&mut self, runtime: RuntimeId) -> Result<(), AllocError> {
         let slot = self.slot_of(runtime)?;
         let pass = self.pass;
         let entry = &mut self.runtimes[slot];
@@ -549,11 +426,123 @@ impl Allocator {
         }
         Ok(())
     }
+    /// Ends a pass: grants one core to each runtime found congested since the previous pass or
+    /// waiting with pending work, neediest first (furthest below its guarantee, then least
+    /// bursting). Also reports preemptions that are overdue.
+    fn run_pass(&mut self, now: u64, out: &mut Vec<Decision>) -> Result<(), AllocError> {
+        self.check_clock(now)?;
+        self.now = now;
+        self.victim_rank_valid = false;
 
+        let pass = self.pass;
+        let rotation = self.grant_rotation();
+        self.requesters.clear();
+        for slot in 0..self.runtimes.len() {
+            let runtime = &self.runtimes[slot];
+            let has_pending_work = runtime.has_pending_work;
+            // Waiting is re-derived every pass: congestion that went away is no claim on the
+            // next freed core. Work stranded by a preemption is, until a core frees up.
+            let waiting = has_pending_work || runtime.has_stranded_work;
+            if runtime.waiting != waiting {
+                self.set_waiting(slot, waiting);
+            }
+            let runtime = &self.runtimes[slot];
+            let asks = runtime.congested_in_pass == pass || has_pending_work;
+            if asks && runtime.live && runtime.can_grow() {
+                let priority = self.grant_priority(slot, rotation);
+                self.requesters.push((priority, slot as u32));
+            }
+        }
+        if self.requesters.len() > 1 {
+            self.requesters.sort_unstable();
+        }
+        for position in 0..self.requesters.len() {
+            let slot = self.requesters[position].1 as usize;
+            if !self.grant_one_core(slot, false, out) {
+                self.set_waiting(slot, true);
+            }
+        }
+
+        self.report_overdue_handovers(out);
+        self.pass += 1;
+        Ok(())
+    }
+    /// A kthread parked: on its own because it found no work, or because it was preempted.
+    /// Its core goes to the runtime it was promised to, else to a waiting runtime, else idle.
+    fn kthread_parked(
+        &mut self,
+        runtime: RuntimeId,
+        kthread: KthreadIndex,
+        now: u64,
+        out: &mut Vec<Decision>,
+    ) -> Result<(), AllocError> {
+        self.check_clock(now)?;
+        let slot = self.slot_of(runtime)?;
+        let core = self.active_core_of(slot, kthread)?;
+        self.now = now;
+        self.victim_rank_valid = false;
+        match self.cores[core.index()].state {
+            CoreState::HandingOver { .. } => self.complete_handover(core, out),
+            // An active kthread's core is never idle.
+            CoreState::Idle => {}
+            CoreState::Running { .. } => {
+                self.park_from_running_core(slot, kthread, core);
+                // It ran out of work, so whatever congestion it showed is over.
+                self.set_waiting(slot, false);
+                self.mark_idle(core);
+                self.serve_waiters(out);
+            }
+        }
+        Ok(())
+    }
+    /// A preempted kthread reports that it parked; its core is handed over. Unlike
+    /// [`Policy::kthread_parked`], refuses a kthread that was not being preempted.
+    fn preemption_completed(
+        &mut self,
+        runtime: RuntimeId,
+        kthread: KthreadIndex,
+        now: u64,
+        out: &mut Vec<Decision>,
+    ) -> Result<(), AllocError> {
+        self.check_clock(now)?;
+        let slot = self.slot_of(runtime)?;
+        let core = self.active_core_of(slot, kthread)?;
+        let CoreState::HandingOver { .. } = self.cores[core.index()].state else {
+            return Err(AllocError::NoPreemptionPending { runtime, kthread });
+        };
+        self.now = now;
+        self.victim_rank_valid = false;
+        self.complete_handover(core, out);
+        Ok(())
+    }
+    /// The runtime has work (a packet, an expired timer) and possibly no core to run it: if it
+    /// holds none, it is granted one at once, preempting a bursting runtime if no core is idle.
+    /// If none can be had, it gets the next one freed. A runtime that holds a core will find
+    /// the work itself, so then this does nothing.
+    fn pending_work(
+        &mut self,
+        runtime: RuntimeId,
+        now: u64,
+        out: &mut Vec<Decision>,
+    ) -> Result<(), AllocError> {
+        self.wants_first_core(runtime, now, false, out)
+    }
+    /// A preempted kthread parked with runnable work left on its queue. The runtime waits for
+    /// the next idle core without taking one from anybody: taking the core straight back
+    /// would undo the preemption, and the runtime that preempted it would take it back again.
+    /// A runtime that still holds a core finds the work itself, so then this does nothing.
+    fn parked_with_work(
+        &mut self,
+        runtime: RuntimeId,
+        now: u64,
+        out: &mut Vec<Decision>,
+    ) -> Result<(), AllocError> {
+        self.wants_first_core(runtime, now, true, out)
+    }
     /// Grants cores until the runtime holds or is promised `cores` (capped at its guarantee),
     /// preempting bursting runtimes if it must. For runtimes whose spinning kthreads hold
     /// their guaranteed cores from the start. Returns how many were granted or promised.
-    pub fn grant_guaranteed(
+    fn grant_guaranteed(
         &mut self,
         runtime: RuntimeId,
         cores: u16,
@@ -576,38 +565,21 @@ impl Allocator {
         }
         Ok(granted)
     }
-
-    pub fn topology(&self) -> &Topology {
+    fn topology(&self) -> &Topology {
         &self.topology
     }
-
-    pub fn config(&self) -> &AllocatorConfig {
-        &self.config
-    }
-
     /// The latest time the allocator was given.
-    pub fn now(&self) -> u64 {
+    fn now(&self) -> u64 {
         self.now
     }
-
     /// Passes completed.
-    pub fn passes_run(&self) -> u64 {
+    fn passes_run(&self) -> u64 {
         self.pass - 1
     }
-
-    pub fn idle_core_count(&self) -> usize {
+    fn idle_core_count(&self) -> usize {
         self.idle_count
     }
-
-    /// Registered runtimes, by slot.
-    pub fn runtime_ids(&self) -> impl Iterator<Item = RuntimeId> + '_ {
-        self.runtimes
-            .iter()
-            .filter(|runtime| runtime.live)
-            .map(|runtime| runtime.id)
-    }
-
-    pub fn core(&self, core: CoreId) -> Result<CoreView, AllocError> {
+    fn core(&self, core: CoreId) -> Result<CoreView, AllocError> {
         let entry = self
             .cores
             .get(core.index())
@@ -638,8 +610,7 @@ impl Allocator {
             stats: entry.stats,
         })
     }
-
-    pub fn runtime(&self, runtime: RuntimeId) -> Result<RuntimeView, AllocError> {
+    fn runtime(&self, runtime: RuntimeId) -> Result<RuntimeView, AllocError> {
         let entry = &self.runtimes[self.slot_of(runtime)?];
         Ok(RuntimeView {
             id: entry.id,
@@ -653,8 +624,7 @@ impl Allocator {
             stats: entry.stats,
         })
     }
-
-    pub fn kthread(
+    fn kthread(
         &self,
         runtime: RuntimeId,
         kthread: KthreadIndex,
@@ -668,73 +638,7 @@ impl Allocator {
         })
     }
 
-    /// The runtime's parked kthreads, longest-parked first.
-    pub fn parked_kthreads(
-        &self,
-        runtime: RuntimeId,
-    ) -> Result<impl Iterator<Item = KthreadIndex> + '_, AllocError> {
-        let slot = self.slot_of(runtime)?;
-        Ok(self.runtimes[slot].parked_in_order())
-    }
-
-    fn check_clock(&self, now: u64) -> Result<(), AllocError> {
-        if now < self.now {
-            return Err(AllocError::ClockWentBackwards {
-                last: self.now,
-                now,
-            });
-        }
-        Ok(())
-    }
-
-    fn slot_of(&self, runtime: RuntimeId) -> Result<usize, AllocError> {
-        match self.runtimes.get(runtime.slot_index()) {
-            Some(entry) if entry.live && entry.id == runtime => Ok(runtime.slot_index()),
-            _ => Err(AllocError::UnknownRuntime(runtime)),
-        }
-    }
-
-    fn check_kthread(&self, slot: usize, kthread: KthreadIndex) -> Result<(), AllocError> {
-        let entry = &self.runtimes[slot];
-        if kthread.index() >= entry.kthreads.len() {
-            return Err(AllocError::NoSuchKthread {
-                runtime: entry.id,
-                kthread,
-                kthreads: entry.spec.kthreads,
-            });
-        }
-        Ok(())
-    }
-
-    fn active_core_of(&self, slot: usize, kthread: KthreadIndex) -> Result<CoreId, AllocError> {
-        self.check_kthread(slot, kthread)?;
-        match self.runtimes[slot].kthreads[kthread.index()].place {
-            KthreadPlace::Active { core } => Ok(core),
-            KthreadPlace::Parked { .. } => Err(AllocError::KthreadNotActive {
-                runtime: self.runtimes[slot].id,
-                kthread,
-            }),
-        }
-    }
-
-    /// Which slot goes first among equally needy runtimes; it moves every pass so that no slot
-    /// is always served first when cores run short.
-    fn grant_rotation(&self) -> usize {
-        (self.pass % self.runtimes.len().max(1) as u64) as usize
-    }
-
-    /// Sort key for grant rounds: furthest below guarantee first, then least bursting, then
-    /// the slot's turn in this pass's rotation.
-    fn grant_priority(&self, slot: usize, rotation: usize) -> u64 {
-        let runtime = &self.runtimes[slot];
-        let surplus = i64::from(runtime.committed()) - i64::from(runtime.spec.guaranteed_cores);
-        // Surplus lies within ±MAX_CORES, so the offset keeps it positive.
-        let need_rank = (surplus + MAX_CORES as i64) as u64;
-        let turn = if slot >= rotation {
-            slot - rotation
-        } else {
-            slot + self.runtimes.len() - rotation
-        };
-        (need_rank << 32) | turn as u64
+    fn audit(&self) -> Result<(), String> {
+        self.audit_tables()
     }
 }

@@ -1,7 +1,7 @@
 //! Everything the allocator refuses, and why.
 
-use super::ids::{CoreId, KthreadIndex, RuntimeId};
-use super::queues::{QueueFault, QueueKind};
+use crate::ids::{CoreId, KthreadIndex, RuntimeId};
+use crate::queues::{QueueFault, QueueKind};
 
 /// Why a call was refused. A refused call changes nothing.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -21,6 +21,11 @@ pub enum AllocError {
     },
     /// "Preemption completed" for a kthread nobody asked to give up its core.
     NoPreemptionPending {
+        runtime: RuntimeId,
+        kthread: KthreadIndex,
+    },
+    /// A sweep of a runtime's kthreads named this kthread after a higher-numbered one (or twice).
+    ObservationsOutOfOrder {
         runtime: RuntimeId,
         kthread: KthreadIndex,
     },
@@ -47,7 +52,7 @@ pub enum AllocError {
     TooManyRuntimes,
 }
 
-/// What is wrong with a [`RuntimeSpec`](super::RuntimeSpec).
+/// What is wrong with a [`RuntimeSpec`](crate::RuntimeSpec).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SpecError {
     /// A runtime that may never hold a core could never run.
@@ -65,7 +70,7 @@ pub enum SpecError {
         kthreads: u16,
         limit: usize,
     },
-    /// Queue capacities must be in 1..=[`MAX_QUEUE_CAPACITY`](super::MAX_QUEUE_CAPACITY).
+    /// Queue capacities must be in 1..=[`MAX_QUEUE_CAPACITY`](crate::MAX_QUEUE_CAPACITY).
     BadQueueCapacity {
         queue: QueueKind,
         capacity: u32,
@@ -104,6 +109,11 @@ impl core::fmt::Display for AllocError {
             Self::NoPreemptionPending { runtime, kthread } => write!(
                 f,
                 "kthread {} of {runtime} reported a preemption nobody asked for",
+                kthread.0
+            ),
+            Self::ObservationsOutOfOrder { runtime, kthread } => write!(
+                f,
+                "kthread {} of {runtime} is out of order in the sweep of its runtime's kthreads",
                 kthread.0
             ),
             Self::AlreadyObserved { runtime, kthread } => write!(

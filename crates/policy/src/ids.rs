@@ -1,6 +1,6 @@
 //! Identifiers the allocator accepts and hands out.
 
-/// A managed core, numbered densely from 0 within the allocator's [`Topology`](super::Topology).
+/// A managed core, numbered densely from 0 within the allocator's [`Topology`](crate::Topology).
 ///
 /// These are not CPU numbers: the daemon keeps the map from managed cores to the CPUs it was
 /// given, so that the allocator's tables stay dense.
@@ -57,7 +57,7 @@ impl RuntimeId {
     }
 
     #[inline]
-    pub(super) const fn slot_index(self) -> usize {
+    pub(crate) const fn slot_index(self) -> usize {
         self.slot as usize
     }
 }

@@ -3,11 +3,12 @@
 use std::collections::{HashMap, HashSet};
 
 use super::*;
+use crate::{MAX_KTHREADS, QueueFault, QueueSnapshot, RingPositions, TopologyError};
 
 /// Drives an allocator the way the daemon does: a clock, queue counters per kthread, and the
 /// decisions of the last call.
 struct Sim {
-    alloc: Allocator,
+    alloc: Shenango,
     now: u64,
     queues: HashMap<(RuntimeId, KthreadIndex), QueueSnapshot>,
     /// Runtimes whose kthreads get a new run-queue item every pass and consume none.
@@ -15,9 +16,9 @@ struct Sim {
 }
 
 impl Sim {
-    fn with(topology: Topology, config: AllocatorConfig) -> Self {
+    fn with(topology: Topology, config: ShenangoConfig) -> Self {
         Self {
-            alloc: Allocator::new(topology, config),
+            alloc: Shenango::new(topology, config),
             now: 0,
             queues: HashMap::new(),
             busy: HashSet::new(),
@@ -27,14 +28,14 @@ impl Sim {
     fn flat(cores: usize) -> Self {
         Self::with(
             Topology::without_hyperthreads(cores).unwrap(),
-            AllocatorConfig::default(),
+            ShenangoConfig::default(),
         )
     }
 
     fn paired(cores: usize) -> Self {
         Self::with(
             Topology::hyperthread_pairs(cores).unwrap(),
-            AllocatorConfig::default(),
+            ShenangoConfig::default(),
         )
     }
 
@@ -68,6 +69,7 @@ impl Sim {
     fn pass(&mut self) -> Vec<Decision> {
         let runtimes: Vec<RuntimeId> = self.alloc.runtime_ids().collect();
         for runtime in runtimes {
+            let mut sweep = Vec::new();
             for (kthread, _) in self.active_kthreads(runtime) {
                 let queues = self.queues.entry((runtime, kthread)).or_default();
                 if self.busy.contains(&runtime) {
@@ -76,8 +78,9 @@ impl Sim {
                     queues.run_queue.consumed = queues.run_queue.produced;
                 }
                 let queues = *queues;
-                self.alloc.observe_queues(runtime, kthread, queues).unwrap();
+                sweep.push(KthreadQueues { kthread, queues });
             }
+            self.alloc.observe_runtime(runtime, &sweep).unwrap();
         }
         let now = self.tick();
         let mut out = Vec::new();
@@ -162,7 +165,8 @@ impl Sim {
     }
 
     fn audit(&self) {
-        if let Err(violation) = self.alloc.audit() {
+        let runtimes: Vec<RuntimeId> = self.alloc.runtime_ids().collect();
+        if let Err(violation) = crate::audit::check_contract(&self.alloc, &runtimes) {
             panic!("invariant broken: {violation}");
         }
     }
@@ -230,10 +234,12 @@ fn observe(
     ingress: (u32, u32),
 ) {
     let queues = QueueSnapshot {
-        run_queue: QueueCounters::new(run_queue.0, run_queue.1),
-        ingress: QueueCounters::new(ingress.0, ingress.1),
+        run_queue: RingPositions::new(run_queue.0, run_queue.1),
+        ingress: RingPositions::new(ingress.0, ingress.1),
     };
-    sim.alloc.observe_queues(runtime, kthread, queues).unwrap();
+    sim.alloc
+        .observe_runtime(runtime, &[KthreadQueues { kthread, queues }])
+        .unwrap();
 }
 
 fn run_pass(sim: &mut Sim) -> Vec<Decision> {
@@ -457,9 +463,9 @@ fn most_recent_core_is_taken_back_from_a_burster_when_nothing_is_idle() {
 #[test]
 fn only_bursting_runtimes_are_preempted() {
     for burst_sharing in [BurstSharing::Balanced, BurstSharing::AnyBursting] {
-        let config = AllocatorConfig {
+        let config = ShenangoConfig {
             burst_sharing,
-            ..AllocatorConfig::default()
+            ..ShenangoConfig::default()
         };
         let mut sim = Sim::with(Topology::without_hyperthreads(4).unwrap(), config);
         let guaranteed = sim.register(2, 4);
@@ -627,9 +633,9 @@ fn balanced_bursters_even_out() {
 
 #[test]
 fn paper_policy_lets_any_burster_take_from_another() {
-    let config = AllocatorConfig {
+    let config = ShenangoConfig {
         burst_sharing: BurstSharing::AnyBursting,
-        ..AllocatorConfig::default()
+        ..ShenangoConfig::default()
     };
     let mut sim = Sim::with(Topology::without_hyperthreads(4).unwrap(), config);
     let left = sim.register(0, 4);
@@ -885,6 +891,80 @@ fn voluntary_park_during_preemption_completes_the_handover() {
 // ---- Refusals ----
 
 #[test]
+fn a_refused_sweep_records_nothing_of_the_runtime() {
+    let mut sim = Sim::flat(2);
+    let app = sim.register(0, 2);
+    grow(&mut sim, app, 2);
+    let queued = |produced, consumed| QueueSnapshot {
+        run_queue: RingPositions::new(produced, consumed),
+        ingress: RingPositions::default(),
+    };
+    let sweep = |first, second| {
+        [
+            KthreadQueues {
+                kthread: KthreadIndex(0),
+                queues: first,
+            },
+            KthreadQueues {
+                kthread: KthreadIndex(1),
+                queues: second,
+            },
+        ]
+    };
+    sim.alloc
+        .observe_runtime(app, &sweep(queued(100, 0), queued(0, 0)))
+        .unwrap();
+    run_pass(&mut sim);
+    // Kthread 0 still has its items (congested), but kthread 1's counters are impossible: the
+    // whole sweep is refused, so kthread 0's evidence is not recorded either.
+    let before = format!("{:?}", sim.alloc);
+    assert!(matches!(
+        sim.alloc
+            .observe_runtime(app, &sweep(queued(101, 1), queued(0, 1))),
+        Err(AllocError::ImpossibleQueue {
+            kthread: KthreadIndex(1),
+            ..
+        })
+    ));
+    assert_eq!(before, format!("{:?}", sim.alloc));
+    let mut reversed = sweep(queued(101, 1), queued(0, 0));
+    reversed.reverse();
+    assert_eq!(
+        sim.alloc.observe_runtime(app, &reversed),
+        Err(AllocError::ObservationsOutOfOrder {
+            runtime: app,
+            kthread: KthreadIndex(0)
+        })
+    );
+    let twice = [reversed[1], reversed[1]];
+    assert_eq!(
+        sim.alloc.observe_runtime(app, &twice),
+        Err(AllocError::ObservationsOutOfOrder {
+            runtime: app,
+            kthread: KthreadIndex(0)
+        })
+    );
+    assert_eq!(before, format!("{:?}", sim.alloc));
+    // The same sweep with honest counters is accepted and finds the congestion.
+    let congestion_before = sim.view(app).stats.congestion_detections;
+    sim.alloc
+        .observe_runtime(app, &sweep(queued(101, 1), queued(0, 0)))
+        .unwrap();
+    assert_eq!(
+        sim.alloc
+            .observe_runtime(app, &sweep(queued(101, 1), queued(0, 0))),
+        Err(AllocError::AlreadyObserved {
+            runtime: app,
+            kthread: KthreadIndex(0)
+        })
+    );
+    assert_eq!(
+        sim.view(app).stats.congestion_detections,
+        congestion_before + 1
+    );
+}
+
+#[test]
 fn bad_ids_and_impossible_observations_are_refused_without_change() {
     let mut sim = Sim::flat(2);
     let app = sim.register(0, 2);
@@ -926,7 +1006,7 @@ fn bad_ids_and_impossible_observations_are_refused_without_change() {
     ));
     assert!(matches!(
         sim.alloc
-            .observe_queues(app, KthreadIndex(1), QueueSnapshot::default()),
+            .observe_runtime(app, &[KthreadQueues { kthread: KthreadIndex(1), queues: QueueSnapshot::default() }]),
         Err(AllocError::KthreadNotActive { .. })
     ));
     assert!(matches!(
@@ -935,12 +1015,12 @@ fn bad_ids_and_impossible_observations_are_refused_without_change() {
     ));
 
     let consumer_ahead = QueueSnapshot {
-        run_queue: QueueCounters::new(3, 4),
+        run_queue: RingPositions::new(3, 4),
         ..QueueSnapshot::default()
     };
     assert!(matches!(
         sim.alloc
-            .observe_queues(app, KthreadIndex(0), consumer_ahead),
+            .observe_runtime(app, &[KthreadQueues { kthread: KthreadIndex(0), queues: consumer_ahead }]),
         Err(AllocError::ImpossibleQueue {
             queue: QueueKind::RunQueue,
             fault: QueueFault::LongerThanCapacity { .. },
@@ -948,14 +1028,14 @@ fn bad_ids_and_impossible_observations_are_refused_without_change() {
         })
     ));
     let fine = QueueSnapshot {
-        ingress: QueueCounters::new(10, 8),
+        ingress: RingPositions::new(10, 8),
         ..QueueSnapshot::default()
     };
     sim.alloc
-        .observe_queues(app, KthreadIndex(0), fine)
+        .observe_runtime(app, &[KthreadQueues { kthread: KthreadIndex(0), queues: fine }])
         .unwrap();
     assert_eq!(
-        sim.alloc.observe_queues(app, KthreadIndex(0), fine),
+        sim.alloc.observe_runtime(app, &[KthreadQueues { kthread: KthreadIndex(0), queues: fine }]),
         Err(AllocError::AlreadyObserved {
             runtime: app,
             kthread: KthreadIndex(0)
@@ -971,11 +1051,11 @@ fn bad_ids_and_impossible_observations_are_refused_without_change() {
     );
     run_pass(&mut sim);
     let backwards = QueueSnapshot {
-        ingress: QueueCounters::new(10, 7),
+        ingress: RingPositions::new(10, 7),
         ..QueueSnapshot::default()
     };
     assert!(matches!(
-        sim.alloc.observe_queues(app, KthreadIndex(0), backwards),
+        sim.alloc.observe_runtime(app, &[KthreadQueues { kthread: KthreadIndex(0), queues: backwards }]),
         Err(AllocError::ImpossibleQueue {
             queue: QueueKind::Ingress,
             fault: QueueFault::ConsumedWentBackwards { .. },
@@ -1047,11 +1127,11 @@ fn queue_capacity_bounds_observations() {
         .unwrap();
     only_wake(&sim.pending_work(app));
     let too_long = QueueSnapshot {
-        run_queue: QueueCounters::new(9, 0),
+        run_queue: RingPositions::new(9, 0),
         ..QueueSnapshot::default()
     };
     assert!(matches!(
-        sim.alloc.observe_queues(app, KthreadIndex(0), too_long),
+        sim.alloc.observe_runtime(app, &[KthreadQueues { kthread: KthreadIndex(0), queues: too_long }]),
         Err(AllocError::ImpossibleQueue {
             fault: QueueFault::LongerThanCapacity {
                 length: 9,
@@ -1061,11 +1141,11 @@ fn queue_capacity_bounds_observations() {
         })
     ));
     let full = QueueSnapshot {
-        run_queue: QueueCounters::new(8, 0),
-        ingress: QueueCounters::new(16, 0),
+        run_queue: RingPositions::new(8, 0),
+        ingress: RingPositions::new(16, 0),
     };
     sim.alloc
-        .observe_queues(app, KthreadIndex(0), full)
+        .observe_runtime(app, &[KthreadQueues { kthread: KthreadIndex(0), queues: full }])
         .unwrap();
 }
 
@@ -1112,7 +1192,7 @@ fn topologies_are_validated() {
         Some(CoreId(1)),
     ])
     .unwrap();
-    let mut sim = Sim::with(spread, AllocatorConfig::default());
+    let mut sim = Sim::with(spread, ShenangoConfig::default());
     let app = sim.register(0, 2);
     grow(&mut sim, app, 2);
     assert_eq!(sim.cores_of(app), vec![0, 2]);
@@ -1127,7 +1207,7 @@ fn steady_state_passes_do_not_grow_any_buffer() {
     for &runtime in &runtimes {
         grow(&mut sim, runtime, 2);
     }
-    let capacities = |alloc: &Allocator| {
+    let capacities = |alloc: &Shenango| {
         let mut all = vec![
             alloc.handovers.capacity(),
             alloc.requesters.capacity(),

@@ -3,12 +3,12 @@
 use core::cmp::Reverse;
 
 use super::cores::CoreState;
-use super::ids::CoreId;
-use super::{Allocator, BurstSharing};
+use super::{BurstSharing, Shenango};
+use crate::CoreId;
 
 const NOT_RANKED: u32 = u32::MAX;
 
-impl Allocator {
+impl Shenango {
     /// Picks the core to grant, in the paper's order of preference:
     ///
     /// 1. the hyperthread sibling of a core the runtime runs on (shared L1/L2, and no other

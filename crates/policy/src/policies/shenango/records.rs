@@ -1,112 +1,9 @@
-//! Per-runtime bookkeeping: its registration, its kthreads, and the cores it holds.
+//! The allocator's record of each runtime and of each of its kthreads: registration, parked
+//! order, the cores it holds, and the counters Algorithm 1 compares.
 
-use super::error::SpecError;
-use super::ids::{CoreId, KthreadIndex, RuntimeId};
-use super::queues::{QueueKind, QueueSnapshot};
-
-/// Most kthreads one runtime may register.
-pub const MAX_KTHREADS: usize = 1024;
-
-/// Largest queue capacity: with 32-bit wrapping counters, a longer queue could not be told apart
-/// from a consumer running ahead of its producer.
-pub const MAX_QUEUE_CAPACITY: u32 = 1 << 31;
-
-/// What a runtime asks for when it registers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RuntimeSpec {
-    /// Cores it may hold without ever being preempted.
-    pub guaranteed_cores: u16,
-    /// Cores it may hold at most, guaranteed plus burstable.
-    pub max_cores: u16,
-    /// Its kthreads, indexed 0..kthreads; all start parked.
-    pub kthreads: u16,
-    /// Slots in each kthread's run queue; longer observed queues are refused as impossible.
-    pub run_queue_capacity: u32,
-    /// Slots in each kthread's ingress ring.
-    pub ingress_capacity: u32,
-}
-
-impl RuntimeSpec {
-    /// One kthread per core it may hold, and queue capacities that only rule out counters
-    /// running backwards.
-    pub const fn new(guaranteed_cores: u16, max_cores: u16) -> Self {
-        Self {
-            guaranteed_cores,
-            max_cores,
-            kthreads: max_cores,
-            run_queue_capacity: MAX_QUEUE_CAPACITY,
-            ingress_capacity: MAX_QUEUE_CAPACITY,
-        }
-    }
-
-    pub const fn with_queue_capacities(mut self, run_queue: u32, ingress: u32) -> Self {
-        self.run_queue_capacity = run_queue;
-        self.ingress_capacity = ingress;
-        self
-    }
-
-    pub const fn with_kthreads(mut self, kthreads: u16) -> Self {
-        self.kthreads = kthreads;
-        self
-    }
-
-    /// Checks everything that does not depend on other runtimes.
-    pub fn validate(&self) -> Result<(), SpecError> {
-        if self.max_cores == 0 {
-            return Err(SpecError::ZeroMaxCores);
-        }
-        if self.guaranteed_cores > self.max_cores {
-            return Err(SpecError::GuaranteeAboveMax {
-                guaranteed: self.guaranteed_cores,
-                max: self.max_cores,
-            });
-        }
-        if usize::from(self.kthreads) > MAX_KTHREADS {
-            return Err(SpecError::TooManyKthreads {
-                kthreads: self.kthreads,
-                limit: MAX_KTHREADS,
-            });
-        }
-        if self.kthreads < self.max_cores {
-            return Err(SpecError::FewerKthreadsThanMaxCores {
-                kthreads: self.kthreads,
-                max: self.max_cores,
-            });
-        }
-        for (queue, capacity) in [
-            (QueueKind::RunQueue, self.run_queue_capacity),
-            (QueueKind::Ingress, self.ingress_capacity),
-        ] {
-            if capacity == 0 || capacity > MAX_QUEUE_CAPACITY {
-                return Err(SpecError::BadQueueCapacity { queue, capacity });
-            }
-        }
-        Ok(())
-    }
-}
-
-/// Counters kept per runtime while it is registered.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct RuntimeStats {
-    /// Times one of its kthreads was woken on a core.
-    pub grants: u64,
-    /// Times a core of its was taken back for another runtime.
-    pub preemptions_suffered: u64,
-    /// Times one of its kthreads parked, on its own or when preempted.
-    pub parks: u64,
-    /// Passes in which Algorithm 1 found it congested.
-    pub congestion_detections: u64,
-}
-
-/// Where a kthread is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum KthreadPlace {
-    /// Parked since the given time; the longest-parked is woken first when no kthread has a
-    /// cache-warm claim on the core.
-    Parked { since: u64 },
-    /// Running on `core` (possibly being preempted from it).
-    Active { core: CoreId },
-}
+use crate::ids::{CoreId, KthreadIndex, RuntimeId};
+use crate::queues::QueueSnapshot;
+use crate::spec::{KthreadPlace, RuntimeSpec, RuntimeStats};
 
 /// `observed_in_pass` of a kthread not observed since it woke: no pass equals it, nor follows it.
 pub(super) const NOT_OBSERVED: u64 = u64::MAX;
@@ -114,8 +11,9 @@ pub(super) const NOT_OBSERVED: u64 = u64::MAX;
 /// Marks the end of the intrusive parked list.
 const END: u16 = u16::MAX;
 
+/// The allocator's record of one kthread of a runtime.
 #[derive(Clone, Debug)]
-pub(super) struct Kthread {
+pub(super) struct KthreadRecord {
     pub(super) place: KthreadPlace,
     pub(super) last_core: Option<CoreId>,
     /// Its counters at `observed_in_pass`; compared against only if that was the previous
@@ -128,20 +26,21 @@ pub(super) struct Kthread {
     parked_newer: u16,
 }
 
-impl Kthread {
+impl KthreadRecord {
     pub(super) fn is_parked(&self) -> bool {
         matches!(self.place, KthreadPlace::Parked { .. })
     }
 }
 
-/// A runtime slot. Slots of unregistered runtimes stay in the table (`live == false`) so their
+/// The allocator's record of one runtime slot. Slots of unregistered runtimes stay in the table
+/// (`live == false`) so their
 /// buffers are reused by the next registration.
 #[derive(Clone, Debug)]
-pub(super) struct Runtime {
+pub(super) struct RuntimeRecord {
     pub(super) id: RuntimeId,
     pub(super) live: bool,
     pub(super) spec: RuntimeSpec,
-    pub(super) kthreads: Vec<Kthread>,
+    pub(super) kthreads: Vec<KthreadRecord>,
     /// Parked kthreads, oldest park first, linked through the kthreads so that waking the one
     /// that last ran on a core (from anywhere in the list) is O(1).
     parked_oldest: u16,
@@ -170,7 +69,7 @@ pub(super) struct Runtime {
     pub(super) stats: RuntimeStats,
 }
 
-impl Runtime {
+impl RuntimeRecord {
     pub(super) fn vacant(id: RuntimeId) -> Self {
         Self {
             id,
@@ -203,7 +102,7 @@ impl Runtime {
         self.spec = spec;
 
         kthreads.clear();
-        kthreads.extend((0..spec.kthreads).map(|_| Kthread {
+        kthreads.extend((0..spec.kthreads).map(|_| KthreadRecord {
             place: KthreadPlace::Parked { since: now },
             last_core: None,
             queues_last_seen: QueueSnapshot::default(),

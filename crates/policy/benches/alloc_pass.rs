@@ -1,15 +1,16 @@
-//! Cost of one allocator pass: observing every active kthread's queues plus `run_pass`.
+//! Cost of one allocator pass of the Shenango policy, called through `dyn Policy` as the daemon
+//! calls it: observing every active kthread's queues (one sweep per runtime) plus `run_pass`.
 //!
-//! Run with `cargo bench -p corral-iokernel --bench alloc_pass`. Between timed passes the
+//! Run with `cargo bench -p corral-policy --bench alloc_pass`. Between timed passes the
 //! runtimes park idle kthreads, finish preemptions and report pending work, so the machine
 //! keeps churning the way it does under a mixed load; only the pass itself is timed.
 
 use std::hint::black_box;
 use std::time::Instant;
 
-use corral_iokernel::alloc::{
-    Allocator, AllocatorConfig, Decision, KthreadIndex, QueueSnapshot, RuntimeId, RuntimeSpec,
-    Topology,
+use corral_policy::{
+    Decision, KthreadIndex, KthreadQueues, Policy, PolicySettings, QueueSnapshot, RuntimeId,
+    RuntimeSpec, Topology,
 };
 
 const WARMUP_PASSES: usize = 20_000;
@@ -26,7 +27,7 @@ impl Rng {
 }
 
 struct Load {
-    alloc: Allocator,
+    alloc: Box<dyn Policy>,
     rng: Rng,
     now: u64,
     runtimes: Vec<RuntimeId>,
@@ -36,14 +37,21 @@ struct Load {
     /// Queue counters by runtime slot and kthread, as the runtimes would publish them.
     queues: Vec<Vec<QueueSnapshot>>,
     busy: Vec<bool>,
-    observations: Vec<(RuntimeId, KthreadIndex, QueueSnapshot)>,
+    /// Per runtime slot, its active kthreads' counters in kthread order: what the daemon sweeps
+    /// from their shared cache lines.
+    sweeps: Vec<Vec<KthreadQueues>>,
+    observed: usize,
     decisions: Vec<Decision>,
 }
 
 impl Load {
     fn new(topology: Topology, runtime_count: usize, max_cores: u16) -> Self {
         let cores = topology.core_count();
-        let mut alloc = Allocator::new(topology, AllocatorConfig::default());
+        let settings = PolicySettings {
+            // 1 ms in nanoseconds, the policy's default.
+            preemption_timeout: Some(1_000_000),
+        };
+        let mut alloc = corral_policy::build("shenango", topology, &settings).unwrap();
         let guaranteed_each = (cores / runtime_count / 2).min(2) as u16;
         let runtimes: Vec<RuntimeId> = (0..runtime_count)
             .map(|index| {
@@ -61,7 +69,8 @@ impl Load {
             preempting: Vec::new(),
             queues: vec![vec![QueueSnapshot::default(); usize::from(max_cores)]; runtime_count],
             busy: vec![false; runtime_count],
-            observations: Vec::with_capacity(cores),
+            sweeps: vec![Vec::with_capacity(usize::from(max_cores)); runtime_count],
+            observed: 0,
             decisions: Vec::with_capacity(4 * cores),
             runtimes,
         }
@@ -137,7 +146,10 @@ impl Load {
             }
         }
         // What the daemon reads from each active kthread's shared cache line.
-        self.observations.clear();
+        for sweep in &mut self.sweeps {
+            sweep.clear();
+        }
+        self.observed = 0;
         for &(runtime, kthread) in self.occupant.iter().flatten() {
             let slot = runtime.slot() as usize;
             let queues = &mut self.queues[slot][kthread.index()];
@@ -150,21 +162,30 @@ impl Load {
                 queues.run_queue.consumed = queues.run_queue.produced;
                 queues.ingress.consumed = queues.ingress.produced;
             }
-            if queues.run_queue.len() > 1 << 20 || queues.ingress.len() > 1 << 20 {
+            if queues.run_queue.pending() > 1 << 20 || queues.ingress.pending() > 1 << 20 {
                 queues.run_queue.consumed = queues.run_queue.produced;
                 queues.ingress.consumed = queues.ingress.produced;
             }
-            self.observations.push((runtime, kthread, *queues));
+            self.sweeps[slot].push(KthreadQueues {
+                kthread,
+                queues: *queues,
+            });
+            self.observed += 1;
+        }
+        for sweep in &mut self.sweeps {
+            sweep.sort_unstable_by_key(|observation| observation.kthread);
         }
         self.now += 1;
     }
 
     /// One pass, as the daemon's loop runs it every interval.
     fn pass(&mut self) {
-        for &(runtime, kthread, queues) in &self.observations {
-            self.alloc
-                .observe_queues(runtime, kthread, black_box(queues))
-                .unwrap();
+        for (&runtime, sweep) in self.runtimes.iter().zip(&self.sweeps) {
+            if !sweep.is_empty() {
+                self.alloc
+                    .observe_runtime(runtime, black_box(sweep))
+                    .unwrap();
+            }
         }
         self.alloc.run_pass(self.now, &mut self.decisions).unwrap();
     }
@@ -186,7 +207,7 @@ fn measure(label: &str, topology: Topology, runtime_count: usize, max_cores: u16
     let mut decided = 0usize;
     for _ in 0..timed_passes {
         load.between_passes();
-        observed += load.observations.len();
+        observed += load.observed;
         let start = Instant::now();
         load.pass();
         samples.push(start.elapsed().as_nanos() as u64);

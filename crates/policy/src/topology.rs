@@ -1,6 +1,6 @@
 //! Which managed cores share a physical core.
 
-use super::ids::CoreId;
+use crate::ids::CoreId;
 
 /// Most cores one allocator manages.
 pub const MAX_CORES: usize = 1024;

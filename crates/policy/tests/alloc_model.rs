@@ -1,12 +1,21 @@
 //! Random event sequences on random machines, checked against a model of what the daemon sees:
 //! no core is ever given to two kthreads, counts match, no runtime exceeds its maximum, no
 //! runtime at or below its guarantee is ever preempted, and refused calls change nothing.
+//!
+//! The harness drives any [`Policy`] through the trait alone: the Shenango policy in both burst
+//! sharing modes, and a trivial first-fit policy (`first_fit.rs`) that shows a second policy
+//! plugs into the same harness and auditor.
+
+#[path = "alloc_model/first_fit.rs"]
+mod first_fit;
 
 use std::collections::HashMap;
 
-use corral_iokernel::alloc::{
-    AllocError, Allocator, AllocatorConfig, BurstSharing, CoreId, CoreOccupancy, Decision,
-    KthreadIndex, QueueCounters, QueueSnapshot, RuntimeId, RuntimeSpec, SpecError, Topology,
+use corral_policy::audit::check_contract;
+use corral_policy::{
+    AllocError, BurstSharing, CoreId, CoreOccupancy, Decision, KthreadIndex, KthreadPlace,
+    KthreadQueues, Policy, QueueSnapshot, RingPositions, RuntimeId, RuntimeSpec, Shenango,
+    ShenangoConfig, SpecError, Topology,
 };
 
 /// Seeded, so a failing seed replays exactly.
@@ -52,7 +61,7 @@ fn random_topology(rng: &mut Rng) -> Topology {
 
 /// What the daemon knows: who physically runs where, and which preemptions are in flight.
 struct Daemon {
-    alloc: Allocator,
+    alloc: Box<dyn Policy>,
     now: u64,
     occupant: Vec<Option<(RuntimeId, KthreadIndex)>>,
     preempting: Vec<(RuntimeId, KthreadIndex)>,
@@ -149,7 +158,9 @@ impl Daemon {
     }
 
     fn check(&self, context: &str) {
-        if let Err(violation) = self.alloc.audit() {
+        let mut runtimes: Vec<RuntimeId> = self.specs.keys().copied().collect();
+        runtimes.sort_by_key(|id| id.slot());
+        if let Err(violation) = check_contract(&*self.alloc, &runtimes) {
             panic!("{context}: {violation}");
         }
         for core in self.alloc.topology().cores() {
@@ -205,12 +216,9 @@ impl Daemon {
     }
 }
 
-/// Returns how many preemptions the run made.
-fn run_one(seed: u64, steps: usize) -> u64 {
-    let mut rng = Rng(fastrand::Rng::with_seed(seed));
-    let topology = random_topology(&mut rng);
-    let cores = topology.core_count();
-    let config = AllocatorConfig {
+/// A Shenango policy with a random burst sharing mode.
+fn random_shenango(topology: Topology, rng: &mut Rng) -> Box<dyn Policy> {
+    let config = ShenangoConfig {
         burst_sharing: if rng.percent(50) {
             BurstSharing::Balanced
         } else {
@@ -218,8 +226,16 @@ fn run_one(seed: u64, steps: usize) -> u64 {
         },
         preemption_timeout: Some(20_000),
     };
+    Box::new(Shenango::new(topology, config))
+}
+
+/// Returns how many preemptions the run made.
+fn run_one(seed: u64, steps: usize, policy: fn(Topology, &mut Rng) -> Box<dyn Policy>) -> u64 {
+    let mut rng = Rng(fastrand::Rng::with_seed(seed));
+    let topology = random_topology(&mut rng);
+    let cores = topology.core_count();
     let mut daemon = Daemon {
-        alloc: Allocator::new(topology, config),
+        alloc: policy(topology, &mut rng),
         now: 0,
         occupant: vec![None; cores],
         preempting: Vec::new(),
@@ -263,8 +279,11 @@ fn run_one(seed: u64, steps: usize) -> u64 {
             retained.remove(&id);
             daemon.apply(&out, retained, &context);
         } else if roll < 50 {
-            // A pass: every active kthread observed, some runtimes falling behind.
-            let active: Vec<_> = daemon.occupant.iter().flatten().copied().collect();
+            // A pass: every active kthread observed, one sweep per runtime, some runtimes
+            // falling behind.
+            let mut active: Vec<_> = daemon.occupant.iter().flatten().copied().collect();
+            active.sort_by_key(|(runtime, kthread)| (runtime.slot(), *kthread));
+            let mut sweeps: Vec<(RuntimeId, Vec<KthreadQueues>)> = Vec::new();
             let busy: Vec<RuntimeId> = daemon
                 .specs
                 .keys()
@@ -283,10 +302,10 @@ fn run_one(seed: u64, steps: usize) -> u64 {
                         queues.ingress.produced = queues.ingress.produced.wrapping_add(1);
                     }
                     // Keep within the registered capacities, as an honest runtime does.
-                    if queues.run_queue.len() > 60 {
+                    if queues.run_queue.pending() > 60 {
                         queues.run_queue.consumed = queues.run_queue.produced;
                     }
-                    if queues.ingress.len() > 200 {
+                    if queues.ingress.pending() > 200 {
                         queues.ingress.consumed = queues.ingress.produced;
                     }
                 } else {
@@ -294,9 +313,17 @@ fn run_one(seed: u64, steps: usize) -> u64 {
                     queues.ingress.consumed = queues.ingress.produced;
                 }
                 let queues = *queues;
+                match sweeps.last_mut() {
+                    Some((id, sweep)) if *id == runtime => {
+                        sweep.push(KthreadQueues { kthread, queues })
+                    }
+                    _ => sweeps.push((runtime, vec![KthreadQueues { kthread, queues }])),
+                }
+            }
+            for (runtime, sweep) in sweeps {
                 daemon
                     .alloc
-                    .observe_queues(runtime, kthread, queues)
+                    .observe_runtime(runtime, &sweep)
                     .unwrap_or_else(|error| panic!("{context}: {error}"));
             }
             let now = daemon.tick(&mut rng);
@@ -375,8 +402,13 @@ fn refused_calls_change_nothing(daemon: &mut Daemon, rng: &mut Rng, context: &st
             Some(matches!(result, Err(AllocError::ClockWentBackwards { .. })))
         }
         3 => {
-            let longest_parked = daemon.alloc.parked_kthreads(id).unwrap().next();
-            longest_parked.map(|parked| {
+            let parked = (0..spec.kthreads).map(KthreadIndex).find(|&kthread| {
+                matches!(
+                    daemon.alloc.kthread(id, kthread).unwrap().place,
+                    KthreadPlace::Parked { .. }
+                )
+            });
+            parked.map(|parked| {
                 let result = daemon.alloc.kthread_parked(id, parked, now, &mut out);
                 matches!(result, Err(AllocError::KthreadNotActive { .. }))
             })
@@ -392,10 +424,16 @@ fn refused_calls_change_nothing(daemon: &mut Daemon, rng: &mut Rng, context: &st
         5 => occupied.map(|(runtime, kthread)| {
             // Consumer ahead of producer, on one queue or the other.
             let garbage = QueueSnapshot {
-                run_queue: QueueCounters::new(rng.next() as u32, rng.next() as u32 | 1 << 31),
-                ingress: QueueCounters::new(0, 1),
+                run_queue: RingPositions::new(rng.next() as u32, rng.next() as u32 | 1 << 31),
+                ingress: RingPositions::new(0, 1),
             };
-            let result = daemon.alloc.observe_queues(runtime, kthread, garbage);
+            let result = daemon.alloc.observe_runtime(
+                runtime,
+                &[KthreadQueues {
+                    kthread,
+                    queues: garbage,
+                }],
+            );
             matches!(result, Err(AllocError::ImpossibleQueue { .. }))
         }),
         _ => {
@@ -442,7 +480,7 @@ fn invariants_hold_over_random_event_sequences() {
         .and_then(|seeds| seeds.parse().ok())
         .unwrap_or(300);
     for seed in 0..seeds {
-        let made = run_one(seed, 400);
+        let made = run_one(seed, 400, random_shenango);
         preemptions += made;
         runs_with_preemptions += u32::from(made > 0);
     }
@@ -452,4 +490,14 @@ fn invariants_hold_over_random_event_sequences() {
         "only {runs_with_preemptions} runs preempted"
     );
     assert!(preemptions > 1000, "only {preemptions} preemptions");
+}
+
+#[test]
+fn a_second_policy_plugged_in_through_the_trait_keeps_the_contract() {
+    for seed in 0..100 {
+        let preemptions = run_one(seed, 400, |topology, _| {
+            Box::new(first_fit::FirstFit::new(topology))
+        });
+        assert_eq!(preemptions, 0, "seed {seed}: first-fit never preempts");
+    }
 }
