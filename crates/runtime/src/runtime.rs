@@ -55,6 +55,8 @@ impl Runtime {
                     let pinned = cpu.map_or(Ok(()), corral_affinity::pin_current_thread);
                     let ok = pinned.is_ok();
                     let _ = pinned_tx.send(pinned);
+                    // Runtime::new reads until every sender is gone.
+                    drop(pinned_tx);
                     if ok {
                         sched::kthread_main(k);
                     }
