@@ -5,7 +5,10 @@
 //! - the park/wake handshake (`sched::idle`): no lost wake-up;
 //! - the timer watch while parked (`sched::timer_watch`): a new timer is always watched;
 //! - the wait-node state machine (`sync::wait_state`): wake vs timeout has one winner;
-//! - the `running` flag (`sched::running`): a context is resumed only after it is saved.
+//! - the `running` flag (`sched::running`): a context is resumed only after it is saved;
+//! - iokerneld mode: a parked kthread runs again only with a grant, and never misses one
+//!   (`iokernel::grant_wait`, over the eventfd stood in by `primitives::EventCount`); it leaves
+//!   for shutdown; the last kthread to park reports every timer (`iokernel::last_parker`).
 //!
 //! Not modelled: the naked-asm context switch (its flag clear is stood in by
 //! `RunningFlag::release`) and the mutex's membarrier-based unlock (loom has no asymmetric
@@ -19,6 +22,9 @@ use loom::sync::Arc;
 use loom::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use loom::thread;
 
+use corral::iokernel::grant_wait::{Woken, wait_for_grant};
+use corral::iokernel::last_parker::ActiveKthreads;
+use corral::primitives::{AtomicBool, EventCount};
 use corral::runqueue::RunQueue;
 use corral::sched::idle::{Idle, ParkWord};
 use corral::sched::running::RunningFlag;
@@ -349,5 +355,205 @@ fn resume_waits_for_the_context_save() {
         saved_rsp.with_mut(|r| unsafe { *r = 0x1000 });
         running.release();
         thief.join().unwrap();
+    });
+}
+
+/// A kthread's ingress ring, reduced to what the grant handshake relies on: one slot whose
+/// descriptor iokerneld publishes with a `Release` store after writing the payload (the core),
+/// as corral-abi's ring does, and the consumer lock that the owner and packet thieves take to
+/// drain it (`iokernel::ingress`). The real ring is in shared memory with plain atomics, which
+/// loom cannot see; this keeps its publication order.
+struct Ingress {
+    lock: RawSpinLock,
+    /// 0: empty; 1: a `Grant` was pushed.
+    desc: AtomicU64,
+    /// The granted core, written before `desc`.
+    core: UnsafeCell<u32>,
+    /// Under `lock`: the slot was popped.
+    popped: UnsafeCell<bool>,
+    /// Under `lock`: the core the kthread was last granted (`IokKthread::cpu`).
+    cpu: UnsafeCell<u32>,
+    /// Grants applied (`IokKthread::grants`).
+    grants: AtomicU64,
+}
+
+impl Ingress {
+    fn new() -> Self {
+        Ingress {
+            lock: RawSpinLock::new(),
+            desc: AtomicU64::new(0),
+            core: UnsafeCell::new(u32::MAX),
+            popped: UnsafeCell::new(false),
+            cpu: UnsafeCell::new(u32::MAX),
+            grants: AtomicU64::new(0),
+        }
+    }
+
+    /// iokerneld's `grant`: push `Grant`, then write the eventfd.
+    fn grant(&self, events: &EventCount, core: u32) {
+        // SAFETY: the consumer reads the payload only after seeing the descriptor.
+        self.core.with_mut(|c| unsafe { *c = core });
+        self.desc.store(1, Ordering::Release);
+        events.signal().unwrap();
+    }
+
+    /// As `drain_locked`: applies a grant it pops.
+    ///
+    /// # Safety
+    /// `lock` is held.
+    unsafe fn drain_locked(&self) {
+        // SAFETY: `popped` and `cpu` are under the lock (caller's contract); `core` is read
+        // only after its descriptor was seen with Acquire.
+        unsafe {
+            if self.desc.load(Ordering::Acquire) == 1 && !self.popped.with(|p| *p) {
+                self.popped.with_mut(|p| *p = true);
+                let core = self.core.with(|c| *c);
+                self.cpu.with_mut(|c| *c = core);
+                self.grants.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// As `drain_own_after_wake`: waits for the lock, drains, returns the grants seen. The
+    /// count is read under the lock: read after it, it may include a grant a thief is still
+    /// applying (seen here as a race on `cpu`).
+    fn drain_own(&self) -> u64 {
+        self.lock.lock();
+        // SAFETY: locked just above.
+        unsafe { self.drain_locked() };
+        let grants = self.grants.load(Ordering::Relaxed);
+        // SAFETY: locked above.
+        unsafe { self.lock.unlock() };
+        grants
+    }
+
+    /// As `steal_ingress`: drains only if nobody else is.
+    fn steal(&self) {
+        if self.lock.try_lock() {
+            // SAFETY: locked just above.
+            unsafe { self.drain_locked() };
+            // SAFETY: locked above.
+            unsafe { self.lock.unlock() };
+        }
+    }
+}
+
+/// iokerneld grants a parked kthread a core while a packet thief may drain its ring, and a
+/// count left over from a grant it saw while running is still on its eventfd. The kthread
+/// must run only once it has the grant (the core it was given is visible), after at most one
+/// spurious wake-up; a grant it missed leaves it waiting forever, which loom reports as a
+/// deadlock.
+#[test]
+fn parked_kthread_runs_only_with_a_grant() {
+    loom::model(|| {
+        let events = Arc::new(EventCount::new().unwrap());
+        let ingress = Arc::new(Ingress::new());
+        let shutdown = AtomicBool::new(false);
+        // The leftover count.
+        events.signal().unwrap();
+        let thief = {
+            let ingress = ingress.clone();
+            thread::spawn(move || ingress.steal())
+        };
+
+        // As iok_park: note the grants seen, then report `Park`, after which (and only after
+        // which) iokerneld may grant a core.
+        let before = ingress.grants.load(Ordering::Acquire);
+        let iokerneld = {
+            let (events, ingress) = (events.clone(), ingress.clone());
+            thread::spawn(move || ingress.grant(&events, 3))
+        };
+        let mut spurious = 0;
+        let woken = wait_for_grant(
+            &events,
+            &shutdown,
+            before,
+            || ingress.drain_own(),
+            || spurious += 1,
+        );
+        assert_eq!(woken, Woken::Granted);
+        assert_eq!(ingress.grants.load(Ordering::Relaxed), 1);
+        // SAFETY: whoever popped the grant released the lock before drain_own took it.
+        assert_eq!(
+            ingress.cpu.with(|c| unsafe { *c }),
+            3,
+            "ran without the grant"
+        );
+        assert!(spurious <= 1);
+        iokerneld.join().unwrap();
+        thief.join().unwrap();
+    });
+}
+
+/// The runtime shuts down while a kthread is parked with a leftover count on its eventfd and
+/// no grant coming: the kthread must leave (a lost kick leaves it waiting forever, a loom
+/// deadlock) and must not take the leftover count for a grant.
+#[test]
+fn parked_kthread_leaves_for_shutdown() {
+    loom::model(|| {
+        let events = Arc::new(EventCount::new().unwrap());
+        let ingress = Arc::new(Ingress::new());
+        let shutdown = Arc::new(AtomicBool::new(false));
+        events.signal().unwrap();
+
+        let stopper = {
+            let (events, shutdown) = (events.clone(), shutdown.clone());
+            thread::spawn(move || {
+                // As Shared::begin_shutdown then IokKthread::kick.
+                shutdown.store(true, Ordering::SeqCst);
+                events.signal().unwrap();
+            })
+        };
+
+        let before = ingress.grants.load(Ordering::Acquire);
+        let woken = wait_for_grant(&events, &shutdown, before, || ingress.drain_own(), || {});
+        assert_eq!(woken, Woken::ShuttingDown);
+        stopper.join().unwrap();
+    });
+}
+
+/// Two kthreads hold cores; one adds a timer, then both park (as iok_park: give up the core,
+/// and the last one reports the earliest timer of all). Whichever parks last must report the
+/// new timer. Abstracted: the timer hand-over to a kthread still holding a core
+/// (`TimerQueue::move_all_to`, refused under the queue's lock once that kthread stops
+/// accepting) is one more write its mover makes before it parks, like the timer added here.
+#[test]
+fn last_parker_reports_every_timer() {
+    const NEW_TIMER: u64 = 50;
+    loom::model(|| {
+        let active = Arc::new(ActiveKthreads::new());
+        active.unpark();
+        active.unpark();
+        // Earliest timer of each kthread.
+        let next: Arc<[AtomicU64; 2]> =
+            Arc::new([AtomicU64::new(u64::MAX), AtomicU64::new(u64::MAX)]);
+        let reported = Arc::new(AtomicUsize::new(0));
+
+        let park = |active: &ActiveKthreads, next: &[AtomicU64; 2], reported: &AtomicUsize| {
+            if active.park() {
+                let earliest = next
+                    .iter()
+                    .map(|n| n.load(Ordering::Relaxed))
+                    .min()
+                    .unwrap();
+                assert_eq!(earliest, NEW_TIMER, "the last parker stranded a timer");
+                reported.fetch_add(1, Ordering::Relaxed);
+            }
+        };
+        let adder = {
+            let (active, next, reported) = (active.clone(), next.clone(), reported.clone());
+            thread::spawn(move || {
+                // A uthread on this kthread sleeps: its timer goes on its own queue.
+                next[0].store(NEW_TIMER, Ordering::Relaxed);
+                park(&active, &next, &reported);
+            })
+        };
+        park(&active, &next, &reported);
+        adder.join().unwrap();
+        assert_eq!(
+            reported.load(Ordering::Relaxed),
+            1,
+            "exactly one kthread parks last"
+        );
     });
 }
