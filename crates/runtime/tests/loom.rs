@@ -474,11 +474,8 @@ fn parked_kthread_runs_only_with_a_grant() {
         assert_eq!(woken, Woken::Granted);
         assert_eq!(ingress.grants.load(Ordering::Relaxed), 1);
         // SAFETY: whoever popped the grant released the lock before drain_own took it.
-        assert_eq!(
-            ingress.cpu.with(|c| unsafe { *c }),
-            3,
-            "ran without the grant"
-        );
+        let cpu = ingress.cpu.with(|c| unsafe { *c });
+        assert_eq!(cpu, 3, "ran without the grant");
         assert!(spurious <= 1);
         iokerneld.join().unwrap();
         thief.join().unwrap();
