@@ -509,46 +509,119 @@ fn parked_kthread_leaves_for_shutdown() {
     });
 }
 
-/// Two kthreads hold cores; one adds a timer, then both park (as iok_park: give up the core,
-/// and the last one reports the earliest timer of all). Whichever parks last must report the
-/// new timer. Abstracted: the timer hand-over to a kthread still holding a core
-/// (`TimerQueue::move_all_to`, refused under the queue's lock once that kthread stops
-/// accepting) is one more write its mover makes before it parks, like the timer added here.
+/// A kthread's timer queue reduced to its earliest deadline, with `TimerQueue`'s locking:
+/// insertion under the queue's lock, the hand-over of `move_all_to` (the source's lock, then
+/// a `try_lock` of the target's, refused once the target stops accepting) and
+/// `stop_accepting` under the lock.
+struct Timers {
+    lock: RawSpinLock,
+    accepting: AtomicBool,
+    next: AtomicU64,
+}
+
+impl Timers {
+    fn new() -> Self {
+        Timers {
+            lock: RawSpinLock::new(),
+            accepting: AtomicBool::new(true),
+            next: AtomicU64::new(u64::MAX),
+        }
+    }
+
+    fn insert(&self, deadline: u64) {
+        self.lock.lock();
+        let next = self.next.load(Ordering::Relaxed).min(deadline);
+        self.next.store(next, Ordering::Release);
+        // SAFETY: locked above.
+        unsafe { self.lock.unlock() };
+    }
+
+    fn move_all_to(&self, to: &Timers) -> bool {
+        self.lock.lock();
+        let moved = to.lock.try_lock() && {
+            let ok = to.accepting.load(Ordering::Relaxed);
+            if ok {
+                let next = to
+                    .next
+                    .load(Ordering::Relaxed)
+                    .min(self.next.load(Ordering::Relaxed));
+                to.next.store(next, Ordering::Release);
+                self.next.store(u64::MAX, Ordering::Release);
+            }
+            // SAFETY: taken by the try_lock above.
+            unsafe { to.lock.unlock() };
+            ok
+        };
+        // SAFETY: locked above.
+        unsafe { self.lock.unlock() };
+        moved
+    }
+
+    fn stop_accepting(&self) {
+        self.lock.lock();
+        self.accepting.store(false, Ordering::Relaxed);
+        // SAFETY: locked above.
+        unsafe { self.lock.unlock() };
+    }
+}
+
+/// Two kthreads hold cores. One adds a timer, then both park as iok_park does: hand their
+/// timers to a kthread not yet parked (or keep them), stop accepting timers, count themselves
+/// parked, give up the core, and the last one to do so reports the earliest timer of all.
+/// Whichever parks last must report the new timer, wherever it ended up. (Under iokerneld
+/// timers are only added by kthreads holding a core, so none can come after the last park.)
 #[test]
 fn last_parker_reports_every_timer() {
     const NEW_TIMER: u64 = 50;
+    struct Kthreads {
+        active: ActiveKthreads,
+        timers: [Timers; 2],
+        parked: [AtomicBool; 2],
+        reports: AtomicUsize,
+    }
+    fn iok_park(ks: &Kthreads, me: usize) {
+        let other = 1 - me;
+        if ks.timers[me].next.load(Ordering::Acquire) != u64::MAX
+            && !ks.parked[other].load(Ordering::SeqCst)
+        {
+            ks.timers[me].move_all_to(&ks.timers[other]);
+        }
+        ks.timers[me].stop_accepting();
+        ks.parked[me].store(true, Ordering::SeqCst);
+        if ks.active.park() {
+            let earliest = ks
+                .timers
+                .iter()
+                .map(|t| t.next.load(Ordering::Acquire))
+                .min()
+                .unwrap();
+            assert_eq!(earliest, NEW_TIMER, "the last parker stranded a timer");
+            ks.reports.fetch_add(1, Ordering::Relaxed);
+        }
+    }
     loom::model(|| {
-        let active = Arc::new(ActiveKthreads::new());
-        active.unpark();
-        active.unpark();
-        // Earliest timer of each kthread.
-        let next: Arc<[AtomicU64; 2]> =
-            Arc::new([AtomicU64::new(u64::MAX), AtomicU64::new(u64::MAX)]);
-        let reported = Arc::new(AtomicUsize::new(0));
+        let ks = Arc::new(Kthreads {
+            active: ActiveKthreads::new(),
+            timers: [Timers::new(), Timers::new()],
+            parked: [AtomicBool::new(false), AtomicBool::new(false)],
+            reports: AtomicUsize::new(0),
+        });
+        // Both were granted a core.
+        ks.active.unpark();
+        ks.active.unpark();
 
-        let park = |active: &ActiveKthreads, next: &[AtomicU64; 2], reported: &AtomicUsize| {
-            if active.park() {
-                let earliest = next
-                    .iter()
-                    .map(|n| n.load(Ordering::Relaxed))
-                    .min()
-                    .unwrap();
-                assert_eq!(earliest, NEW_TIMER, "the last parker stranded a timer");
-                reported.fetch_add(1, Ordering::Relaxed);
-            }
-        };
         let adder = {
-            let (active, next, reported) = (active.clone(), next.clone(), reported.clone());
+            let ks = ks.clone();
             thread::spawn(move || {
                 // A uthread on this kthread sleeps: its timer goes on its own queue.
-                next[0].store(NEW_TIMER, Ordering::Relaxed);
-                park(&active, &next, &reported);
+                ks.timers[0].insert(NEW_TIMER);
+                iok_park(&ks, 0);
             })
         };
-        park(&active, &next, &reported);
+        iok_park(&ks, 1);
         adder.join().unwrap();
         assert_eq!(
-            reported.load(Ordering::Relaxed),
+            ks.reports.load(Ordering::Relaxed),
             1,
             "exactly one kthread parks last"
         );
