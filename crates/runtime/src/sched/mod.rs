@@ -249,12 +249,11 @@ pub(crate) fn kthread_main(k: &'static Kthread) {
         // Under iokerneld a kthread starts parked and runs only once granted a core.
         k.state.store(KthreadState::Parked, Ordering::SeqCst);
         rt.idle.count_parked(true);
-        // As in iok_park: only a grant (or shutdown) ends the wait.
-        let kio = k.iok();
-        let grants = kio.grants.load(Ordering::Acquire);
-        kio.wait_for_grant(&rt.shutdown, grants, || {
-            crate::iokernel::drain_own_after_wake(k)
-        });
+        // As in iok_park: only a grant (or shutdown) ends the wait. Counted from zero, not from
+        // a fresh read: once registered, a running kthread stealing packets from this ring may
+        // apply the first grant before this kthread gets here.
+        k.iok()
+            .wait_for_grant(&rt.shutdown, 0, || crate::iokernel::drain_own_after_wake(k));
         rt.idle.count_parked(false);
         if let Some(iok) = &rt.iok {
             iok.active.unpark();
