@@ -21,6 +21,12 @@ compile_error!("corral runs on x86-64 only");
 pub mod primitives;
 #[cfg(loom)]
 #[doc(hidden)]
+pub mod iokernel {
+    pub mod grant_wait;
+    pub mod last_parker;
+}
+#[cfg(loom)]
+#[doc(hidden)]
 pub mod sched {
     pub mod idle;
     pub mod running;

@@ -1,5 +1,6 @@
 //! The concurrency primitives the scheduler and the sync primitives are built on: atomics,
-//! interior-mutable cells and a futex word. Normally these are the std/libc ones; under
+//! interior-mutable cells, a futex word and an event counter (a kthread's eventfd). Normally
+//! these are the std/libc ones; under
 //! `--cfg loom` they are loom's, so that the protocols built on them (see the `tests/loom.rs`
 //! models) run under the model checker unchanged.
 //!
@@ -7,6 +8,10 @@
 //! under the mutex, and a wake takes the mutex before notifying, which is exactly the atomicity
 //! the kernel gives `FUTEX_WAIT` against `FUTEX_WAKE`. A timed wait may return at any time under
 //! loom (as a real one may on timeout or a signal), so every caller re-checks its condition.
+//!
+//! The event counter is an eventfd normally (iokerneld, another process, writes it, so it must
+//! be a real descriptor), and under loom a `Mutex<u64>` + `Condvar` with the same semantics: a
+//! signal adds one, a read takes the whole count, and a wait sleeps while the count is zero.
 
 #[cfg(not(loom))]
 pub(crate) use core::sync::atomic::{
@@ -138,5 +143,88 @@ impl Futex {
     pub fn wake_one(&self) {
         let _guard = self.sleep.lock().unwrap();
         self.wakeup.notify_one();
+    }
+}
+
+/// A counter that one side signals and the other consumes, sleeping while it is zero: a
+/// kthread's eventfd, which iokerneld (or the runtime itself, at shutdown) writes to wake it.
+pub struct EventCount {
+    #[cfg(not(loom))]
+    fd: std::os::fd::OwnedFd,
+    #[cfg(loom)]
+    count: loom::sync::Mutex<u64>,
+    #[cfg(loom)]
+    nonzero: loom::sync::Condvar,
+}
+
+impl EventCount {
+    /// A zero counter: a nonblocking eventfd from corral-abi's transport, the kind iokerneld
+    /// accepts at registration.
+    #[cfg(not(loom))]
+    pub fn new() -> std::io::Result<Self> {
+        Ok(EventCount {
+            fd: corral_abi::transport::eventfd::create()?,
+        })
+    }
+
+    #[cfg(loom)]
+    pub fn new() -> std::io::Result<Self> {
+        Ok(EventCount {
+            count: loom::sync::Mutex::new(0),
+            nonzero: loom::sync::Condvar::new(),
+        })
+    }
+
+    /// The eventfd, to pass to iokerneld.
+    #[cfg(not(loom))]
+    pub fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(&self.fd)
+    }
+
+    /// Adds one. Never blocks: a full counter already means "wake up".
+    #[cfg(not(loom))]
+    pub fn signal(&self) -> std::io::Result<()> {
+        corral_abi::transport::eventfd::signal(self.as_fd())
+    }
+
+    #[cfg(loom)]
+    pub fn signal(&self) -> std::io::Result<()> {
+        let mut count = self.count.lock().unwrap();
+        *count = count.saturating_add(1);
+        self.nonzero.notify_one();
+        Ok(())
+    }
+
+    /// Takes the whole count if it is nonzero, without blocking: whether it was. A read that
+    /// fails counts as nothing taken; the caller sleeps and tries again.
+    #[cfg(not(loom))]
+    pub fn try_consume(&self) -> bool {
+        corral_abi::transport::eventfd::try_consume(self.as_fd()).unwrap_or(false)
+    }
+
+    #[cfg(loom)]
+    pub fn try_consume(&self) -> bool {
+        core::mem::take(&mut *self.count.lock().unwrap()) != 0
+    }
+
+    /// Sleeps until the count is nonzero, then takes it.
+    ///
+    /// The eventfd is nonblocking (corral-abi's transport creates it so, and iokerneld insists,
+    /// so that no runtime can ever block its write): sleep in `poll`, then read. A signal (a
+    /// stale preemption) only sends the loop round again.
+    #[cfg(not(loom))]
+    pub fn wait(&self) {
+        while !self.try_consume() {
+            let _ = corral_abi::transport::eventfd::wait_readable(self.as_fd(), None);
+        }
+    }
+
+    #[cfg(loom)]
+    pub fn wait(&self) {
+        let mut count = self.count.lock().unwrap();
+        while *count == 0 {
+            count = self.nonzero.wait(count).unwrap();
+        }
+        *count = 0;
     }
 }

@@ -1,5 +1,7 @@
 //! Failures that end a process, run in a child copy of this test binary: a stack overflow must
 //! be reported with the uthread's name, and running out of memory must surface as an error.
+// These exercise the full runtime, which is not built under loom (see tests/loom.rs).
+#![cfg(not(loom))]
 
 use std::process::Command;
 

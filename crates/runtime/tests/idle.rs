@@ -1,4 +1,6 @@
 //! An idle runtime parks its kthreads and uses (almost) no CPU.
+// These exercise the full runtime, which is not built under loom (see tests/loom.rs).
+#![cfg(not(loom))]
 
 use std::time::Duration;
 

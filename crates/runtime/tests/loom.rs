@@ -5,7 +5,10 @@
 //! - the park/wake handshake (`sched::idle`): no lost wake-up;
 //! - the timer watch while parked (`sched::timer_watch`): a new timer is always watched;
 //! - the wait-node state machine (`sync::wait_state`): wake vs timeout has one winner;
-//! - the `running` flag (`sched::running`): a context is resumed only after it is saved.
+//! - the `running` flag (`sched::running`): a context is resumed only after it is saved;
+//! - iokerneld mode: a parked kthread runs again only with a grant, and never misses one
+//!   (`iokernel::grant_wait`, over the eventfd stood in by `primitives::EventCount`); it leaves
+//!   for shutdown; the last kthread to park reports every timer (`iokernel::last_parker`).
 //!
 //! Not modelled: the naked-asm context switch (its flag clear is stood in by
 //! `RunningFlag::release`) and the mutex's membarrier-based unlock (loom has no asymmetric
@@ -19,6 +22,9 @@ use loom::sync::Arc;
 use loom::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use loom::thread;
 
+use corral::iokernel::grant_wait::{Woken, wait_for_grant};
+use corral::iokernel::last_parker::ActiveKthreads;
+use corral::primitives::{AtomicBool, EventCount};
 use corral::runqueue::RunQueue;
 use corral::sched::idle::{Idle, ParkWord};
 use corral::sched::running::RunningFlag;
@@ -349,5 +355,275 @@ fn resume_waits_for_the_context_save() {
         saved_rsp.with_mut(|r| unsafe { *r = 0x1000 });
         running.release();
         thief.join().unwrap();
+    });
+}
+
+/// A kthread's ingress ring, reduced to what the grant handshake relies on: one slot whose
+/// descriptor iokerneld publishes with a `Release` store after writing the payload (the core),
+/// as corral-abi's ring does, and the consumer lock that the owner and packet thieves take to
+/// drain it (`iokernel::ingress`). The real ring is in shared memory with plain atomics, which
+/// loom cannot see; this keeps its publication order.
+struct Ingress {
+    lock: RawSpinLock,
+    /// 0: empty; 1: a `Grant` was pushed.
+    desc: AtomicU64,
+    /// The granted core, written before `desc`.
+    core: UnsafeCell<u32>,
+    /// Under `lock`: the slot was popped.
+    popped: UnsafeCell<bool>,
+    /// Under `lock`: the core the kthread was last granted (`IokKthread::cpu`).
+    cpu: UnsafeCell<u32>,
+    /// Grants applied (`IokKthread::grants`).
+    grants: AtomicU64,
+}
+
+impl Ingress {
+    fn new() -> Self {
+        Ingress {
+            lock: RawSpinLock::new(),
+            desc: AtomicU64::new(0),
+            core: UnsafeCell::new(u32::MAX),
+            popped: UnsafeCell::new(false),
+            cpu: UnsafeCell::new(u32::MAX),
+            grants: AtomicU64::new(0),
+        }
+    }
+
+    /// iokerneld's `grant`: push `Grant`, then write the eventfd.
+    fn grant(&self, events: &EventCount, core: u32) {
+        // SAFETY: the consumer reads the payload only after seeing the descriptor.
+        self.core.with_mut(|c| unsafe { *c = core });
+        self.desc.store(1, Ordering::Release);
+        events.signal().unwrap();
+    }
+
+    /// As `drain_locked`: applies a grant it pops.
+    ///
+    /// # Safety
+    /// `lock` is held.
+    unsafe fn drain_locked(&self) {
+        // SAFETY: `popped` and `cpu` are under the lock (caller's contract); `core` is read
+        // only after its descriptor was seen with Acquire.
+        unsafe {
+            if self.desc.load(Ordering::Acquire) == 1 && !self.popped.with(|p| *p) {
+                self.popped.with_mut(|p| *p = true);
+                let core = self.core.with(|c| *c);
+                self.cpu.with_mut(|c| *c = core);
+                self.grants.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// As `drain_own_after_wake`: waits for the lock, drains, returns the grants seen. The
+    /// count is read under the lock: read after it, it may include a grant a thief is still
+    /// applying (seen here as a race on `cpu`).
+    fn drain_own(&self) -> u64 {
+        self.lock.lock();
+        // SAFETY: locked just above.
+        unsafe { self.drain_locked() };
+        let grants = self.grants.load(Ordering::Relaxed);
+        // SAFETY: locked above.
+        unsafe { self.lock.unlock() };
+        grants
+    }
+
+    /// As `steal_ingress`: drains only if nobody else is.
+    fn steal(&self) {
+        if self.lock.try_lock() {
+            // SAFETY: locked just above.
+            unsafe { self.drain_locked() };
+            // SAFETY: locked above.
+            unsafe { self.lock.unlock() };
+        }
+    }
+}
+
+/// iokerneld grants a parked kthread a core while a packet thief may drain its ring, and a
+/// count left over from a grant it saw while running is still on its eventfd. The kthread
+/// must run only once it has the grant (the core it was given is visible), after at most one
+/// spurious wake-up; a grant it missed leaves it waiting forever, which loom reports as a
+/// deadlock.
+#[test]
+fn parked_kthread_runs_only_with_a_grant() {
+    loom::model(|| {
+        let events = Arc::new(EventCount::new().unwrap());
+        let ingress = Arc::new(Ingress::new());
+        let shutdown = AtomicBool::new(false);
+        // The leftover count.
+        events.signal().unwrap();
+        let thief = {
+            let ingress = ingress.clone();
+            thread::spawn(move || ingress.steal())
+        };
+
+        // As iok_park: note the grants seen, then report `Park`, after which (and only after
+        // which) iokerneld may grant a core.
+        let before = ingress.grants.load(Ordering::Acquire);
+        let iokerneld = {
+            let (events, ingress) = (events.clone(), ingress.clone());
+            thread::spawn(move || ingress.grant(&events, 3))
+        };
+        let mut spurious = 0;
+        let woken = wait_for_grant(
+            &events,
+            &shutdown,
+            before,
+            || ingress.drain_own(),
+            || spurious += 1,
+        );
+        assert_eq!(woken, Woken::Granted);
+        assert_eq!(ingress.grants.load(Ordering::Relaxed), 1);
+        // SAFETY: whoever popped the grant released the lock before drain_own took it.
+        let cpu = ingress.cpu.with(|c| unsafe { *c });
+        assert_eq!(cpu, 3, "ran without the grant");
+        assert!(spurious <= 1);
+        iokerneld.join().unwrap();
+        thief.join().unwrap();
+    });
+}
+
+/// The runtime shuts down while a kthread is parked with a leftover count on its eventfd and
+/// no grant coming: the kthread must leave (a lost kick leaves it waiting forever, a loom
+/// deadlock) and must not take the leftover count for a grant.
+#[test]
+fn parked_kthread_leaves_for_shutdown() {
+    loom::model(|| {
+        let events = Arc::new(EventCount::new().unwrap());
+        let ingress = Arc::new(Ingress::new());
+        let shutdown = Arc::new(AtomicBool::new(false));
+        events.signal().unwrap();
+
+        let stopper = {
+            let (events, shutdown) = (events.clone(), shutdown.clone());
+            thread::spawn(move || {
+                // As Shared::begin_shutdown then IokKthread::kick.
+                shutdown.store(true, Ordering::SeqCst);
+                events.signal().unwrap();
+            })
+        };
+
+        let before = ingress.grants.load(Ordering::Acquire);
+        let woken = wait_for_grant(&events, &shutdown, before, || ingress.drain_own(), || {});
+        assert_eq!(woken, Woken::ShuttingDown);
+        stopper.join().unwrap();
+    });
+}
+
+/// A kthread's timer queue reduced to its earliest deadline, with `TimerQueue`'s locking:
+/// insertion under the queue's lock, the hand-over of `move_all_to` (the source's lock, then
+/// a `try_lock` of the target's, refused once the target stops accepting) and
+/// `stop_accepting` under the lock.
+struct Timers {
+    lock: RawSpinLock,
+    accepting: AtomicBool,
+    next: AtomicU64,
+}
+
+impl Timers {
+    fn new() -> Self {
+        Timers {
+            lock: RawSpinLock::new(),
+            accepting: AtomicBool::new(true),
+            next: AtomicU64::new(u64::MAX),
+        }
+    }
+
+    fn insert(&self, deadline: u64) {
+        self.lock.lock();
+        let next = self.next.load(Ordering::Relaxed).min(deadline);
+        self.next.store(next, Ordering::Release);
+        // SAFETY: locked above.
+        unsafe { self.lock.unlock() };
+    }
+
+    fn move_all_to(&self, to: &Timers) -> bool {
+        self.lock.lock();
+        let moved = to.lock.try_lock() && {
+            let ok = to.accepting.load(Ordering::Relaxed);
+            if ok {
+                let next = to
+                    .next
+                    .load(Ordering::Relaxed)
+                    .min(self.next.load(Ordering::Relaxed));
+                to.next.store(next, Ordering::Release);
+                self.next.store(u64::MAX, Ordering::Release);
+            }
+            // SAFETY: taken by the try_lock above.
+            unsafe { to.lock.unlock() };
+            ok
+        };
+        // SAFETY: locked above.
+        unsafe { self.lock.unlock() };
+        moved
+    }
+
+    fn stop_accepting(&self) {
+        self.lock.lock();
+        self.accepting.store(false, Ordering::Relaxed);
+        // SAFETY: locked above.
+        unsafe { self.lock.unlock() };
+    }
+}
+
+/// Two kthreads hold cores. One adds a timer, then both park as iok_park does: hand their
+/// timers to a kthread not yet parked (or keep them), stop accepting timers, count themselves
+/// parked, give up the core, and the last one to do so reports the earliest timer of all.
+/// Whichever parks last must report the new timer, wherever it ended up. (Under iokerneld
+/// timers are only added by kthreads holding a core, so none can come after the last park.)
+#[test]
+fn last_parker_reports_every_timer() {
+    const NEW_TIMER: u64 = 50;
+    struct Kthreads {
+        active: ActiveKthreads,
+        timers: [Timers; 2],
+        parked: [AtomicBool; 2],
+        reports: AtomicUsize,
+    }
+    fn iok_park(ks: &Kthreads, me: usize) {
+        let other = 1 - me;
+        if ks.timers[me].next.load(Ordering::Acquire) != u64::MAX
+            && !ks.parked[other].load(Ordering::SeqCst)
+        {
+            ks.timers[me].move_all_to(&ks.timers[other]);
+        }
+        ks.timers[me].stop_accepting();
+        ks.parked[me].store(true, Ordering::SeqCst);
+        if ks.active.park() {
+            let earliest = ks
+                .timers
+                .iter()
+                .map(|t| t.next.load(Ordering::Acquire))
+                .min()
+                .unwrap();
+            assert_eq!(earliest, NEW_TIMER, "the last parker stranded a timer");
+            ks.reports.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    loom::model(|| {
+        let ks = Arc::new(Kthreads {
+            active: ActiveKthreads::new(),
+            timers: [Timers::new(), Timers::new()],
+            parked: [AtomicBool::new(false), AtomicBool::new(false)],
+            reports: AtomicUsize::new(0),
+        });
+        // Both were granted a core.
+        ks.active.unpark();
+        ks.active.unpark();
+
+        let adder = {
+            let ks = ks.clone();
+            thread::spawn(move || {
+                // A uthread on this kthread sleeps: its timer goes on its own queue.
+                ks.timers[0].insert(NEW_TIMER);
+                iok_park(&ks, 0);
+            })
+        };
+        iok_park(&ks, 1);
+        adder.join().unwrap();
+        assert_eq!(
+            ks.reports.load(Ordering::Relaxed),
+            1,
+            "exactly one kthread parks last"
+        );
     });
 }

@@ -1,5 +1,7 @@
 //! UDP sockets on a runtime without iokerneld: only the runtime's own address is reachable
 //! (over its internal loopback), which exercises the socket API, blocking and the spawner.
+// These exercise the full runtime, which is not built under loom (see tests/loom.rs).
+#![cfg(not(loom))]
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::time::Duration;

@@ -1,6 +1,8 @@
 //! Preemption by signal: a uthread that never yields is interrupted, and resumes later with
 //! every register (general purpose, vector and floating point) intact. iokerneld sends the same
 //! signal; here the test sends it.
+// These exercise the full runtime, which is not built under loom (see tests/loom.rs).
+#![cfg(not(loom))]
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -1,4 +1,6 @@
 //! RCU readers never see freed memory.
+// These exercise the full runtime, which is not built under loom (see tests/loom.rs).
+#![cfg(not(loom))]
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -1,4 +1,6 @@
 //! Synchronization primitives under contention across kthreads.
+// These exercise the full runtime, which is not built under loom (see tests/loom.rs).
+#![cfg(not(loom))]
 
 use std::collections::VecDeque;
 use std::sync::Arc;

@@ -1,4 +1,6 @@
 //! Uthread lifecycle, scheduling and configuration errors.
+// These exercise the full runtime, which is not built under loom (see tests/loom.rs).
+#![cfg(not(loom))]
 
 use std::collections::HashSet;
 use std::io;

@@ -33,14 +33,20 @@ pub(crate) fn poll_own(k: &Kthread) -> bool {
 /// draining it to finish (a grant it pops still counts), and returns the grants seen so far.
 /// iokerneld pushes a grant before it writes the eventfd, so once the eventfd was read the grant
 /// is in the ring or already counted. Scheduler context.
+///
+/// The count is read under the lock, so that every grant it includes was applied in full (the
+/// core, the cleared preemption request) by whoever popped it: read after the unlock, it could
+/// include a grant a thief popped meanwhile and is still applying (the loom model
+/// `parked_kthread_runs_only_with_a_grant` finds that race).
 pub(crate) fn drain_own_after_wake(k: &Kthread) -> u64 {
     let kio = k.iok();
     kio.ingress_lock.lock();
     // SAFETY: we hold the ring's consumer lock.
     unsafe { drain_locked(k.shared(), k.index, crate::timer::now_ns()) };
+    let grants = kio.grants.load(Ordering::Relaxed);
     // SAFETY: taken above.
     unsafe { kio.ingress_lock.unlock() };
-    kio.grants.load(Ordering::Acquire)
+    grants
 }
 
 /// Packet stealing: drains the ingress ring of any other kthread that nobody is draining.

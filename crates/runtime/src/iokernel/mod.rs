@@ -21,21 +21,27 @@
 //!
 //! One concern per file: [`setup`] lays out the region and registers (over corral-abi's
 //! transport), [`packets`] holds the packet pool and receive/transmit, [`parking`] the commands
-//! a kthread sends as it parks and its eventfd wait, [`ingress`] the draining and stealing of
+//! a kthread sends as it parks and its eventfd wait, [`grant_wait`] the rule that a woken
+//! kthread runs only with a grant and [`last_parker`] who reports the timers when all park (both
+//! model-checked), [`ingress`] the draining and stealing of
 //! ingress rings, and [`handover`] the time stamps iokerneld leaves for measuring hand-overs.
 //!
 //! Closing the control connection (the runtime exits or dies) tells iokerneld to reclaim
 //! everything at once.
 
+pub(crate) mod grant_wait;
 mod handover;
 mod ingress;
+pub(crate) mod last_parker;
 mod packets;
 mod parking;
 mod setup;
 
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::os::fd::OwnedFd;
+
+use crate::primitives::EventCount;
 use std::sync::Mutex;
 
 use corral_abi::{Consumer, Producer, QueuePositions, Region};
@@ -55,7 +61,7 @@ pub(crate) struct IokShared {
     /// The control connection. Closing it unregisters the runtime.
     connection: Mutex<Option<OwnedFd>>,
     /// Kthreads not parked (holding a core, or about to learn they lost it).
-    pub active: AtomicUsize,
+    pub active: last_parker::ActiveKthreads,
     /// Kthreads `0..spinning` never park once granted a core.
     pub spinning: usize,
     runtime_id: AtomicU64,
@@ -65,7 +71,8 @@ pub(crate) struct IokShared {
 
 /// One kthread's end of the region, and its eventfd.
 pub(crate) struct IokKthread {
-    eventfd: OwnedFd,
+    /// The kthread's eventfd, which iokerneld writes after pushing a grant.
+    events: EventCount,
     /// Serializes consumers of the ingress ring: the owner, and thieves (try_lock only).
     ingress_lock: RawSpinLock,
     /// Under `ingress_lock`.
@@ -162,7 +169,7 @@ unsafe impl Sync for IokShared {}
 unsafe impl Send for IokShared {}
 // SAFETY: the ingress consumer and command producer are touched only under their locks, the
 // egress producer only by the owning kthread with preemption disabled; the rest is atomics,
-// spinlocks and an fd.
+// spinlocks and an eventfd.
 unsafe impl Sync for IokKthread {}
 // SAFETY: as above.
 unsafe impl Send for IokKthread {}

@@ -1,14 +1,14 @@
 //! Parking: the commands a kthread sends on its command ring as it parks (`Park`, `Yielded`,
-//! the runtime's timer deadline), and its sleep on the eventfd until iokerneld wakes it.
+//! the runtime's timer deadline), and its wait on its eventfd until iokerneld grants it a core
+//! (the handshake itself is [`super::grant_wait`]).
 
 use core::sync::atomic::Ordering;
 
-use std::os::fd::AsFd;
-
-use corral_abi::transport::eventfd;
 use corral_abi::{Command, Slot, flags};
 
 use super::IokKthread;
+use super::grant_wait::{Woken, wait_for_grant};
+use crate::primitives::AtomicBool;
 
 impl IokKthread {
     /// Pushes a command, waiting for room (iokerneld drains the ring every loop).
@@ -43,21 +43,25 @@ impl IokKthread {
         unsafe { self.send(slot) };
     }
 
-    /// Blocks until the eventfd is written (by iokerneld, or by the runtime at shutdown).
-    ///
-    /// The eventfd is nonblocking (corral-abi's transport creates it so, and iokerneld insists,
-    /// so that no runtime can ever block its write): sleep in `poll`, then read. A signal (a
-    /// stale preemption) only sends the loop round again.
-    pub fn wait(&self) {
-        let fd = self.eventfd.as_fd();
-        while !eventfd::try_consume(fd).unwrap_or(false) {
-            let _ = eventfd::wait_readable(fd, None);
-        }
+    /// Blocks until iokerneld grants a core (a grant newer than `grants_before`, the count
+    /// read before the kthread reported that it parks) or `shutdown` is set. `drain` drains the
+    /// kthread's own ingress ring and returns the grant count after. Wake-ups with neither are
+    /// counted in `spurious_wakes`.
+    pub fn wait_for_grant(
+        &self,
+        shutdown: &AtomicBool,
+        grants_before: u64,
+        drain: impl FnMut() -> u64,
+    ) -> Woken {
+        wait_for_grant(&self.events, shutdown, grants_before, drain, || {
+            self.spurious_wakes.fetch_add(1, Ordering::Relaxed);
+        })
     }
 
-    /// Wakes the kthread without iokerneld (shutdown only).
+    /// Wakes the kthread without iokerneld (shutdown only: set the flag first).
     pub fn kick(&self) {
-        let _ = eventfd::signal(self.eventfd.as_fd());
+        // Writing an eventfd we own fails only if the counter is full, which already wakes.
+        let _ = self.events.signal();
     }
 }
 

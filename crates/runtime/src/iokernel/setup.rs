@@ -3,20 +3,21 @@
 
 use core::cell::UnsafeCell;
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use corral_abi::control::{NetIdentity, Registration, Reply};
-use corral_abi::transport::{self, RegionFile, eventfd};
+use corral_abi::transport::{self, RegionFile};
 use corral_abi::{Command, FRAME_CAPACITY, RegionBuilder, Slot};
 
 use super::Kthread;
 use super::packets::{KTHREAD_PACKET_BYTES, PacketPool, RX_BUFFERS, TX_BUFFERS};
 use super::{IokKthread, IokShared};
 use crate::config::{Config, IokernelSettings};
+use crate::primitives::EventCount;
 use crate::sched::runqueue::RUNQ_CAPACITY;
 use crate::sync::spin::{RawSpinLock, SpinLock};
 
@@ -79,7 +80,7 @@ pub(crate) fn prepare(config: &Config) -> io::Result<(IokShared, Vec<IokKthread>
                 .collect();
         }
         kthreads.push(IokKthread {
-            eventfd: eventfd::create()?,
+            events: EventCount::new()?,
             ingress_lock: RawSpinLock::new(),
             ingress: UnsafeCell::new(view.ingress_consumer()),
             commands_lock: RawSpinLock::new(),
@@ -109,7 +110,7 @@ pub(crate) fn prepare(config: &Config) -> io::Result<(IokShared, Vec<IokKthread>
     let shared = IokShared {
         region,
         connection: Mutex::new(None),
-        active: AtomicUsize::new(0),
+        active: super::last_parker::ActiveKthreads::new(),
         spinning: settings.spinning_kthreads,
         runtime_id: AtomicU64::new(0),
         packets,
@@ -156,7 +157,7 @@ pub(crate) fn register(
             ipv4: n.ip.octets(),
         }),
     };
-    let eventfds: Vec<BorrowedFd<'_>> = kthreads.iter().map(|k| k.iok().eventfd.as_fd()).collect();
+    let eventfds: Vec<BorrowedFd<'_>> = kthreads.iter().map(|k| k.iok().events.as_fd()).collect();
     let sent = transport::client::register(
         &settings.socket,
         registration,

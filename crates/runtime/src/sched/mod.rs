@@ -249,10 +249,14 @@ pub(crate) fn kthread_main(k: &'static Kthread) {
         // Under iokerneld a kthread starts parked and runs only once granted a core.
         k.state.store(KthreadState::Parked, Ordering::SeqCst);
         rt.idle.count_parked(true);
-        k.iok().wait();
+        // As in iok_park: only a grant (or shutdown) ends the wait. Counted from zero, not from
+        // a fresh read: once registered, a running kthread stealing packets from this ring may
+        // apply the first grant before this kthread gets here.
+        k.iok()
+            .wait_for_grant(&rt.shutdown, 0, || crate::iokernel::drain_own_after_wake(k));
         rt.idle.count_parked(false);
         if let Some(iok) = &rt.iok {
-            iok.active.fetch_add(1, Ordering::SeqCst);
+            iok.active.unpark();
         }
         // The scheduler context runs with preemption disabled.
         crate::iokernel::poll_own(k);
@@ -467,14 +471,14 @@ fn iok_park(k: &'static Kthread, preempted: bool) {
     }
     k.timers.stop_accepting();
     k.state.store(KthreadState::Parked, Ordering::SeqCst);
-    let last = iok.active.fetch_sub(1, Ordering::SeqCst) == 1;
+    let last = iok.active.park();
     // iokerneld watches only the run queues of kthreads that hold a core. The last one must
     // not leave runnable work on a parked kthread's queue unannounced: it takes it instead
     // (find_work steals from every kthread), unless iokerneld is taking the core, in which
     // case the park is flagged as leaving work behind.
     let work_left = rt.kthreads.iter().any(|other| !other.rq.is_empty());
     if last && !preempted && (work_left || rt.inject_len.load(Ordering::SeqCst) > 0) {
-        iok.active.fetch_add(1, Ordering::SeqCst);
+        iok.active.unpark();
         k.timers.start_accepting();
         k.state.store(KthreadState::Spinning, Ordering::SeqCst);
         return;
@@ -491,15 +495,11 @@ fn iok_park(k: &'static Kthread, preempted: bool) {
     // Run again only with a grant (or to shut down). An eventfd count that arrives without one
     // would otherwise put this kthread on a core iokerneld has given to someone else, where
     // Linux time-slices the two.
-    while !rt.shutdown.load(Ordering::SeqCst) {
-        kio.wait();
-        if crate::iokernel::drain_own_after_wake(k) != grants {
-            break;
-        }
-        kio.spurious_wakes.fetch_add(1, Ordering::Relaxed);
-    }
+    kio.wait_for_grant(&rt.shutdown, grants, || {
+        crate::iokernel::drain_own_after_wake(k)
+    });
     crate::iokernel::poll_own(k);
-    iok.active.fetch_add(1, Ordering::SeqCst);
+    iok.active.unpark();
     rt.idle.count_parked(false);
     rt.idle.start_spinning();
     k.timers.start_accepting();

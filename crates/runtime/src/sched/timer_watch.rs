@@ -13,8 +13,7 @@
 //! kthread. The model in `tests/loom.rs` (`timer_added_while_parked_is_watched`) checks it.
 //!
 //! Under iokerneld the kthreads do not watch timers themselves: the last one to park reports the
-//! earliest deadline to iokerneld, which wakes a kthread then. That path goes through iokerneld's
-//! command ring and is covered by the iokerneld tests, not by a model.
+//! earliest deadline to iokerneld, which wakes a kthread then (`iokernel::last_parker`).
 
 use crate::primitives::{AtomicU64, Ordering, fence};
 use crate::sched::idle::Idle;
