@@ -50,9 +50,9 @@ fn require_binaries() -> PathBuf {
         missing.join("; ")
     );
     // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
     assert_eq!(
-        unsafe { libc::geteuid() },
-        0,
+        euid, 0,
         "these tests start iokerneld, which needs root: run them as root"
     );
     dir
