@@ -8,6 +8,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
-cargo build --quiet --release -p corral-iokerneld -p corral-app-spin -p corral-app-batch \
+# Cargo's own progress lines show from the first second: a first build takes a minute or two.
+echo "demo: building iokerneld, the spin server, the batch job and the demo (release)"
+cargo build --release -p corral-iokerneld -p corral-app-spin -p corral-app-batch \
   -p corral-loadgen -p corral-demo
+echo "demo: built; starting"
 exec target/release/corral-demo "$@"
