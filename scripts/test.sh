@@ -25,6 +25,9 @@ cargo run --quiet --profile ci -p corral-bench-iokernel -- --reps 1 --samples 50
 echo "== workspace tests"
 # The C and C++ test programs link this static library (see crates/capi/Cargo.toml).
 cargo build --quiet --profile ci -p corral-capi --example corral_capi_testlib
+# iokerneld's tests start ABI-level clients: a binary of another package, which `cargo test`
+# does not build as a program.
+cargo build --quiet --profile ci -p corral-testclient --bin corral-abi-client
 cargo test --profile ci --workspace --lib --bins --tests --examples 2>&1 | tee target/test-output.txt
 
 # One closing line for the whole suite.
