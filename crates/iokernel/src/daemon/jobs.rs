@@ -14,7 +14,7 @@ use super::driver::CoreDriver;
 use super::net::Tables;
 use super::registry::Registry;
 use super::{Daemon, LoopCounters};
-use crate::nic::{Activity, DaemonView, refuse_jobs};
+use crate::nic::{Activity, DaemonView, Nic, refuse_jobs};
 use crate::sys::now_ns;
 use corral_policy::CoreId;
 
@@ -59,12 +59,8 @@ impl DaemonView for View<'_> {
 }
 
 impl Daemon {
-    /// Handles a `Request::Gen` from `conn`: hands it to the NIC backend, or answers at once
-    /// with the reason it cannot be.
-    pub(super) fn job_request(&mut self, conn: ConnRef, json: &str) {
-        let Some(pid) = self.control.pid(conn) else {
-            return;
-        };
+    /// The NIC backend, and the rest of the daemon as its job sees it.
+    fn nic_and_view(&mut self) -> (Option<&mut (dyn Nic + 'static)>, View<'_>) {
         let (nic, tables) = self.switch.nic_mut();
         let view = View {
             tables,
@@ -74,6 +70,16 @@ impl Daemon {
             cores: self.config.managed_cores.len(),
             interval_us: self.config.interval_us,
         };
+        (nic, view)
+    }
+
+    /// Handles a `Request::Gen` from `conn`: hands it to the NIC backend, or answers at once
+    /// with the reason it cannot be.
+    pub(super) fn job_request(&mut self, conn: ConnRef, json: &str) {
+        let Some(pid) = self.control.pid(conn) else {
+            return;
+        };
+        let (nic, view) = self.nic_and_view();
         let started = match nic {
             None => Err(refuse_jobs("none")),
             Some(nic) => nic.start_job(json, pid, &view),
@@ -96,15 +102,7 @@ impl Daemon {
         if self.control.job_owner().is_none() {
             return;
         }
-        let (nic, tables) = self.switch.nic_mut();
-        let view = View {
-            tables,
-            registry: &self.registry,
-            driver: &self.driver,
-            counters: &self.counters,
-            cores: self.config.managed_cores.len(),
-            interval_us: self.config.interval_us,
-        };
+        let (nic, view) = self.nic_and_view();
         let Some(reply) = nic.and_then(|n| n.poll_job(now, &view)) else {
             return;
         };
