@@ -107,9 +107,15 @@ struct IokernelLine {
     /// When iokerneld decided to give this kthread its current core (`CLOCK_MONOTONIC`
     /// nanoseconds): the runtime measures its wake-up latency from it.
     wake_decision_ns: AtomicU64,
-    /// When iokerneld last signalled the kthread's eventfd to wake it: the runtime measures
-    /// the wake-up itself (eventfd write to running) from it.
+    /// When iokerneld last rang the kthread's wake word to wake it: the runtime measures the
+    /// wake-up itself (wake to running) from it.
     wake_sent_ns: AtomicU64,
+    /// The kthread's wake word, a futex shared by both processes: iokerneld adds one after
+    /// pushing a grant and then wakes the futex (itself, or through the helper thread on the
+    /// granted core); a parked kthread sleeps on it. The runtime adds one itself only to wake
+    /// its own kthreads for shutdown. Nothing iokerneld decides depends on its value, so what
+    /// a runtime writes here can only wake, or fail to wake, its own kthreads.
+    wake_word: AtomicU32,
 }
 
 /// The control lines at the start of every kthread area.
@@ -142,6 +148,7 @@ const _: () = {
     assert!(offset_of!(IokernelLine, egress_command_head) == 8);
     assert!(offset_of!(IokernelLine, wake_decision_ns) == 16);
     assert!(offset_of!(IokernelLine, wake_sent_ns) == 24);
+    assert!(offset_of!(IokernelLine, wake_word) == 32);
 };
 
 /// A mapping of a region: base and length, with the promise that it stays valid for `'a`.
@@ -328,7 +335,13 @@ impl<'a> KthreadView<'a> {
         &self.control.iokernel.wake_decision_ns
     }
 
-    /// iokerneld side: records that it is about to signal the kthread's eventfd.
+    /// The kthread's wake word (a shared futex): iokerneld rings it, the parked kthread sleeps
+    /// on it. See `IokernelLine::wake_word` for who may write it.
+    pub fn wake_word(&self) -> &'a AtomicU32 {
+        &self.control.iokernel.wake_word
+    }
+
+    /// iokerneld side: records that it is about to ring the kthread's wake word.
     pub fn publish_wake_sent(&self, monotonic_ns: u64) {
         self.control
             .iokernel
@@ -336,7 +349,7 @@ impl<'a> KthreadView<'a> {
             .store(monotonic_ns, Ordering::Release);
     }
 
-    /// Runtime side: when iokerneld last signalled this kthread's eventfd (0: never).
+    /// Runtime side: when iokerneld last rang this kthread's wake word (0: never).
     pub fn wake_sent(&self) -> &'a AtomicU64 {
         &self.control.iokernel.wake_sent_ns
     }

@@ -21,6 +21,9 @@ pub const DEFAULT_INTERVAL_US: u64 = 5;
 pub const DEFAULT_PREEMPTION_TIMEOUT_US: u64 = 10_000;
 pub const DEFAULT_CONTROL_POLL_US: u64 = 50;
 pub const DEFAULT_POLICY: &str = "shenango";
+pub const DEFAULT_HANDOVER: Handover = Handover::Local;
+pub const DEFAULT_CEDE_GRACE_US: u64 = 0;
+pub const DEFAULT_HELPER_SPIN_MAX_US: u64 = 1000;
 pub const DEFAULT_LOG_LEVEL: &str = "info";
 pub const DEFAULT_TAP_NAME: &str = "corral0";
 pub const DEFAULT_HOST_IP: &str = "10.99.0.1/24";
@@ -59,6 +62,24 @@ pub struct SettingArgs {
     /// more core per pass [default: shenango].
     #[arg(long, value_name = "NAME")]
     pub policy: Option<String>,
+
+    /// `handover`: how a granted kthread is woken: `local` (a helper thread of iokerneld's on
+    /// each managed core, which runs only when the core is idle, wakes it on its own CPU) or
+    /// `remote` (iokerneld wakes it from its own CPU, a cross-CPU wake-up) [default: local].
+    #[arg(long, value_name = "MODE")]
+    pub handover: Option<String>,
+
+    /// `cede_grace_us`: microseconds a kthread asked to give its core back may take to reach
+    /// its scheduler and park by itself before it is sent the preemption signal; 0 signals at
+    /// once [default: 0].
+    #[arg(long, value_name = "MICROSECONDS")]
+    pub cede_grace_us: Option<u64>,
+
+    /// `helper_spin_max_us`: longest a helper spins on its idle core waiting for a grant
+    /// before it sleeps (it spins about twice the recent idle gaps, within 5 us and this)
+    /// [default: 1000].
+    #[arg(long, value_name = "MICROSECONDS")]
+    pub helper_spin_max_us: Option<u64>,
 
     /// `control_poll_us`: microseconds between polls of the control socket for registrations,
     /// statistics requests and hang-ups [default: 50].
@@ -113,6 +134,9 @@ pub struct FileConfig {
     pub interval_us: Option<i64>,
     pub preemption_timeout_us: Option<i64>,
     pub policy: Option<String>,
+    pub handover: Option<String>,
+    pub cede_grace_us: Option<i64>,
+    pub helper_spin_max_us: Option<i64>,
     pub control_poll_us: Option<i64>,
     pub log_level: Option<String>,
     pub log_file: Option<PathBuf>,
@@ -194,6 +218,32 @@ pub enum NicConfig {
     },
 }
 
+/// How a granted kthread is woken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Handover {
+    /// By iokerneld's helper thread on the granted core, on that core.
+    Local,
+    /// By iokerneld's loop, from its own CPU.
+    Remote,
+}
+
+impl Handover {
+    pub fn parse(text: &str) -> Option<Handover> {
+        match text {
+            "local" => Some(Handover::Local),
+            "remote" => Some(Handover::Remote),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Handover::Local => "local",
+            Handover::Remote => "remote",
+        }
+    }
+}
+
 /// Checked settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Config {
@@ -208,6 +258,10 @@ pub struct Config {
     pub preemption_timeout_us: u64,
     /// A name in [`corral_policy::policies::KNOWN`].
     pub policy: String,
+    pub handover: Handover,
+    /// 0: signal a preemption at once.
+    pub cede_grace_us: u64,
+    pub helper_spin_max_us: u64,
     pub control_poll_us: u64,
     pub log_level: LogLevel,
     pub log_file: Option<PathBuf>,
@@ -401,6 +455,36 @@ impl Config {
                 unknown.to_string(),
             ));
         }
+        let handover_text = args
+            .handover
+            .clone()
+            .or_else(|| file.handover.clone())
+            .unwrap_or_else(|| DEFAULT_HANDOVER.name().to_owned());
+        let handover = Handover::parse(&handover_text).ok_or_else(|| {
+            invalid(
+                "handover",
+                format!("{handover_text:?}"),
+                "expected local or remote",
+            )
+        })?;
+        let cede_grace_us = match (args.cede_grace_us, file.cede_grace_us) {
+            (Some(v), _) => v,
+            (None, Some(v)) => non_negative("cede_grace_us", v)?,
+            (None, None) => DEFAULT_CEDE_GRACE_US,
+        };
+        if cede_grace_us > 1_000_000 {
+            return Err(invalid(
+                "cede_grace_us",
+                cede_grace_us,
+                "must be at most 1000000 (one second)",
+            ));
+        }
+        let helper_spin_max_us = number(
+            "helper_spin_max_us",
+            args.helper_spin_max_us,
+            file.helper_spin_max_us,
+            DEFAULT_HELPER_SPIN_MAX_US,
+        )?;
         let control_poll_us = number(
             "control_poll_us",
             args.control_poll_us,
@@ -431,6 +515,9 @@ impl Config {
             interval_us,
             preemption_timeout_us,
             policy,
+            handover,
+            cede_grace_us,
+            helper_spin_max_us,
             control_poll_us,
             log_level,
             log_file,

@@ -118,3 +118,45 @@ pub fn current_cpu() -> Option<usize> {
     let cpu = unsafe { libc::sched_getcpu() };
     usize::try_from(cpu).ok()
 }
+
+/// Wakes every thread of any process asleep on the shared futex at `addr` (an address in a
+/// mapping of a runtime's region). The address is only a key for the kernel: an unmapped one
+/// makes the call fail, never fault, so a post that outlived its runtime's region is harmless.
+pub fn futex_wake_shared(addr: u64) {
+    // SAFETY: FUTEX_WAKE reads and writes no memory; the kernel checks the address itself.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            addr as *const u32,
+            libc::FUTEX_WAKE,
+            i32::MAX,
+        )
+    };
+}
+
+/// Wakes the threads of this process asleep on `word` with [`futex_wait_private`].
+pub fn futex_wake_private(word: &core::sync::atomic::AtomicU32) {
+    // SAFETY: FUTEX_WAKE only uses the address as a key.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            i32::MAX,
+        )
+    };
+}
+
+/// Sleeps while `word` reads `expected`. May return early (a signal): callers re-check.
+pub fn futex_wait_private(word: &core::sync::atomic::AtomicU32, expected: u32) {
+    // SAFETY: the word is a live, aligned u32 for the whole call; no timeout.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            expected,
+            core::ptr::null::<libc::timespec>(),
+        )
+    };
+}

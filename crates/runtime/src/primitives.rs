@@ -1,6 +1,6 @@
 //! The concurrency primitives the scheduler and the sync primitives are built on: atomics,
-//! interior-mutable cells, a futex word and an event counter (a kthread's eventfd). Normally
-//! these are the std/libc ones; under
+//! interior-mutable cells, a futex word and a kthread's wake word (a futex shared with
+//! iokerneld). Normally these are the std/libc ones; under
 //! `--cfg loom` they are loom's, so that the protocols built on them (see the `tests/loom.rs`
 //! models) run under the model checker unchanged.
 //!
@@ -8,10 +8,6 @@
 //! under the mutex, and a wake takes the mutex before notifying, which is exactly the atomicity
 //! the kernel gives `FUTEX_WAIT` against `FUTEX_WAKE`. A timed wait may return at any time under
 //! loom (as a real one may on timeout or a signal), so every caller re-checks its condition.
-//!
-//! The event counter is an eventfd normally (iokerneld, another process, writes it, so it must
-//! be a real descriptor), and under loom a `Mutex<u64>` + `Condvar` with the same semantics: a
-//! signal adds one, a read takes the whole count, and a wait sleeps while the count is zero.
 
 #[cfg(not(loom))]
 pub(crate) use core::sync::atomic::{
@@ -92,6 +88,12 @@ impl Futex {
         self.word.store(value, order)
     }
 
+    /// Adds one to the word (sequentially consistent). Wake sleepers afterwards.
+    #[cfg(loom)]
+    pub fn fetch_add(&self, n: u32) -> u32 {
+        self.word.fetch_add(n, Ordering::SeqCst)
+    }
+
     /// Sleeps while the word reads `expected`, for at most `timeout_ns`. May return early
     /// (a signal, a spurious wake): callers re-check.
     #[cfg(not(loom))]
@@ -146,85 +148,84 @@ impl Futex {
     }
 }
 
-/// A counter that one side signals and the other consumes, sleeping while it is zero: a
-/// kthread's eventfd, which iokerneld (or the runtime itself, at shutdown) writes to wake it.
-pub struct EventCount {
+/// A kthread's wake word (iokerneld mode): a futex in iokerneld's line of the region, shared by
+/// both processes. iokerneld (or the runtime itself, to shut down) adds one and wakes it; a
+/// parked kthread sleeps while it still reads what it read before looking for a grant.
+///
+/// A plain futex, not an eventfd: a wake never blocks the waker whatever the runtime does to
+/// the word, and iokerneld's helper thread on the granted core can wake it with one syscall.
+/// Under loom it is a [`Futex`] model.
+pub struct WakeWord {
     #[cfg(not(loom))]
-    fd: std::os::fd::OwnedFd,
+    word: &'static core::sync::atomic::AtomicU32,
     #[cfg(loom)]
-    count: loom::sync::Mutex<u64>,
-    #[cfg(loom)]
-    nonzero: loom::sync::Condvar,
+    futex: Futex,
 }
 
-impl EventCount {
-    /// A zero counter: a nonblocking eventfd from corral-abi's transport, the kind iokerneld
-    /// accepts at registration.
+impl WakeWord {
+    /// The word at `word`, in the region shared with iokerneld.
     #[cfg(not(loom))]
-    pub fn new() -> std::io::Result<Self> {
-        Ok(EventCount {
-            fd: corral_abi::transport::eventfd::create()?,
-        })
+    pub fn in_region(word: &'static core::sync::atomic::AtomicU32) -> Self {
+        WakeWord { word }
     }
 
+    /// A word of its own, for models.
     #[cfg(loom)]
-    pub fn new() -> std::io::Result<Self> {
-        Ok(EventCount {
-            count: loom::sync::Mutex::new(0),
-            nonzero: loom::sync::Condvar::new(),
-        })
-    }
-
-    /// The eventfd, to pass to iokerneld.
-    #[cfg(not(loom))]
-    pub fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        std::os::fd::AsFd::as_fd(&self.fd)
-    }
-
-    /// Adds one. Never blocks: a full counter already means "wake up".
-    #[cfg(not(loom))]
-    pub fn signal(&self) -> std::io::Result<()> {
-        corral_abi::transport::eventfd::signal(self.as_fd())
-    }
-
-    #[cfg(loom)]
-    pub fn signal(&self) -> std::io::Result<()> {
-        let mut count = self.count.lock().unwrap();
-        *count = count.saturating_add(1);
-        self.nonzero.notify_one();
-        Ok(())
-    }
-
-    /// Takes the whole count if it is nonzero, without blocking: whether it was. A read that
-    /// fails counts as nothing taken; the caller sleeps and tries again.
-    #[cfg(not(loom))]
-    pub fn try_consume(&self) -> bool {
-        corral_abi::transport::eventfd::try_consume(self.as_fd()).unwrap_or(false)
-    }
-
-    #[cfg(loom)]
-    pub fn try_consume(&self) -> bool {
-        core::mem::take(&mut *self.count.lock().unwrap()) != 0
-    }
-
-    /// Sleeps until the count is nonzero, then takes it.
-    ///
-    /// The eventfd is nonblocking (corral-abi's transport creates it so, and iokerneld insists,
-    /// so that no runtime can ever block its write): sleep in `poll`, then read. A signal (a
-    /// stale preemption) only sends the loop round again.
-    #[cfg(not(loom))]
-    pub fn wait(&self) {
-        while !self.try_consume() {
-            let _ = corral_abi::transport::eventfd::wait_readable(self.as_fd(), None);
+    pub fn new() -> Self {
+        WakeWord {
+            futex: Futex::new(0),
         }
     }
 
+    /// The word now.
+    #[inline]
+    pub fn load(&self) -> u32 {
+        #[cfg(not(loom))]
+        return self.word.load(Ordering::SeqCst);
+        #[cfg(loom)]
+        return self.futex.load(Ordering::SeqCst);
+    }
+
+    /// Sleeps while the word reads `seen`. May return early (a signal): callers re-check.
+    #[cfg(not(loom))]
+    pub fn wait(&self, seen: u32) {
+        // SAFETY: the word lies in the region, mapped for the life of the process; FUTEX_WAIT
+        // reads it atomically and sleeps. Not private: iokerneld wakes it from its mapping.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                self.word.as_ptr(),
+                libc::FUTEX_WAIT,
+                seen,
+                core::ptr::null::<libc::timespec>(),
+            )
+        };
+    }
+
     #[cfg(loom)]
-    pub fn wait(&self) {
-        let mut count = self.count.lock().unwrap();
-        while *count == 0 {
-            count = self.nonzero.wait(count).unwrap();
-        }
-        *count = 0;
+    pub fn wait(&self, seen: u32) {
+        self.futex.wait(seen, None);
+    }
+
+    /// Adds one and wakes every sleeper: what iokerneld does after a grant, and what the
+    /// runtime does to its own kthreads to shut down.
+    #[cfg(not(loom))]
+    pub fn ring(&self) {
+        self.word.fetch_add(1, Ordering::SeqCst);
+        // SAFETY: FUTEX_WAKE only uses the address as a key; it reads and writes no memory.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                self.word.as_ptr(),
+                libc::FUTEX_WAKE,
+                i32::MAX,
+            )
+        };
+    }
+
+    #[cfg(loom)]
+    pub fn ring(&self) {
+        self.futex.fetch_add(1);
+        self.futex.wake_one();
     }
 }

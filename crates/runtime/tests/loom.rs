@@ -7,7 +7,7 @@
 //! - the wait-node state machine (`sync::wait_state`): wake vs timeout has one winner;
 //! - the `running` flag (`sched::running`): a context is resumed only after it is saved;
 //! - iokerneld mode: a parked kthread runs again only with a grant, and never misses one
-//!   (`iokernel::grant_wait`, over the eventfd stood in by `primitives::EventCount`); it leaves
+//!   (`iokernel::grant_wait`, over the wake word, a shared futex, `primitives::WakeWord`); it leaves
 //!   for shutdown; the last kthread to park reports every timer (`iokernel::last_parker`).
 //!
 //! Not modelled: the naked-asm context switch (its flag clear is stood in by
@@ -24,7 +24,7 @@ use loom::thread;
 
 use corral::iokernel::grant_wait::{Woken, wait_for_grant};
 use corral::iokernel::last_parker::ActiveKthreads;
-use corral::primitives::{AtomicBool, EventCount};
+use corral::primitives::{AtomicBool, WakeWord};
 use corral::runqueue::RunQueue;
 use corral::sched::idle::{Idle, ParkWord};
 use corral::sched::running::RunningFlag;
@@ -389,12 +389,12 @@ impl Ingress {
         }
     }
 
-    /// iokerneld's `grant`: push `Grant`, then write the eventfd.
-    fn grant(&self, events: &EventCount, core: u32) {
+    /// iokerneld's `grant`: push `Grant`, then ring the wake word.
+    fn grant(&self, word: &WakeWord, core: u32) {
         // SAFETY: the consumer reads the payload only after seeing the descriptor.
         self.core.with_mut(|c| unsafe { *c = core });
         self.desc.store(1, Ordering::Release);
-        events.signal().unwrap();
+        word.ring();
     }
 
     /// As `drain_locked`: applies a grant it pops.
@@ -439,33 +439,36 @@ impl Ingress {
 }
 
 /// iokerneld grants a parked kthread a core while a packet thief may drain its ring, and a
-/// count left over from a grant it saw while running is still on its eventfd. The kthread
-/// must run only once it has the grant (the core it was given is visible), after at most one
-/// spurious wake-up; a grant it missed leaves it waiting forever, which loom reports as a
-/// deadlock.
+/// late ring for a grant the kthread saw while it was running arrives at any moment. The
+/// kthread must run only once it has the grant (the core it was given is visible), after at
+/// most one spurious wake-up; a grant it missed leaves it waiting forever, which loom reports
+/// as a deadlock.
 #[test]
 fn parked_kthread_runs_only_with_a_grant() {
     loom::model(|| {
-        let events = Arc::new(EventCount::new().unwrap());
+        let word = Arc::new(WakeWord::new());
         let ingress = Arc::new(Ingress::new());
         let shutdown = AtomicBool::new(false);
-        // The leftover count.
-        events.signal().unwrap();
         let thief = {
             let ingress = ingress.clone();
             thread::spawn(move || ingress.steal())
+        };
+        // The late ring, from a helper thread that was slow to deliver an earlier grant.
+        let late = {
+            let word = word.clone();
+            thread::spawn(move || word.ring())
         };
 
         // As iok_park: note the grants seen, then report `Park`, after which (and only after
         // which) iokerneld may grant a core.
         let before = ingress.grants.load(Ordering::Acquire);
         let iokerneld = {
-            let (events, ingress) = (events.clone(), ingress.clone());
-            thread::spawn(move || ingress.grant(&events, 3))
+            let (word, ingress) = (word.clone(), ingress.clone());
+            thread::spawn(move || ingress.grant(&word, 3))
         };
         let mut spurious = 0;
         let woken = wait_for_grant(
-            &events,
+            &word,
             &shutdown,
             before,
             || ingress.drain_own(),
@@ -479,33 +482,38 @@ fn parked_kthread_runs_only_with_a_grant() {
         assert!(spurious <= 1);
         iokerneld.join().unwrap();
         thief.join().unwrap();
+        late.join().unwrap();
     });
 }
 
-/// The runtime shuts down while a kthread is parked with a leftover count on its eventfd and
-/// no grant coming: the kthread must leave (a lost kick leaves it waiting forever, a loom
-/// deadlock) and must not take the leftover count for a grant.
+/// The runtime shuts down while a kthread is parked, a late ring arrives and no grant is
+/// coming: the kthread must leave (a lost kick leaves it waiting forever, a loom deadlock) and
+/// must not take the late ring for a grant.
 #[test]
 fn parked_kthread_leaves_for_shutdown() {
     loom::model(|| {
-        let events = Arc::new(EventCount::new().unwrap());
+        let word = Arc::new(WakeWord::new());
         let ingress = Arc::new(Ingress::new());
         let shutdown = Arc::new(AtomicBool::new(false));
-        events.signal().unwrap();
 
         let stopper = {
-            let (events, shutdown) = (events.clone(), shutdown.clone());
+            let (word, shutdown) = (word.clone(), shutdown.clone());
             thread::spawn(move || {
                 // As Shared::begin_shutdown then IokKthread::kick.
                 shutdown.store(true, Ordering::SeqCst);
-                events.signal().unwrap();
+                word.ring();
             })
+        };
+        let late = {
+            let word = word.clone();
+            thread::spawn(move || word.ring())
         };
 
         let before = ingress.grants.load(Ordering::Acquire);
-        let woken = wait_for_grant(&events, &shutdown, before, || ingress.drain_own(), || {});
+        let woken = wait_for_grant(&word, &shutdown, before, || ingress.drain_own(), || {});
         assert_eq!(woken, Woken::ShuttingDown);
         stopper.join().unwrap();
+        late.join().unwrap();
     });
 }
 

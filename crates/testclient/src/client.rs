@@ -10,13 +10,13 @@
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use corral_abi::control::{Registration, Reply};
-use corral_abi::transport::{self, eventfd as efd};
+use corral_abi::transport;
 use corral_abi::{Command, Layout, RegionBuilder, RingKind, Slot, flags};
 
 use crate::netclient::{self, NetMode, NetOptions};
@@ -218,6 +218,8 @@ struct Shared {
     stop: AtomicBool,
     mapping: Arc<Mapping>,
     eventfds: Vec<OwnedFd>,
+    /// The value of each kthread's wake word it last woke for.
+    wake_seen: Vec<AtomicU32>,
     events: Option<EventSink>,
 }
 
@@ -266,6 +268,7 @@ impl Runtime {
             stop: AtomicBool::new(false),
             mapping: region.mapping.clone(),
             eventfds,
+            wake_seen: (0..kthreads).map(|_| AtomicU32::new(0)).collect(),
             events: options.events.clone(),
         });
 
@@ -422,8 +425,15 @@ impl Runtime {
 impl Drop for Runtime {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Relaxed);
-        for fd in &self.shared.eventfds {
-            let _ = efd::signal(fd.as_fd());
+        for index in 0..self.shared.eventfds.len() {
+            if let Some(word) = wake_word(&self.shared, index) {
+                word.fetch_add(1, Ordering::SeqCst);
+                let _ = rustix::thread::futex::wake(
+                    word,
+                    rustix::thread::futex::Flags::empty(),
+                    u32::MAX,
+                );
+            }
         }
         for thread in self.threads.drain(..) {
             let _ = thread.join();
@@ -431,25 +441,40 @@ impl Drop for Runtime {
     }
 }
 
-/// Blocks until the kthread's eventfd is signalled; `false` once the runtime is stopping.
-///
-/// iokerneld makes the eventfd nonblocking (the flag is shared by every descriptor of the
-/// file), so waiting must go through `poll`, not a blocking read.
+/// Blocks until iokerneld rings the kthread's wake word (a shared futex in the region);
+/// `false` once the runtime is stopping.
 fn wait_for_wake(shared: &Shared, index: usize) -> bool {
-    let fd = shared.eventfds[index].as_fd();
+    let Some(word) = wake_word(shared, index) else {
+        return false;
+    };
+    let seen = &shared.wake_seen[index];
     loop {
         if shared.stop.load(Ordering::Relaxed) {
             return false;
         }
-        match efd::try_consume(fd) {
-            Ok(true) => return !shared.stop.load(Ordering::Relaxed),
-            Ok(false) => {}
-            Err(_) => return false,
+        let now = word.load(Ordering::SeqCst);
+        if now != seen.load(Ordering::Relaxed) {
+            seen.store(now, Ordering::Relaxed);
+            return !shared.stop.load(Ordering::Relaxed);
         }
-        if efd::wait_readable(fd, Some(Duration::from_secs(1))).is_err() {
-            return false;
-        }
+        let timeout = rustix::time::Timespec {
+            tv_sec: 1,
+            tv_nsec: 0,
+        };
+        // Returns at once if the word moved on meanwhile; a timeout or signal loops.
+        let _ = rustix::thread::futex::wait(
+            word,
+            rustix::thread::futex::Flags::empty(),
+            now,
+            Some(&timeout),
+        );
     }
+}
+
+/// Kthread `index`'s wake word in the region.
+fn wake_word(shared: &Shared, index: usize) -> Option<&AtomicU32> {
+    let region = shared.mapping.raw().attach().ok()?;
+    Some(region.kthread(index as u32)?.wake_word())
 }
 
 fn kthread_main(index: usize, shared: &Shared, options: &Options) {

@@ -9,9 +9,10 @@ use std::path::Path;
 use corral_abi::{Command, RingKind, Slot, flags};
 use log::{error, warn};
 
+use super::handoff::{HandoffStats, Handoffs};
 use super::net;
 use super::registry::{Kthread, Registry, Tenant};
-use crate::config::Config;
+use crate::config::{Config, Handover};
 use crate::sys::{self, now_ns};
 use corral_policy::{
     AllocError, Decision, KthreadIndex, KthreadPlace, KthreadQueues, Policy, QueueSnapshot,
@@ -28,6 +29,8 @@ pub(super) struct DriverCounters {
     pub(super) timer_wakeups: u64,
     /// Kthreads that gave back a core (`Park`, or `Yielded` after a preemption).
     pub(super) parks: u64,
+    /// Preemptions the kthread answered within the grace period, with no signal.
+    pub(super) cedes_cooperative: u64,
 }
 
 /// How soon a runtime with work and no core is to get one.
@@ -57,13 +60,27 @@ pub(super) struct CoreDriver {
     managed_cores: Vec<usize>,
     spare_cpus: Vec<usize>,
     preemption_timeout_us: u64,
+    /// The helpers that wake granted kthreads on their own core (`handover = "local"`).
+    handoffs: Option<Handoffs>,
+    /// How long a kthread asked to give up its core may take before it is signalled.
+    cede_grace_ns: u64,
+    /// Preemptions asked for and not signalled yet: the victim, and when to signal it.
+    pending_cedes: Vec<(RuntimeId, KthreadIndex, u64)>,
 }
 
 impl CoreDriver {
-    /// A driver of `alloc` over `config.managed_cores`.
-    pub(super) fn new(alloc: Box<dyn Policy>, config: &Config) -> Self {
+    /// A driver of `alloc` over `config.managed_cores`; with `handover = "local"` it starts a
+    /// helper thread on each managed core.
+    pub(super) fn new(alloc: Box<dyn Policy>, config: &Config) -> std::io::Result<Self> {
         let clock = now_ns().max(alloc.now());
-        CoreDriver {
+        let handoffs = match config.handover {
+            Handover::Local => Some(Handoffs::start(
+                &config.managed_cores,
+                config.helper_spin_max_us * 1000,
+            )?),
+            Handover::Remote => None,
+        };
+        Ok(CoreDriver {
             alloc,
             decisions: Vec::with_capacity(64),
             sweep: Vec::with_capacity(corral_abi::MAX_KTHREADS),
@@ -74,6 +91,69 @@ impl CoreDriver {
             managed_cores: config.managed_cores.clone(),
             spare_cpus: config.spare_cpus.clone(),
             preemption_timeout_us: config.preemption_timeout_us,
+            handoffs,
+            cede_grace_ns: config.cede_grace_us * 1000,
+            pending_cedes: Vec::with_capacity(config.managed_cores.len()),
+        })
+    }
+
+    /// Each managed core's hand-over counters (empty with `handover = "remote"`).
+    pub(super) fn handoff_stats(&self) -> Vec<HandoffStats> {
+        self.handoffs.as_ref().map(|h| h.stats()).unwrap_or_default()
+    }
+
+    /// Sends the preemption signal to every kthread whose grace period ran out, and delivers
+    /// grants that a helper left unclaimed too long. Cheap when there is nothing to do.
+    pub(super) fn chase_handovers(&mut self, registry: &mut Registry) {
+        if let Some(h) = &mut self.handoffs {
+            h.deliver_overdue(now_ns());
+        }
+        if self.pending_cedes.is_empty() {
+            return;
+        }
+        let now = now_ns();
+        let mut i = 0;
+        while i < self.pending_cedes.len() {
+            let (runtime, kthread, deadline) = self.pending_cedes[i];
+            if now < deadline {
+                i += 1;
+                continue;
+            }
+            self.pending_cedes.swap_remove(i);
+            self.signal_preemption(registry, runtime, kthread, deadline);
+        }
+    }
+
+    /// Sends the preemption signal to a kthread still asked to give up its core (one that
+    /// parked meanwhile, or left, is not signalled).
+    fn signal_preemption(
+        &mut self,
+        registry: &mut Registry,
+        runtime: RuntimeId,
+        kthread: KthreadIndex,
+        deadline: u64,
+    ) {
+        let Some(entry) = registry.get_mut(runtime).filter(|r| !r.evicting) else {
+            return;
+        };
+        let pid = entry.pid;
+        let Some(kt) = entry.kthreads.get_mut(kthread.index()) else {
+            return;
+        };
+        if kt.cede_deadline != Some(deadline) {
+            return;
+        }
+        kt.cede_deadline = None;
+        match sys::tgkill(pid, kt.tid, libc::SIGUSR1) {
+            Ok(()) => {
+                kt.preempt_sent_at = Some(self.now());
+                entry.counters.preempt_signals += 1;
+                self.counters.preemptions_signalled += 1;
+            }
+            Err(e) => registry.mark_for_eviction(
+                runtime,
+                format!("cannot preempt kthread {}: tgkill(SIGUSR1) failed: {e}", kthread.0),
+            ),
         }
     }
 
@@ -195,6 +275,14 @@ impl CoreDriver {
                 kt.view.publish_wake_decision(decided);
                 match wake(kt, cpu) {
                     Ok(()) => {
+                        let word = kt.view.wake_word();
+                        match &mut self.handoffs {
+                            Some(h) => {
+                                h.deliver(core.index(), word, now_ns());
+                                h.set_occupied(core.index(), true);
+                            }
+                            None => sys::futex_wake_shared(word.as_ptr() as u64),
+                        }
                         self.counters.wakes += 1;
                         net::refresh_active(&*self.alloc, entry);
                     }
@@ -219,15 +307,28 @@ impl CoreDriver {
                 let Some(kt) = entry.kthreads.get_mut(victim_kthread.index()) else {
                     return;
                 };
+                // The request goes on the ingress ring, which the kthread polls every time its
+                // scheduler runs: one that gets there within the grace period parks by itself.
+                let grace = self.cede_grace_ns;
                 let result = kt
                     .ingress
                     .push_control(Slot::value(Command::Preempt, 0))
                     .map_err(|_| "its ingress ring is full".to_owned())
                     .and_then(|()| {
-                        sys::tgkill(pid, kt.tid, libc::SIGUSR1)
-                            .map_err(|e| format!("tgkill(SIGUSR1) failed: {e}"))
+                        if grace == 0 {
+                            sys::tgkill(pid, kt.tid, libc::SIGUSR1)
+                                .map_err(|e| format!("tgkill(SIGUSR1) failed: {e}"))
+                        } else {
+                            Ok(())
+                        }
                     });
                 match result {
+                    Ok(()) if grace != 0 => {
+                        let deadline = now + grace;
+                        kt.cede_deadline = Some(deadline);
+                        self.pending_cedes
+                            .push((victim_runtime, victim_kthread, deadline));
+                    }
                     Ok(()) => {
                         kt.preempt_sent_at = Some(now);
                         entry.counters.preempt_signals += 1;
@@ -254,6 +355,12 @@ impl CoreDriver {
                     return;
                 };
                 kt.preempt_sent_at = None;
+                kt.cede_deadline = None;
+                if let Some(h) = &self.handoffs {
+                    // Its core goes to someone else; the kthread itself may still run there
+                    // (demoted to SCHED_IDLE) until it parks.
+                    h.set_occupied(core.index(), false);
+                }
                 let how = demote(kt, spare);
                 warn!(
                     "kthread {} (tid {}) of {} ignored preemption from CPU {cpu} for over {} us; \
@@ -289,12 +396,14 @@ impl CoreDriver {
         let id = runtime.id;
         let label = runtime.label();
         for (index, kt) in runtime.kthreads.iter_mut().enumerate() {
-            let active = matches!(
-                self.alloc
-                    .kthread(id, KthreadIndex(index as u16))
-                    .map(|k| k.place),
-                Ok(KthreadPlace::Active { .. })
-            );
+            let place = self
+                .alloc
+                .kthread(id, KthreadIndex(index as u16))
+                .map(|k| k.place);
+            let active = matches!(place, Ok(KthreadPlace::Active { .. }));
+            if let (Some(h), Ok(KthreadPlace::Active { core })) = (&self.handoffs, place) {
+                h.set_occupied(core.index(), false);
+            }
             // Only threads that may run on a managed core need moving. A thread of a process
             // that is gone may have had its id recycled by now: only touch threads that are
             // still the runtime's.
@@ -343,7 +452,7 @@ fn command(
         Err(e) => Err(format!("kthread {index}, {}: {e}", RingKind::EgressCommand)),
         Ok(command @ (Command::Park | Command::Yielded)) => {
             let place = driver.alloc.kthread(id, kthread).map_err(bad)?.place;
-            if !matches!(place, KthreadPlace::Active { .. }) {
+            let KthreadPlace::Active { core } = place else {
                 // A park from a kthread that was demoted or never woken: it has no core to give
                 // back. A late answer to a preemption may still say that work was left behind,
                 // and nothing else would ever get that work a core again.
@@ -357,12 +466,20 @@ fn command(
                         .map_err(bad)?;
                 }
                 return Ok(());
-            }
+            };
             log::debug!(
                 "{id} kthread {index}: {command:?}, flags {:#x}",
                 slot.flags()
             );
             let now = driver.now();
+            if let Some(h) = &driver.handoffs {
+                h.set_occupied(core.index(), false);
+            }
+            if runtime.kthreads[index].cede_deadline.take().is_some() {
+                // It parked within the grace period: no signal was needed.
+                runtime.counters.cedes_cooperative += 1;
+                driver.counters.cedes_cooperative += 1;
+            }
             if let Some(sent) = runtime.kthreads[index].preempt_sent_at.take() {
                 let latency = now - sent;
                 runtime.counters.preemption_latency_last_ns = latency;
@@ -485,7 +602,7 @@ fn observe_runtime(driver: &mut CoreDriver, runtime: &mut Tenant, now: u64) -> R
 }
 
 /// Pins a kthread to `cpu` (restoring its policy if it was demoted), tells it which core it
-/// holds, and wakes it.
+/// holds, and rings its wake word; the caller then wakes the futex (or has it woken).
 fn wake(kt: &mut Kthread, cpu: usize) -> Result<(), String> {
     if kt.idle_policy {
         sys::set_idle_policy(kt.tid, false)
@@ -500,8 +617,8 @@ fn wake(kt: &mut Kthread, cpu: usize) -> Result<(), String> {
         .push_control(Slot::value(Command::Grant, cpu as u64))
         .map_err(|_| "its ingress ring is full".to_owned())?;
     kt.view.publish_wake_sent(sys::now_ns());
-    corral_abi::transport::eventfd::signal(std::os::fd::AsFd::as_fd(&kt.eventfd))
-        .map_err(|e| format!("eventfd write: {e}"))
+    kt.view.wake_word().fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    Ok(())
 }
 
 /// Moves a kthread off the managed cores: onto the spare CPUs if there are any, else to

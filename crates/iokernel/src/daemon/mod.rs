@@ -16,6 +16,7 @@
 
 mod control_plane;
 mod driver;
+mod handoff;
 mod jobs;
 mod net;
 mod registration;
@@ -37,6 +38,7 @@ use registry::Registry;
 
 use net::Switch;
 pub use net::{CONTROL_RESERVE, MAX_FRAME, NetDrop, NetStats, TX_BURST};
+pub use handoff::HandoffStats;
 pub use stats::{GlobalStats, HandoverStats, NicStats, RuntimeNetStats, RuntimeStats, Stats};
 
 /// The wire form of a runtime id: slot in the low half, generation in the high half.
@@ -91,7 +93,7 @@ impl Daemon {
             control: ControlPlane::new(listener)?,
             registry: Registry::default(),
             switch: Switch::new(nic),
-            driver: CoreDriver::new(alloc, &config),
+            driver: CoreDriver::new(alloc, &config)?,
             counters: LoopCounters::default(),
             config,
             started: Instant::now(),
@@ -109,6 +111,7 @@ impl Daemon {
             self.counters.iterations += 1;
             self.driver.drain_commands(&mut self.registry);
             self.execute();
+            self.driver.chase_handovers(&mut self.registry);
             let now = now_ns();
             let took = now.saturating_sub(last);
             last = now;

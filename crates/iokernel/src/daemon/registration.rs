@@ -168,7 +168,7 @@ fn tenant(
             .expect("the layout has as many kthreads as the registration");
         kthreads.push(Kthread {
             tid,
-            eventfd,
+            _eventfd: eventfd,
             view,
             positions: view.positions(),
             ingress: Ingress::new(view.ingress_producer()),
@@ -181,6 +181,7 @@ fn tenant(
             pinned: None,
             idle_policy: false,
             preempt_sent_at: None,
+            cede_deadline: None,
         });
     }
     let shared_last = kthreads

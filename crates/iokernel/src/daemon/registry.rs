@@ -17,7 +17,9 @@ use corral_policy::RuntimeId;
 /// One registered kthread as iokerneld sees it.
 pub(super) struct Kthread {
     pub(super) tid: i32,
-    pub(super) eventfd: OwnedFd,
+    /// The eventfd the registration carried; wake-ups use the wake word in the region since
+    /// layout version 5, and this only keeps the descriptor for the runtime's life.
+    pub(super) _eventfd: OwnedFd,
     pub(super) view: KthreadView<'static>,
     pub(super) positions: &'static QueuePositions,
     /// iokerneld's end of the ingress ring, kept for the runtime's life so that its position
@@ -37,8 +39,10 @@ pub(super) struct Kthread {
     pub(super) pinned: Option<usize>,
     /// It was demoted to `SCHED_IDLE` and must be restored before it runs on a managed core.
     pub(super) idle_policy: bool,
-    /// When it was last asked to give up its core, for the preemption latency statistic.
+    /// When it was last sent the preemption signal, for the preemption latency statistic.
     pub(super) preempt_sent_at: Option<u64>,
+    /// Asked to give up its core and not signalled yet: when its grace period ends.
+    pub(super) cede_deadline: Option<u64>,
 }
 
 /// Counters the allocator does not keep.
@@ -48,6 +52,7 @@ pub(super) struct TenantCounters {
     pub(super) demotions: u64,
     pub(super) stale_commands: u64,
     pub(super) preempt_signals: u64,
+    pub(super) cedes_cooperative: u64,
     pub(super) preemption_latency_last_ns: u64,
     pub(super) preemption_latency_max_ns: u64,
 }

@@ -63,6 +63,17 @@ pub struct GlobalStats {
     pub stale_commands: u64,
     pub wakes: u64,
     pub preemptions_signalled: u64,
+    /// Preemptions answered within the grace period (`cede_grace_us`), with no signal.
+    #[serde(default)]
+    pub cedes_cooperative: u64,
+    /// The `handover` setting: `local` or `remote`.
+    #[serde(default)]
+    pub handover: String,
+    #[serde(default)]
+    pub cede_grace_us: u64,
+    /// Per managed core, how its grants were delivered (empty with `handover = "remote"`).
+    #[serde(default)]
+    pub handoff: Vec<super::HandoffStats>,
     pub timer_wakeups: u64,
     /// Kthreads that gave back a core (parked, or yielded after a preemption).
     #[serde(default)]
@@ -90,6 +101,9 @@ pub struct RuntimeStats {
     pub grants: u64,
     pub preemptions_suffered: u64,
     pub preempt_signals: u64,
+    /// Preemptions it answered within the grace period, with no signal.
+    #[serde(default)]
+    pub cedes_cooperative: u64,
     pub preemption_latency_last_ns: u64,
     pub preemption_latency_max_ns: u64,
     /// Its preemptions split into signal delivery and parking.
@@ -187,6 +201,10 @@ impl Daemon {
             stale_commands: c.stale_commands,
             wakes: c.wakes,
             preemptions_signalled: c.preemptions_signalled,
+            cedes_cooperative: c.cedes_cooperative,
+            handover: self.config.handover.name().to_owned(),
+            cede_grace_us: self.config.cede_grace_us,
+            handoff: self.driver.handoff_stats(),
             timer_wakeups: c.timer_wakeups,
             parks: c.parks,
             loop_stalls: l.stalls,
@@ -212,6 +230,7 @@ impl Daemon {
                     grants: view.stats.grants,
                     preemptions_suffered: view.stats.preemptions_suffered,
                     preempt_signals: r.counters.preempt_signals,
+                    cedes_cooperative: r.counters.cedes_cooperative,
                     preemption_latency_last_ns: r.counters.preemption_latency_last_ns,
                     preemption_latency_max_ns: r.counters.preemption_latency_max_ns,
                     handover: HandoverStats::of(&r.handover),

@@ -3,19 +3,22 @@
 //!
 //! The two sides:
 //! - iokerneld pushes `Grant` on the kthread's ingress ring (the ring publishes the slot with
-//!   a `Release` store of its descriptor), *then* signals the kthread's [`EventCount`]; the
-//!   runtime, to shut down, sets its shutdown flag, *then* signals every kthread's counter;
+//!   a `Release` store of its descriptor), *then* rings the kthread's [`WakeWord`] (adds one and
+//!   wakes the futex); the runtime, to shut down, sets its shutdown flag, *then* rings every
+//!   kthread's word;
 //! - the kthread, having noted how many grants it had seen before it reported that it parks,
-//!   consumes a signal, *then* drains its ingress ring and compares the grant count.
+//!   reads the word, *then* checks the shutdown flag and drains its ingress ring, and sleeps
+//!   only while the word still reads what it read.
 //!
-//! So a consumed signal always finds the grant (or the shutdown flag) that was published before
-//! it: no grant is ever missed. A signal with neither (a count left over from a grant the
-//! kthread already saw while it was running) is spurious: the kthread does not run uthreads on
-//! it, since iokerneld may have given that core to someone else, and waits again. The model in
-//! `tests/loom.rs` (`parked_kthread_runs_only_with_a_grant` and
-//! `parked_kthread_leaves_for_shutdown`) checks both.
+//! So a ring that comes after the read ends the sleep, and one that came before it makes the
+//! grant (or the shutdown flag) published before it visible to the drain: no grant is ever
+//! missed. A change of the word with neither (a ring for a grant the kthread already saw while
+//! it was running) is spurious: the kthread does not run uthreads on it, since iokerneld may
+//! have given that core to someone else, and waits again. The models in `tests/loom.rs`
+//! (`parked_kthread_runs_only_with_a_grant` and `parked_kthread_leaves_for_shutdown`) check
+//! both.
 
-use crate::primitives::{AtomicBool, EventCount, Ordering};
+use crate::primitives::{AtomicBool, Ordering, WakeWord};
 
 /// Why a parked kthread stopped waiting.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,29 +29,33 @@ pub enum Woken {
     ShuttingDown,
 }
 
-/// Waits on `events` until a grant arrives or `shutdown` is set.
+/// Waits on `word` until a grant arrives or `shutdown` is set.
 ///
 /// `grants_before`: the grant count the kthread read before it reported that it parks.
 /// `drain`: drains the kthread's ingress ring (waiting for a thief that is draining it: a grant
 /// a thief pops still counts) and returns the grant count after. `spurious`: called for each
-/// wake-up that brought neither a grant nor shutdown.
+/// change of the word that brought neither a grant nor shutdown.
 pub fn wait_for_grant(
-    events: &EventCount,
+    word: &WakeWord,
     shutdown: &AtomicBool,
     grants_before: u64,
     mut drain: impl FnMut() -> u64,
     mut spurious: impl FnMut(),
 ) -> Woken {
+    let mut last_seen = None;
     loop {
+        // Read before looking: a ring after this read changes the word and ends the sleep.
+        let seen = word.load();
         if shutdown.load(Ordering::SeqCst) {
             return Woken::ShuttingDown;
         }
-        events.wait();
-        // The signal was sent after the grant was pushed: consumed first, it makes the grant
-        // visible to this drain.
         if drain() != grants_before {
             return Woken::Granted;
         }
-        spurious();
+        if last_seen.is_some_and(|last| last != seen) {
+            spurious();
+        }
+        last_seen = Some(seen);
+        word.wait(seen);
     }
 }

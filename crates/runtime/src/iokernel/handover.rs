@@ -1,5 +1,5 @@
 //! Hand-over time stamps: when iokerneld decided to give a kthread its core and when it wrote
-//! the kthread's eventfd, as iokerneld left them in the region, for measuring wake-ups and
+//! the kthread's wake word, as iokerneld left them in the region, for measuring wake-ups and
 //! preemptions from inside a uthread.
 
 use core::sync::atomic::Ordering;
@@ -15,8 +15,8 @@ pub fn core_granted_at_ns() -> Option<u64> {
     (ns != 0).then_some(ns)
 }
 
-/// When iokerneld last signalled the eventfd of the calling uthread's kthread, in
-/// `CLOCK_MONOTONIC` nanoseconds: the wake-up proper (eventfd write to running) is the time
+/// When iokerneld last rang the wake word of the calling uthread's kthread, in
+/// `CLOCK_MONOTONIC` nanoseconds: the wake-up proper (ring to running) is the time
 /// since, if the kthread has not parked since. `None` outside a runtime in iokerneld mode or
 /// before the first wake-up.
 pub fn core_wake_sent_at_ns() -> Option<u64> {

@@ -31,7 +31,7 @@ pub(crate) fn poll_own(k: &Kthread) -> bool {
 
 /// After a wake-up: drains the kthread's own ingress ring, waiting for a thief that is
 /// draining it to finish (a grant it pops still counts), and returns the grants seen so far.
-/// iokerneld pushes a grant before it writes the eventfd, so once the eventfd was read the grant
+/// iokerneld pushes a grant before it rings the wake word, so once the ring was seen the grant
 /// is in the ring or already counted. Scheduler context.
 ///
 /// The count is read under the lock, so that every grant it includes was applied in full (the

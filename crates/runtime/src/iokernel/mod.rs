@@ -1,18 +1,21 @@
 //! iokerneld mode: the runtime's side of core allocation.
 //!
-//! At start the runtime lays out a shared region in a sealed memfd, creates one eventfd per
-//! kthread, starts its kthreads parked (each blocked reading its eventfd), and registers with
-//! iokerneld over the control socket, passing the region and the eventfds. From then on:
+//! At start the runtime lays out a shared region in a sealed memfd, starts its kthreads parked
+//! (each asleep on its wake word, a futex in the region), and registers with iokerneld over the
+//! control socket, passing the region. From then on:
 //!
 //! * iokerneld reads each running kthread's run-queue counters, which live in the region (see
 //!   `sched/runqueue.rs`), and kthread 0's counters of the queue shared by all kthreads, to see
 //!   when work has waited a whole interval;
-//! * a kthread that finds no work pushes `Park` on its command ring and blocks on its eventfd.
+//! * a kthread that finds no work pushes `Park` on its command ring and sleeps on its wake word.
 //!   The last one to park first reports the runtime's earliest timer, so that iokerneld wakes
 //!   the runtime at that deadline;
 //! * iokerneld wakes a kthread by pinning it to a core, pushing `Grant` (with the core) on its
-//!   ingress ring and writing its eventfd;
-//! * iokerneld takes a core back by pushing `Preempt` and sending the preemption signal. The
+//!   ingress ring and ringing its wake word (from iokerneld's own CPU, or through its helper
+//!   thread on the granted core, which wakes the kthread there without a cross-CPU wake-up);
+//! * iokerneld takes a core back by pushing `Preempt`; a kthread that reaches its scheduler
+//!   within iokerneld's grace period (it polls its ingress ring there) parks by itself, and
+//!   only one that does not gets the preemption signal. The
 //!   signal puts the running uthread back on its run queue and returns to the scheduler, which
 //!   sees `Preempt`, pushes `Yielded` (flagged if work was left behind) and parks.
 //!
@@ -21,7 +24,7 @@
 //!
 //! One concern per file: [`setup`] lays out the region and registers (over corral-abi's
 //! transport), [`packets`] holds the packet pool and receive/transmit, [`parking`] the commands
-//! a kthread sends as it parks and its eventfd wait, [`grant_wait`] the rule that a woken
+//! a kthread sends as it parks and its wait on its wake word, [`grant_wait`] the rule that a woken
 //! kthread runs only with a grant and [`last_parker`] who reports the timers when all park (both
 //! model-checked), [`ingress`] the draining and stealing of
 //! ingress rings, and [`handover`] the time stamps iokerneld leaves for measuring hand-overs.
@@ -41,7 +44,7 @@ use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::os::fd::OwnedFd;
 
-use crate::primitives::EventCount;
+use crate::primitives::WakeWord;
 use std::sync::Mutex;
 
 use corral_abi::{Consumer, Producer, QueuePositions, Region};
@@ -69,10 +72,10 @@ pub(crate) struct IokShared {
     pub packets: Option<PacketPool>,
 }
 
-/// One kthread's end of the region, and its eventfd.
+/// One kthread's end of the region.
 pub(crate) struct IokKthread {
-    /// The kthread's eventfd, which iokerneld writes after pushing a grant.
-    events: EventCount,
+    /// The kthread's wake word in the region, which iokerneld rings after pushing a grant.
+    wake_word: WakeWord,
     /// Serializes consumers of the ingress ring: the owner, and thieves (try_lock only).
     ingress_lock: RawSpinLock,
     /// Under `ingress_lock`.
@@ -94,7 +97,7 @@ pub(crate) struct IokKthread {
     pub positions: &'static QueuePositions,
     /// When iokerneld decided to give this kthread its current core.
     wake_decision: &'static AtomicU64,
-    /// When iokerneld last wrote this kthread's eventfd.
+    /// When iokerneld last rang this kthread's wake word.
     wake_sent: &'static AtomicU64,
     /// Where the preemption signal handler stamps its arrival, for iokerneld's statistics.
     pub preempt_seen: &'static AtomicU64,
@@ -169,7 +172,7 @@ unsafe impl Sync for IokShared {}
 unsafe impl Send for IokShared {}
 // SAFETY: the ingress consumer and command producer are touched only under their locks, the
 // egress producer only by the owning kthread with preemption disabled; the rest is atomics,
-// spinlocks and an eventfd.
+// spinlocks and the wake word (a futex in the region).
 unsafe impl Sync for IokKthread {}
 // SAFETY: as above.
 unsafe impl Send for IokKthread {}

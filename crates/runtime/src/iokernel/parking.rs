@@ -1,5 +1,5 @@
 //! Parking: the commands a kthread sends on its command ring as it parks (`Park`, `Yielded`,
-//! the runtime's timer deadline), and its wait on its eventfd until iokerneld grants it a core
+//! the runtime's timer deadline), and its wait on its wake word until iokerneld grants it a core
 //! (the handshake itself is [`super::grant_wait`]).
 
 use core::sync::atomic::Ordering;
@@ -53,15 +53,14 @@ impl IokKthread {
         grants_before: u64,
         drain: impl FnMut() -> u64,
     ) -> Woken {
-        wait_for_grant(&self.events, shutdown, grants_before, drain, || {
+        wait_for_grant(&self.wake_word, shutdown, grants_before, drain, || {
             self.spurious_wakes.fetch_add(1, Ordering::Relaxed);
         })
     }
 
     /// Wakes the kthread without iokerneld (shutdown only: set the flag first).
     pub fn kick(&self) {
-        // Writing an eventfd we own fails only if the counter is full, which already wakes.
-        let _ = self.events.signal();
+        self.wake_word.ring();
     }
 }
 

@@ -1,4 +1,4 @@
-//! Setup: laying out the region, creating the eventfds, and registering with iokerneld, all
+//! Setup: laying out the region and registering with iokerneld, all
 //! through corral-abi's transport, which iokerneld shares.
 
 use core::cell::UnsafeCell;
@@ -17,7 +17,7 @@ use super::Kthread;
 use super::packets::{KTHREAD_PACKET_BYTES, PacketPool, RX_BUFFERS, TX_BUFFERS};
 use super::{IokKthread, IokShared};
 use crate::config::{Config, IokernelSettings};
-use crate::primitives::EventCount;
+use crate::primitives::WakeWord;
 use crate::sched::runqueue::RUNQ_CAPACITY;
 use crate::sync::spin::{RawSpinLock, SpinLock};
 
@@ -35,7 +35,7 @@ const _: () = assert!(RX_BUFFERS + 64 <= COMMAND_SLOTS && TX_BUFFERS <= EGRESS_P
 /// How long to wait for iokerneld's answer to a registration.
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Lays out the region and creates the eventfds for a runtime of `config.kthreads` kthreads.
+/// Lays out the region for a runtime of `config.kthreads` kthreads.
 pub(crate) fn prepare(config: &Config) -> io::Result<(IokShared, Vec<IokKthread>, OwnedFd)> {
     let crate::config::Mode::Iokernel(settings) = &config.mode else {
         unreachable!("prepare is only called in iokerneld mode");
@@ -80,7 +80,7 @@ pub(crate) fn prepare(config: &Config) -> io::Result<(IokShared, Vec<IokKthread>
                 .collect();
         }
         kthreads.push(IokKthread {
-            events: EventCount::new()?,
+            wake_word: WakeWord::in_region(view.wake_word()),
             ingress_lock: RawSpinLock::new(),
             ingress: UnsafeCell::new(view.ingress_consumer()),
             commands_lock: RawSpinLock::new(),
@@ -157,7 +157,13 @@ pub(crate) fn register(
             ipv4: n.ip.octets(),
         }),
     };
-    let eventfds: Vec<BorrowedFd<'_>> = kthreads.iter().map(|k| k.iok().events.as_fd()).collect();
+    // The registration message still carries one eventfd per kthread, which iokerneld checks
+    // and keeps; wake-ups go through the wake words in the region.
+    let eventfd_handles = kthreads
+        .iter()
+        .map(|_| transport::eventfd::create())
+        .collect::<io::Result<Vec<OwnedFd>>>()?;
+    let eventfds: Vec<BorrowedFd<'_>> = eventfd_handles.iter().map(|fd| fd.as_fd()).collect();
     let sent = transport::client::register(
         &settings.socket,
         registration,

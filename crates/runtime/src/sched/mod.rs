@@ -451,7 +451,7 @@ fn park(k: &'static Kthread) {
     k.state.store(KthreadState::Spinning, Ordering::SeqCst);
 }
 
-/// Parks `k` under iokerneld: reports it and blocks on the eventfd until iokerneld grants a
+/// Parks `k` under iokerneld: reports it and sleeps on its wake word until iokerneld grants a
 /// core again. `preempted`: iokerneld asked for the core. Returns with `k` counted as spinning.
 fn iok_park(k: &'static Kthread, preempted: bool) {
     let rt = k.shared();
@@ -492,7 +492,7 @@ fn iok_park(k: &'static Kthread, preempted: bool) {
     let grants = kio.grants.load(Ordering::Acquire);
     // SAFETY: as above.
     unsafe { kio.send_park(preempted, work_left) };
-    // Run again only with a grant (or to shut down). An eventfd count that arrives without one
+    // Run again only with a grant (or to shut down). A ring of the wake word that arrives without one
     // would otherwise put this kthread on a core iokerneld has given to someone else, where
     // Linux time-slices the two.
     kio.wait_for_grant(&rt.shutdown, grants, || {
