@@ -71,7 +71,7 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"CORRALSM");
 
 /// Bumped whenever the meaning or placement of any byte in the region changes; iokerneld
 /// refuses any other version rather than guessing. Version 4 retired command code 0x0103;
-/// version 5 added the wake word to iokerneld's line of each kthread.
+/// version 5 added the wake and cede words to iokerneld's line of each kthread.
 pub const LAYOUT_VERSION: u32 = 5;
 
 /// Largest number of kthreads (cores) one runtime may register; it sizes the offset table in

@@ -116,6 +116,11 @@ struct IokernelLine {
     /// its own kthreads for shutdown. Nothing iokerneld decides depends on its value, so what
     /// a runtime writes here can only wake, or fail to wake, its own kthreads.
     wake_word: AtomicU32,
+    /// The cede word: iokerneld adds one after pushing `Preempt`. A running kthread compares it
+    /// with the value it last saw each time a uthread yields or blocks, and goes to its
+    /// scheduler (which reads the ring and parks) when it moved: that is how a kthread gives
+    /// its core back without the preemption signal. iokerneld never reads it back.
+    cede_word: AtomicU32,
 }
 
 /// The control lines at the start of every kthread area.
@@ -149,6 +154,7 @@ const _: () = {
     assert!(offset_of!(IokernelLine, wake_decision_ns) == 16);
     assert!(offset_of!(IokernelLine, wake_sent_ns) == 24);
     assert!(offset_of!(IokernelLine, wake_word) == 32);
+    assert!(offset_of!(IokernelLine, cede_word) == 36);
 };
 
 /// A mapping of a region: base and length, with the promise that it stays valid for `'a`.
@@ -339,6 +345,12 @@ impl<'a> KthreadView<'a> {
     /// on it. See `IokernelLine::wake_word` for who may write it.
     pub fn wake_word(&self) -> &'a AtomicU32 {
         &self.control.iokernel.wake_word
+    }
+
+    /// The kthread's cede word: iokerneld adds one after each `Preempt` it pushes; see
+    /// `IokernelLine::cede_word`.
+    pub fn cede_word(&self) -> &'a AtomicU32 {
+        &self.control.iokernel.cede_word
     }
 
     /// iokerneld side: records that it is about to ring the kthread's wake word.

@@ -315,6 +315,10 @@ impl CoreDriver {
                     .push_control(Slot::value(Command::Preempt, 0))
                     .map_err(|_| "its ingress ring is full".to_owned())
                     .and_then(|()| {
+                        // After the push: a kthread that sees the word move finds the command.
+                        kt.view
+                            .cede_word()
+                            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                         if grace == 0 {
                             sys::tgkill(pid, kt.tid, libc::SIGUSR1)
                                 .map_err(|e| format!("tgkill(SIGUSR1) failed: {e}"))

@@ -17,6 +17,10 @@ use crate::sched::Shared;
 /// to this kthread's state, and the next pass sees the outcome.
 pub(crate) fn poll_own(k: &Kthread) -> bool {
     let kio = k.iok();
+    // Acquire: iokerneld pushes `Preempt` before it moves the cede word, so the drain below
+    // (or a thief's, which already applied it) sees the command.
+    kio.cede_seen
+        .store(kio.cede_word.load(Ordering::Acquire), Ordering::Relaxed);
     if kio.ingress_lock.try_lock() {
         // SAFETY: we hold the ring's consumer lock.
         unsafe { drain_locked(k.shared(), k.index, crate::timer::now_ns()) };

@@ -101,6 +101,9 @@ pub(crate) struct IokKthread {
     wake_sent: &'static AtomicU64,
     /// Where the preemption signal handler stamps its arrival, for iokerneld's statistics.
     pub preempt_seen: &'static AtomicU64,
+    /// iokerneld's cede word, and the value the owner last acted on (owner only).
+    cede_word: &'static AtomicU32,
+    cede_seen: AtomicU32,
     /// A `Preempt` arrived after the latest `Grant`. Atomic: a kthread that steals from this
     /// kthread's ingress ring applies the commands it pops here.
     preempt_requested: AtomicBool,
@@ -111,6 +114,16 @@ pub(crate) struct IokKthread {
     pub preemptions: AtomicU64,
     /// Wake-ups that came with no grant, after which the kthread went back to waiting.
     pub spurious_wakes: AtomicU64,
+}
+
+impl IokKthread {
+    /// Whether iokerneld asked for the core since the owner's scheduler last looked: a
+    /// uthread that yields or blocks then returns to the scheduler instead of switching
+    /// straight to the next uthread. One load of a line iokerneld writes only to preempt.
+    #[inline]
+    pub fn cede_pending(&self) -> bool {
+        self.cede_word.load(Ordering::Relaxed) != self.cede_seen.load(Ordering::Relaxed)
+    }
 }
 
 impl IokShared {

@@ -93,6 +93,8 @@ pub(crate) fn prepare(config: &Config) -> io::Result<(IokShared, Vec<IokKthread>
             wake_decision: view.wake_decision(),
             wake_sent: view.wake_sent(),
             preempt_seen: view.preempt_seen(),
+            cede_word: view.cede_word(),
+            cede_seen: AtomicU32::new(view.cede_word().load(Ordering::Relaxed)),
             preempt_requested: AtomicBool::new(false),
             cpu: AtomicU32::new(u32::MAX),
             grants: AtomicU64::new(0),

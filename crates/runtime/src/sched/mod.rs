@@ -550,6 +550,7 @@ pub(crate) unsafe fn schedule_away() {
     let tick = k.ticks.get().wrapping_add(1);
     k.ticks.set(tick);
     if tick % POLL_EVERY != 0
+        && !cede_pending(k)
         && let Some(next) = pop_local(k)
     {
         k.rcu_gen.fetch_add(1, Ordering::Release);
@@ -616,6 +617,13 @@ pub(crate) fn push_local(k: &Kthread, th: usize) {
     drop(taking);
 }
 
+/// Whether iokerneld asked `k` for its core: the switch then goes through the scheduler,
+/// which parks.
+#[inline]
+fn cede_pending(k: &Kthread) -> bool {
+    k.iok.as_ref().is_some_and(|kio| kio.cede_pending())
+}
+
 /// Yields the current uthread: it goes to the back of the local queue and the next one runs.
 /// Off a kthread this yields the OS thread.
 pub fn yield_now() {
@@ -639,7 +647,7 @@ unsafe fn yield_locked() {
     let cur = k.current();
     let tick = k.ticks.get().wrapping_add(1);
     k.ticks.set(tick);
-    if tick % POLL_EVERY == 0 {
+    if tick % POLL_EVERY == 0 || cede_pending(k) {
         // Give the scheduler a turn (timers, inject queue, fairness with other kthreads).
         push_local(k, cur as usize);
         k.set_current(ptr::null_mut());
