@@ -643,6 +643,27 @@ fn a_runtime_writing_garbage_is_evicted() {
 }
 
 #[test]
+fn a_runtime_writing_its_cede_word_is_evicted_and_the_others_get_the_core() {
+    let _serial = serial();
+    let daemon = Daemon::start(&[]);
+    let mut vandal = daemon.client(
+        "vandal",
+        &["--mode", "scribble-cede", "--timer-after-ms", "0"],
+    );
+    vandal.registered();
+    assert_eq!(grant_cpus(&vandal.expect("grant 0 ")), (1, 1));
+    // Taking the core back is when iokerneld next writes the cede word, and finds it changed.
+    let mut needy = daemon.client("needy", &["--mode", "busy", "--timer-after-ms", "0"]);
+    needy.registered();
+    let line = vandal.expect("evicted: ");
+    assert!(line.contains("cede word"), "{line}");
+    assert_eq!(grant_cpus(&needy.expect("grant 0 ")), (1, 1));
+    let stats = daemon.wait_for("the eviction", |s| s.runtimes.len() == 1);
+    assert_eq!(stats.global.evictions, 1);
+    assert_eq!(stats.runtimes[0].name, "needy");
+}
+
+#[test]
 fn a_kthread_blocking_preemption_is_demoted() {
     let _serial = serial();
     let daemon = Daemon::start(&["--preemption-timeout-us", "2000"]);

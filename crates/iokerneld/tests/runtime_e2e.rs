@@ -422,3 +422,264 @@ fn work_and_timers_are_never_stranded_on_parked_kthreads() {
     assert!(stats["grants"].as_u64().unwrap() >= 1, "{stats:#}");
     daemon.assert_alive();
 }
+
+/// Counts each uthread's runs: every slot handed out must end at exactly one.
+struct RunLedger {
+    runs: Vec<std::sync::atomic::AtomicU8>,
+    next: AtomicU64,
+}
+
+impl RunLedger {
+    fn new(capacity: usize) -> Arc<Self> {
+        Arc::new(RunLedger {
+            runs: (0..capacity)
+                .map(|_| std::sync::atomic::AtomicU8::new(0))
+                .collect(),
+            next: AtomicU64::new(0),
+        })
+    }
+
+    /// A fresh slot, or `None` once the ledger is full.
+    fn slot(&self) -> Option<usize> {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) as usize;
+        (i < self.runs.len()).then_some(i)
+    }
+
+    fn ran(&self, slot: usize) {
+        self.runs[slot].fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn assert_each_ran_once(&self, name: &str) {
+        let handed_out = (self.next.load(Ordering::Relaxed) as usize).min(self.runs.len());
+        assert!(handed_out > 0, "{name}: no uthread ran");
+        for (i, runs) in self.runs[..handed_out].iter().enumerate() {
+            assert_eq!(runs.load(Ordering::Relaxed), 1, "{name} uthread {i}");
+        }
+    }
+}
+
+/// How the batch runtime behaves in a hand-over run.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum BatchKind {
+    /// No batch runtime: the latency-critical runtime's core is idle between its runs.
+    None,
+    /// Uthreads that compute without yielding (they block only to be joined).
+    Busy,
+    /// Uthreads that yield every few microseconds.
+    Yielding,
+}
+
+/// Runs a latency-critical runtime that sleeps briefly and spawns a uthread each time it
+/// wakes, against `batch`, under iokerneld with `args`, until `counted` (read from the
+/// statistics: the kind of hand-over under test) has grown by `target`. Every uthread either
+/// runtime spawned must have run exactly once.
+fn handovers_keep_every_uthread(
+    args: &[&str],
+    batch_kind: BatchKind,
+    target: u64,
+    counted: fn(&Daemon) -> u64,
+) {
+    let _serial = serial();
+    let mut daemon = Daemon::start(args);
+    let lc = daemon.runtime("lc", 1);
+    let batch = (batch_kind != BatchKind::None).then(|| daemon.runtime("batch", 1));
+    let stop = Arc::new(AtomicBool::new(false));
+    let lc_ledger = RunLedger::new(1 << 21);
+    let batch_ledger = RunLedger::new(1 << 22);
+    let before = counted(&daemon);
+
+    let lc_done = {
+        let (stop, ledger) = (stop.clone(), lc_ledger.clone());
+        lc.spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                corral::sleep(Duration::from_micros(20));
+                let Some(slot) = ledger.slot() else { break };
+                let ledger = ledger.clone();
+                corral::spawn(move || ledger.ran(slot)).join().unwrap();
+            }
+        })
+    };
+    let batch_done = batch.as_ref().map(|batch| {
+        let (stop, ledger) = (stop.clone(), batch_ledger.clone());
+        batch.spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let handles: Vec<_> = (0..8)
+                    .filter_map(|_| ledger.slot())
+                    .map(|slot| {
+                        let ledger = ledger.clone();
+                        corral::spawn(move || {
+                            let mut x = 1.0f64;
+                            for step in 0..20_000u32 {
+                                x = x * 1.000_000_1 + 1e-9;
+                                if batch_kind == BatchKind::Yielding && step % 1000 == 999 {
+                                    corral::yield_now();
+                                }
+                            }
+                            std::hint::black_box(x);
+                            ledger.ran(slot);
+                        })
+                    })
+                    .collect();
+                if handles.is_empty() {
+                    break;
+                }
+                for h in handles {
+                    h.join().unwrap();
+                }
+            }
+        })
+    });
+
+    let deadline = Instant::now() + Duration::from_secs(240);
+    loop {
+        std::thread::sleep(Duration::from_millis(200));
+        let done = counted(&daemon) - before;
+        if done >= target {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "only {done} of {target} hand-overs; statistics: {:#}",
+            daemon.stats()
+        );
+        assert!(!lc_done.is_finished(), "the latency-critical ledger filled up");
+    }
+    stop.store(true, Ordering::Relaxed);
+    wait_until("both runtimes to stop", Duration::from_secs(60), || {
+        lc_done.is_finished() && batch_done.as_ref().is_none_or(|b| b.is_finished())
+    });
+    lc_done.join().unwrap();
+    if let Some(b) = batch_done {
+        b.join().unwrap();
+    }
+    daemon.assert_alive();
+    lc_ledger.assert_each_ran_once("lc");
+    if batch.is_some() {
+        batch_ledger.assert_each_ran_once("batch");
+    }
+}
+
+const HANDOVERS: u64 = 100_000;
+
+fn global_counter(daemon: &Daemon, key: &str) -> u64 {
+    daemon.stats()["global"][key].as_u64().unwrap()
+}
+
+/// Grants of an idle core, each delivered by the helper on the core itself.
+#[test]
+fn idle_grants_by_the_helper_lose_no_uthread() {
+    handovers_keep_every_uthread(&[], BatchKind::None, HANDOVERS, |d| {
+        d.stats()["global"]["handoff"][0]["local_wakes"]
+            .as_u64()
+            .unwrap()
+    });
+}
+
+/// The latency-critical runtime parks and the batch runtime gets the core back; it took the
+/// core with the preemption signal.
+#[test]
+fn give_backs_and_signalled_preemptions_lose_no_uthread() {
+    handovers_keep_every_uthread(&[], BatchKind::Busy, HANDOVERS, |d| {
+        d.runtime_stats("batch")["grants"].as_u64().unwrap()
+    });
+}
+
+/// Preemptions of a batch runtime that yields often: it parks within the grace period, with
+/// no signal.
+#[test]
+fn cooperative_cedes_lose_no_uthread() {
+    handovers_keep_every_uthread(
+        &["--cede-grace-us", "2000"],
+        BatchKind::Yielding,
+        HANDOVERS,
+        |d| d.runtime_stats("batch")["cedes_cooperative"].as_u64().unwrap(),
+    );
+}
+
+/// Preemptions by signal under the old mechanism (iokerneld wakes from its own CPU).
+#[test]
+fn remote_handovers_lose_no_uthread() {
+    handovers_keep_every_uthread(
+        &["--handover", "remote"],
+        BatchKind::Busy,
+        HANDOVERS / 4,
+        |d| global_counter(d, "preemptions_signalled"),
+    );
+}
+
+/// A batch uthread that never yields or blocks never reaches its scheduler: with a grace
+/// period, every preemption still happens, by the signal after it.
+#[test]
+fn a_runtime_that_never_yields_is_preempted_after_the_grace_period() {
+    const ROUNDS: u64 = 300;
+    let _serial = serial();
+    let mut daemon = Daemon::start(&["--cede-grace-us", "100"]);
+    let batch = daemon.runtime("batch", 1);
+    let lc = daemon.runtime("lc", 1);
+    let stop = Arc::new(AtomicBool::new(false));
+    let progress = Arc::new(AtomicU64::new(0));
+    start_batch(&batch, 1, &stop, &progress);
+    wait_until("batch to start", Duration::from_secs(10), || {
+        progress.load(Ordering::Relaxed) > 0
+    });
+    lc.block_on(|| {
+        for _ in 0..ROUNDS {
+            corral::sleep(Duration::from_micros(300));
+        }
+    });
+    stop.store(true, Ordering::Relaxed);
+    daemon.assert_alive();
+    let stats = daemon.runtime_stats("batch");
+    let signals = stats["preempt_signals"].as_u64().unwrap();
+    assert!(signals >= ROUNDS - 1, "{stats:#}");
+    assert_eq!(stats["cedes_cooperative"].as_u64().unwrap(), 0, "{stats:#}");
+    assert!(daemon.runtime_stats("lc")["grants"].as_u64().unwrap() >= ROUNDS);
+}
+
+/// The helper of the managed core is `SCHED_IDLE`: while a batch kthread keeps the core busy,
+/// Linux gives the helper no more than crumbs of CPU, and it delivers nothing.
+#[test]
+fn the_helper_stays_off_a_busy_core() {
+    let _serial = serial();
+    let mut daemon = Daemon::start(&[]);
+    let pid = daemon.stats()["global"]["pid"].as_u64().unwrap();
+    let helper = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .find(|e| {
+            std::fs::read_to_string(e.path().join("comm")).is_ok_and(|c| c.trim() == "corral-helper1")
+        })
+        .expect("iokerneld's helper thread of CPU 1")
+        .path();
+    let policy = std::fs::read_to_string(helper.join("sched")).unwrap();
+    assert!(
+        policy.lines().any(|l| l.starts_with("policy") && l.trim_end().ends_with(" 5")),
+        "the helper is not SCHED_IDLE:\n{policy}"
+    );
+    let run_ns = || -> u64 {
+        std::fs::read_to_string(helper.join("schedstat"))
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let batch = daemon.runtime("batch", 1);
+    let stop = Arc::new(AtomicBool::new(false));
+    let progress = Arc::new(AtomicU64::new(0));
+    start_batch(&batch, 2, &stop, &progress);
+    wait_until("batch to start", Duration::from_secs(10), || {
+        progress.load(Ordering::Relaxed) > 0
+    });
+    let wakes = |d: &Daemon| d.stats()["global"]["handoff"][0]["local_wakes"].as_u64().unwrap();
+    let (ran_before, wakes_before) = (run_ns(), wakes(&daemon));
+    std::thread::sleep(Duration::from_secs(2));
+    let (ran, woke) = (run_ns() - ran_before, wakes(&daemon) - wakes_before);
+    stop.store(true, Ordering::Relaxed);
+    daemon.assert_alive();
+    assert_eq!(woke, 0, "the helper woke kthreads while the core was busy");
+    // A fair-share slice now and then is all Linux gives a SCHED_IDLE thread next to a busy
+    // one (weight 3 against 1024): far under 1% of the two seconds.
+    assert!(ran < 20_000_000, "the helper ran {ran} ns of 2 s on a busy core");
+}

@@ -37,6 +37,8 @@ pub enum Mode {
     BlockSigusr1,
     /// After registering, overwrite the region's header and rings with random bytes.
     Garbage,
+    /// As `Busy`, but keep writing random values into iokerneld's cede word of its kthreads.
+    ScribbleCede,
     /// Kthread 0 sends and receives frames (see [`crate::netclient`]); needs addresses.
     Net(NetMode),
 }
@@ -49,7 +51,8 @@ impl std::str::FromStr for Mode {
             "idle" => Mode::Idle,
             "busy" => Mode::Busy,
             "block-sigusr1" => Mode::BlockSigusr1,
-            "garbage" => Mode::Garbage,
+"garbage" => Mode::Garbage,
+            "scribble-cede" => Mode::ScribbleCede,
             "echo" => Mode::Net(NetMode::Echo),
             "ping" => Mode::Net(NetMode::Ping),
             "spoof" => Mode::Net(NetMode::Spoof),
@@ -57,8 +60,8 @@ impl std::str::FromStr for Mode {
             "oob-post" => Mode::Net(NetMode::OobPost),
             _ => {
                 return Err(format!(
-                    "unknown mode {s:?}: expected idle, busy, block-sigusr1, garbage, echo, \
-                     ping, spoof, oob-tx or oob-post"
+                    "unknown mode {s:?}: expected idle, busy, block-sigusr1, garbage, \
+                     scribble-cede, echo, ping, spoof, oob-tx or oob-post"
                 ));
             }
         })
@@ -581,6 +584,9 @@ fn kthread_main(index: usize, shared: &Shared, options: &Options) {
                         return;
                     }
                     drain(&mut preempt_requested);
+                    if options.mode == Mode::ScribbleCede {
+                        view.cede_word().store(fastrand::u32(..), Ordering::Relaxed);
+                    }
                     core::hint::spin_loop();
                 }
                 preempt_requested = false;

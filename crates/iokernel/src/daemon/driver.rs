@@ -316,9 +316,7 @@ impl CoreDriver {
                     .map_err(|_| "its ingress ring is full".to_owned())
                     .and_then(|()| {
                         // After the push: a kthread that sees the word move finds the command.
-                        kt.view
-                            .cede_word()
-                            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        ring_cede_word(kt)?;
                         if grace == 0 {
                             sys::tgkill(pid, kt.tid, libc::SIGUSR1)
                                 .map_err(|e| format!("tgkill(SIGUSR1) failed: {e}"))
@@ -622,6 +620,25 @@ fn wake(kt: &mut Kthread, cpu: usize) -> Result<(), String> {
         .map_err(|_| "its ingress ring is full".to_owned())?;
     kt.view.publish_wake_sent(sys::now_ns());
     kt.view.wake_word().fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    Ok(())
+}
+
+/// Moves a kthread's cede word on by one, checking that nobody else wrote it: the runtime
+/// only reads it, so any other value is a runtime writing into iokerneld's line.
+fn ring_cede_word(kt: &mut Kthread) -> Result<(), String> {
+    use std::sync::atomic::Ordering;
+    let next = kt.cede_rung.wrapping_add(1);
+    kt.view
+        .cede_word()
+        .compare_exchange(kt.cede_rung, next, Ordering::SeqCst, Ordering::SeqCst)
+        .map_err(|found| {
+            format!(
+                "its cede word reads {found:#x}, not the {:#x} iokerneld wrote: the runtime \
+                 wrote into iokerneld's line",
+                kt.cede_rung
+            )
+        })?;
+    kt.cede_rung = next;
     Ok(())
 }
 

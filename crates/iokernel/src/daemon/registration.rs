@@ -182,6 +182,7 @@ fn tenant(
             idle_policy: false,
             preempt_sent_at: None,
             cede_deadline: None,
+            cede_rung: view.cede_word().load(std::sync::atomic::Ordering::SeqCst),
         });
     }
     let shared_last = kthreads

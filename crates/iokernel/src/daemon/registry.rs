@@ -43,6 +43,8 @@ pub(super) struct Kthread {
     pub(super) preempt_sent_at: Option<u64>,
     /// Asked to give up its core and not signalled yet: when its grace period ends.
     pub(super) cede_deadline: Option<u64>,
+    /// What iokerneld last wrote into the kthread's cede word, which only it writes.
+    pub(super) cede_rung: u32,
 }
 
 /// Counters the allocator does not keep.
