@@ -25,9 +25,11 @@ pub(super) const MIN_SPIN_NS: u64 = 5_000;
 /// How long a post may wait for the helper before the loop delivers it itself.
 pub(super) const POST_PATIENCE_NS: u64 = 50_000;
 /// How long a helper that runs while the loop says a kthread holds its core waits for the loop
-/// to see the kthread park before it yields the CPU (it was given a fair-share slice, not an
-/// idle core).
-const OCCUPIED_PATIENCE_NS: u64 = 10_000;
+/// to see the kthread park before it yields the CPU. Either the kthread just parked (the loop
+/// sees it within a microsecond or two, and a yield on the then idle core returns at once), or
+/// Linux gave the helper a fair-share slice while the kthread runs: the yield hands it back,
+/// so keep this short.
+const OCCUPIED_PATIENCE_NS: u64 = 2_000;
 
 /// What a helper counts; it alone writes these.
 #[derive(Debug, Default)]
