@@ -17,6 +17,7 @@
 mod control_plane;
 mod driver;
 mod jobs;
+mod log_limit;
 mod net;
 mod registration;
 mod registry;
