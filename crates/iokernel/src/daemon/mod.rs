@@ -127,6 +127,7 @@ impl Daemon {
                 // Parks that came in since the drain above (this loop may have lost its CPU
                 // meanwhile) must be seen before the pass judges a hand-over overdue.
                 self.driver.drain_commands(&mut self.registry);
+                self.execute();
                 self.driver.pass(&mut self.registry);
                 self.execute();
                 next_pass += interval;
