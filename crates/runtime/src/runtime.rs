@@ -4,6 +4,7 @@ use std::io;
 use std::panic;
 
 use crate::config::{Config, Mode};
+use crate::iokernel::watchdog::Watchdog;
 use crate::sched::uthread::{Builder, JoinHandle};
 use crate::sched::{self, Shared};
 
@@ -12,6 +13,8 @@ use crate::sched::{self, Shared};
 pub struct Runtime {
     shared: *mut Shared,
     threads: Vec<std::thread::JoinHandle<()>>,
+    /// Ends the process if iokerneld goes away (iokerneld mode, once registered).
+    watchdog: Option<Watchdog>,
 }
 
 // SAFETY: Shared is Sync; the pointer is only freed in drop.
@@ -40,6 +43,7 @@ impl Runtime {
         let mut runtime = Runtime {
             shared,
             threads: Vec::new(),
+            watchdog: None,
         };
         // Each kthread pins itself before it runs anything and says whether that worked: a
         // kthread silently running elsewhere than configured would break the caller's
@@ -73,6 +77,7 @@ impl Runtime {
         {
             // On failure, dropping `runtime` wakes the parked kthreads and stops them.
             crate::iokernel::register(iok, &rt.kthreads, settings, rt.config.net.as_ref(), memfd)?;
+            runtime.watchdog = Some(iok.watch_connection()?);
         }
         Ok(runtime)
     }
@@ -187,6 +192,10 @@ impl Drop for Runtime {
         self.shared().begin_shutdown();
         for t in self.threads.drain(..) {
             let _ = t.join();
+        }
+        if let Some(watchdog) = self.watchdog.take() {
+            // Before disconnecting, which is no sign that iokerneld went away.
+            watchdog.stop();
         }
         if let Some(iok) = &self.shared().iok {
             iok.disconnect();

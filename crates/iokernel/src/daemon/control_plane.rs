@@ -10,7 +10,9 @@ use corral_abi::control::{ControlError, Reply, Request};
 use log::{info, warn};
 use rustix::event::epoll;
 
+use super::log_limit::LogLimit;
 use crate::control::{self, Received, RecvBuffers, send_reply};
+use crate::sys::now_ns;
 use corral_policy::RuntimeId;
 
 /// Messages read from one connection per poll, so that a chatty client cannot stall the loop.
@@ -22,6 +24,13 @@ const LISTENER_TOKEN: u64 = u64::MAX;
 
 /// Most control connections open at once; more are closed as soon as they are accepted.
 const MAX_CONNECTIONS: usize = 4096;
+
+/// Lines about refused requests and connections, which any local process can provoke: this many
+/// at once, then this many a second; the rest are counted and summed up in one line at most
+/// every `REFUSAL_SUMMARY_NS`.
+const REFUSAL_LOG_BURST: u32 = 20;
+const REFUSAL_LOG_PER_SECOND: u32 = 5;
+const REFUSAL_SUMMARY_NS: u64 = 5_000_000_000;
 
 /// Sends a reply that may be long (statistics, a run's results). A whole message must fit in
 /// the socket's send buffer, which with many runtimes or windows the text outgrows.
@@ -97,6 +106,8 @@ pub(super) struct ControlPlane {
     /// The connection that asked for the NIC backend's job in progress.
     job_owner: Option<ConnRef>,
     counters: ControlCounters,
+    /// Rate limit on the log lines about refusals.
+    refusal_log: LogLimit,
 }
 
 impl ControlPlane {
@@ -120,12 +131,23 @@ impl ControlPlane {
             inbox: VecDeque::with_capacity(64),
             job_owner: None,
             counters: ControlCounters::default(),
+            refusal_log: LogLimit::new(
+                REFUSAL_LOG_BURST,
+                REFUSAL_LOG_PER_SECOND,
+                REFUSAL_SUMMARY_NS,
+            ),
         })
     }
 
     /// Reads whatever happened on the control socket since the last poll, without waiting:
     /// new connections are accepted, requests and hang-ups queued for [`ControlPlane::next`].
     pub(super) fn poll(&mut self) {
+        if let Some(suppressed) = self.refusal_log.take_summary(now_ns()) {
+            info!(
+                "{suppressed} refused-request messages suppressed (at most \
+                 {REFUSAL_LOG_BURST} at once, then {REFUSAL_LOG_PER_SECOND} a second, are logged)"
+            );
+        }
         self.events.clear();
         let zero = rustix::time::Timespec {
             tv_sec: 0,
@@ -240,6 +262,17 @@ impl ControlPlane {
         &self.counters
     }
 
+    /// Whether a line about a refused request or connection may be logged now (see
+    /// [`REFUSAL_LOG_BURST`]); if not, it is counted as suppressed.
+    pub(super) fn may_log_refusal(&mut self) -> bool {
+        self.refusal_log.admit(now_ns())
+    }
+
+    /// Lines about refusals left out of the log so far.
+    pub(super) fn refusal_messages_suppressed(&self) -> u64 {
+        self.refusal_log.suppressed()
+    }
+
     fn accept_all(&mut self) {
         loop {
             let fd = match control::accept(self.listener.as_fd()) {
@@ -252,13 +285,17 @@ impl ControlPlane {
             };
             let open = self.conns.len() - self.free_conns.len();
             if open >= MAX_CONNECTIONS {
-                warn!("refusing a control connection: {MAX_CONNECTIONS} already open");
+                if self.may_log_refusal() {
+                    warn!("refusing a control connection: {MAX_CONNECTIONS} already open");
+                }
                 continue;
             }
             let pid = match control::peer_pid(fd.as_fd()) {
                 Ok(pid) => pid,
                 Err(e) => {
-                    warn!("refusing a control connection: SO_PEERCRED failed: {e}");
+                    if self.may_log_refusal() {
+                        warn!("refusing a control connection: SO_PEERCRED failed: {e}");
+                    }
                     continue;
                 }
             };
@@ -335,7 +372,9 @@ impl ControlPlane {
             },
         );
         if !registered {
-            info!("refused a request from pid {pid}: {message}");
+            if self.may_log_refusal() {
+                info!("refused a request from pid {pid}: {message}");
+            }
             self.counters.refused_registrations += 1;
             self.counters.last_refusal = Some(message);
         }

@@ -87,7 +87,9 @@ impl Daemon {
         match started {
             Ok(()) => self.control.own_job(conn),
             Err(message) => {
-                info!("refused a gen run asked for by pid {pid}: {message}");
+                if self.control.may_log_refusal() {
+                    info!("refused a gen run asked for by pid {pid}: {message}");
+                }
                 // The connection stays open (it may be a runtime's, or the owner of the job in
                 // progress); the client closes it.
                 if let Err(e) = self.control.reply_text(conn, &Reply::Error { message }) {

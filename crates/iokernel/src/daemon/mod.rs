@@ -18,6 +18,7 @@ mod control_plane;
 mod driver;
 mod handoff;
 mod jobs;
+mod log_limit;
 mod net;
 mod registration;
 mod registry;
@@ -126,6 +127,10 @@ impl Daemon {
             self.switch.drain_tx(&mut self.registry, &mut self.driver);
             self.execute();
             if now >= next_pass {
+                // Parks that came in since the drain above (this loop may have lost its CPU
+                // meanwhile) must be seen before the pass judges a hand-over overdue.
+                self.driver.drain_commands(&mut self.registry);
+                self.execute();
                 self.driver.pass(&mut self.registry);
                 self.execute();
                 next_pass += interval;

@@ -55,6 +55,10 @@ pub struct GlobalStats {
     pub registrations: u64,
     pub refused_registrations: u64,
     pub last_refusal: Option<String>,
+    /// Log lines about refused requests and connections left out by the rate limit (a
+    /// summary line counts them every few seconds while it bites).
+    #[serde(default)]
+    pub refused_messages_suppressed: u64,
     /// Runtimes removed for breaking the contract.
     pub evictions: u64,
     /// Runtimes that closed their connection (exited or crashed).
@@ -195,6 +199,7 @@ impl Daemon {
             registrations: r.registrations,
             refused_registrations: refusals.refused_registrations,
             last_refusal: refusals.last_refusal.clone(),
+            refused_messages_suppressed: self.control.refusal_messages_suppressed(),
             evictions: r.evictions,
             disconnects: r.disconnects,
             demotions: c.demotions,

@@ -46,6 +46,7 @@ pub fn serial() -> MutexGuard<'static, ()> {
 }
 
 /// Polls `done` every millisecond until it holds, failing the test after `limit`.
+#[allow(dead_code, reason = "not every test binary waits this way")]
 pub fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
     let start = Instant::now();
     while !done() {

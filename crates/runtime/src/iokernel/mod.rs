@@ -39,6 +39,7 @@ pub(crate) mod last_parker;
 mod packets;
 mod parking;
 mod setup;
+pub(crate) mod watchdog;
 
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
