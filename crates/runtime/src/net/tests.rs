@@ -317,7 +317,8 @@ fn udp_is_delivered_to_its_socket() {
         d,
         Datagram {
             payload: b"hello".to_vec(),
-            src: SocketAddrV4::new(PEER_IP, 1234)
+            src: SocketAddrV4::new(PEER_IP, 1234),
+            received_ns: T0,
         }
     );
     assert_eq!(
