@@ -1495,6 +1495,8 @@ mod tests {
         p.summary.tail = TailReport {
             split: 9_990,
             unsplit: 10,
+            unstamped: 10,
+            out_of_order: Default::default(),
             above_p99: Some(TailSplit {
                 quantile: 0.99,
                 requests: 100,

@@ -266,6 +266,30 @@ pub struct Corral<'e> {
     tag: String,
 }
 
+/// iokerneld's command line: its CPU, the application CPU to manage, the control socket, the
+/// generator as its NIC, the allocation interval, and `--handover` only when the plan names a
+/// mode (so that a daemon without that option still runs the demo).
+fn iokerneld_args(plan: &Plan, socket: &str, interval_us: u64) -> Vec<String> {
+    let mut args: Vec<String> = vec![
+        "--core".into(),
+        plan.iokernel_cpu.to_string(),
+        "--managed-cores".into(),
+        plan.app_cpu.to_string(),
+        "--socket".into(),
+        socket.into(),
+        "--nic".into(),
+        "gen".into(),
+        "--interval-us".into(),
+        interval_us.to_string(),
+        "--log-level".into(),
+        "warn".into(),
+    ];
+    if let Some(mode) = plan.handover {
+        args.extend(["--handover".into(), mode.name().into()]);
+    }
+    args
+}
+
 /// The demotion counters of an `iokerneld stats` dump: global, and by runtime name.
 fn demotion_counters(stats: &serde_json::Value) -> Option<(u64, BTreeMap<String, u64>)> {
     let total = stats["global"]["demotions"].as_u64()?;
@@ -324,27 +348,10 @@ impl<'e> Corral<'e> {
             })?;
         }
         let socket = env.socket.display().to_string();
-        let mut daemon_args: Vec<String> = vec![
-            "--core".into(),
-            plan.iokernel_cpu.to_string(),
-            "--managed-cores".into(),
-            plan.app_cpu.to_string(),
-            "--socket".into(),
-            socket.clone(),
-            "--nic".into(),
-            "gen".into(),
-            "--interval-us".into(),
-            interval_us.to_string(),
-            "--log-level".into(),
-            "warn".into(),
-        ];
-        if let Some(mode) = plan.handover {
-            daemon_args.extend(["--handover".into(), mode.name().into()]);
-        }
         let mut spec = Spec::new(
             "iokerneld",
             &env.bins.iokerneld,
-            daemon_args,
+            iokerneld_args(plan, &socket, interval_us),
             env.log(&format!("{tag}-iokerneld")),
         );
         spec.stop_signal = libc::SIGTERM;
@@ -930,6 +937,26 @@ mod tests {
         assert_eq!(spin_calibration(&log), Some(312.5));
         std::fs::write(&log, "something else\n").unwrap();
         assert_eq!(spin_calibration(&log), None);
+    }
+
+    #[test]
+    fn handover_reaches_iokerneld_only_when_asked_for() {
+        use clap::Parser;
+        let plan = |extra: &[&str]| {
+            let mut v = vec!["corral-demo"];
+            v.extend_from_slice(extra);
+            crate::cli::Args::try_parse_from(v).unwrap().plan().unwrap()
+        };
+        let args = iokerneld_args(&plan(&[]), "/run/x.sock", 5);
+        assert!(!args.iter().any(|a| a == "--handover"), "{args:?}");
+        assert!(args.windows(2).any(|w| w == ["--interval-us", "5"]));
+        for mode in ["local", "remote"] {
+            let args = iokerneld_args(&plan(&["--handover", mode]), "/run/x.sock", 5);
+            assert!(
+                args.windows(2).any(|w| w == ["--handover", mode]),
+                "{args:?}"
+            );
+        }
     }
 
     #[test]

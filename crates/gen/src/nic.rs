@@ -22,6 +22,7 @@ use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4};
 
 use corral_loadgen::recorder::{Outcome, ResponseRecorder, SendRecorder, new_histogram, summarize};
+use corral_loadgen::split::Unsplit;
 use corral_loadgen::wire::ServerStamps;
 use corral_loadgen::{
     AdherencePolicy, Message, PhasedSchedule, Request, RunInfo, Summary, Timeline, WindowReport,
@@ -462,20 +463,22 @@ impl Run {
     /// other instant on `CLOCK_MONOTONIC`.
     #[inline]
     fn record_split(&mut self, m: &Message, payload: &[u8], seen_ns: u64, latency_ns: u64) {
-        let split = ServerStamps::read(payload).ok().and_then(|stamps| {
-            Timeline::of_response(
-                self.start_ns,
-                m.scheduled_send_ns,
-                m.sent_ns,
-                stamps,
-                seen_ns,
-            )
-            .split()
-            .ok()
-        });
+        let split = ServerStamps::read(payload)
+            .map_err(|_| Unsplit::Unstamped)
+            .and_then(|stamps| {
+                Timeline::of_response(
+                    self.start_ns,
+                    m.scheduled_send_ns,
+                    m.sent_ns,
+                    stamps,
+                    seen_ns,
+                )
+                .split()
+                .map_err(|e| Unsplit::OutOfOrder(e.stage))
+            });
         match split {
-            Some(split) => self.responses.record_split(latency_ns, split),
-            None => self.responses.record_unsplit(),
+            Ok(split) => self.responses.record_split(latency_ns, split),
+            Err(why) => self.responses.record_unsplit(why),
         }
     }
 }
@@ -936,7 +939,7 @@ mod tests {
         let run = g.take_finished(u64::MAX).unwrap();
         let (s, _, _) = run.finish(&AdherencePolicy::default());
         assert_eq!(s.matched, 100);
-        assert_eq!((s.tail.split, s.tail.unsplit), (98, 2));
+        assert_eq!((s.tail.split, s.tail.unsplit, s.tail.unstamped), (98, 2, 2));
         let p99 = s.tail.above_p99.unwrap();
         assert_eq!(p99.requests, 1);
         // The slowest request was the first, due at the schedule's start and sent at

@@ -25,7 +25,7 @@ use crate::recorder::{
     AdherencePolicy, ResponseRecorder, RunInfo, SendRecorder, Summary, summarize,
 };
 use crate::schedule::ScheduleConfig;
-use crate::split::Timeline;
+use crate::split::{Timeline, Unsplit};
 use crate::wire::{self, Message, ServerStamps};
 
 /// How a run is set up.
@@ -364,20 +364,22 @@ fn record_split(
     seen_ns: u64,
     latency_ns: u64,
 ) {
-    let split = ServerStamps::read(payload).ok().and_then(|stamps| {
-        Timeline::of_response(
-            clock.epoch_ns,
-            m.scheduled_send_ns,
-            m.sent_ns,
-            stamps,
-            clock.absolute(seen_ns),
-        )
-        .split()
-        .ok()
-    });
+    let split = ServerStamps::read(payload)
+        .map_err(|_| Unsplit::Unstamped)
+        .and_then(|stamps| {
+            Timeline::of_response(
+                clock.epoch_ns,
+                m.scheduled_send_ns,
+                m.sent_ns,
+                stamps,
+                clock.absolute(seen_ns),
+            )
+            .split()
+            .map_err(|e| Unsplit::OutOfOrder(e.stage))
+        });
     match split {
-        Some(split) => rec.record_split(latency_ns, split),
-        None => rec.record_unsplit(),
+        Ok(split) => rec.record_split(latency_ns, split),
+        Err(why) => rec.record_unsplit(why),
     }
 }
 

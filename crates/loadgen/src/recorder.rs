@@ -19,7 +19,7 @@ use hdrhistogram::{Counter, Histogram};
 use serde::{Deserialize, Serialize};
 
 use crate::schedule::{NS_PER_SEC, ScheduleConfig};
-use crate::split::Split;
+use crate::split::{Split, Unsplit};
 use crate::tail::{TailKeeper, TailReport};
 
 /// Smallest value the histograms tell apart from zero, in ns.
@@ -234,10 +234,10 @@ impl ResponseRecorder {
         self.tail.offer(latency_ns, split);
     }
 
-    /// A request just matched whose latency cannot be split (its stamps are missing or bad).
+    /// A request just matched whose latency cannot be split, and why.
     #[inline]
-    pub fn record_unsplit(&mut self) {
-        self.tail.note_unsplit();
+    pub fn record_unsplit(&mut self, why: Unsplit) {
+        self.tail.note_unsplit(why);
     }
 
     /// The slowest requests' splits so far.

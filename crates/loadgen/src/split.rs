@@ -57,7 +57,7 @@ impl Timeline {
 }
 
 /// One of the five gaps.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Stage {
     /// Scheduled to actual send: the generator's own lateness.
@@ -114,6 +114,15 @@ impl std::fmt::Display for OutOfOrder {
 }
 
 impl std::error::Error for OutOfOrder {}
+
+/// Why a matched request's latency was not split.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unsplit {
+    /// Its stamps were missing or damaged.
+    Unstamped,
+    /// One of its instants came before the one it follows.
+    OutOfOrder(Stage),
+}
 
 /// The five gaps of one request's latency, ns.
 #[derive(

@@ -8,11 +8,11 @@
 //! among the slowest seen so far.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BTreeMap, BinaryHeap};
 
 use serde::{Deserialize, Serialize};
 
-use crate::split::Split;
+use crate::split::{Split, Stage, Unsplit};
 
 /// The fraction of requests above p99 that the keeper must hold; 1% plus room for rounding.
 const KEPT_FRACTION_DIVISOR: u64 = 100;
@@ -26,8 +26,10 @@ pub struct TailKeeper {
     capacity: usize,
     /// Requests offered (all with a split).
     split: u64,
-    /// Matched requests without a split (no or bad stamps, or instants out of order).
-    unsplit: u64,
+    /// Matched requests without a split: no or bad stamps, or instants out of order (by the
+    /// gap that came out negative, in [`Stage::ALL`] order).
+    unstamped: u64,
+    out_of_order: [u64; 5],
 }
 
 impl TailKeeper {
@@ -37,7 +39,8 @@ impl TailKeeper {
             heap: BinaryHeap::with_capacity(capacity),
             capacity,
             split: 0,
-            unsplit: 0,
+            unstamped: 0,
+            out_of_order: [0; 5],
         }
     }
 
@@ -60,17 +63,31 @@ impl TailKeeper {
         }
     }
 
-    /// A matched request whose latency could not be split.
+    /// A matched request whose latency could not be split, and why.
     #[inline]
-    pub fn note_unsplit(&mut self) {
-        self.unsplit += 1;
+    pub fn note_unsplit(&mut self, why: Unsplit) {
+        match why {
+            Unsplit::Unstamped => self.unstamped += 1,
+            Unsplit::OutOfOrder(stage) => {
+                let i = Stage::ALL.iter().position(|&s| s == stage).unwrap_or(0);
+                self.out_of_order[i] += 1;
+            }
+        }
     }
 
     /// The splits above p99 and above p99.9 of the requests offered.
     pub fn report(&self) -> TailReport {
+        let out_of_order: BTreeMap<Stage, u64> = Stage::ALL
+            .iter()
+            .zip(self.out_of_order)
+            .filter(|(_, n)| *n > 0)
+            .map(|(&s, n)| (s, n))
+            .collect();
         TailReport {
             split: self.split,
-            unsplit: self.unsplit,
+            unsplit: self.unstamped + out_of_order.values().sum::<u64>(),
+            unstamped: self.unstamped,
+            out_of_order,
             above_p99: self.above(0.99),
             above_p999: self.above(0.999),
         }
@@ -124,12 +141,19 @@ pub struct TailSplit {
 }
 
 /// The tail's split for a run.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct TailReport {
     /// Matched requests whose latency was split.
     pub split: u64,
-    /// Matched requests whose latency could not be split (missing or damaged stamps).
+    /// Matched requests whose latency could not be split: `unstamped` plus `out_of_order`.
     pub unsplit: u64,
+    /// Missing or damaged stamps.
+    #[serde(default)]
+    pub unstamped: u64,
+    /// Instants out of order, by the gap that came out negative: the clocks are not one clock
+    /// (a bug), so these say where to look.
+    #[serde(default)]
+    pub out_of_order: BTreeMap<Stage, u64>,
     pub above_p99: Option<TailSplit>,
     pub above_p999: Option<TailSplit>,
 }
@@ -172,9 +196,16 @@ mod tests {
         for lat in order {
             k.offer(lat, queued(lat));
         }
-        k.note_unsplit();
+        k.note_unsplit(Unsplit::Unstamped);
+        k.note_unsplit(Unsplit::OutOfOrder(Stage::Return));
+        k.note_unsplit(Unsplit::OutOfOrder(Stage::Return));
         let r = k.report();
-        assert_eq!((r.split, r.unsplit), (10_000, 1));
+        assert_eq!((r.split, r.unsplit, r.unstamped), (10_000, 3, 1));
+        assert_eq!(r.out_of_order, [(Stage::Return, 2)].into());
+        assert_eq!(
+            serde_json::to_value(&r).unwrap()["out_of_order"],
+            serde_json::json!({"return": 2})
+        );
         let p99 = r.above_p99.unwrap();
         assert_eq!((p99.requests, p99.threshold_ns), (100, 9_901));
         // Lower median of 9 901..=10 000.

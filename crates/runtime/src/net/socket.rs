@@ -25,7 +25,7 @@ pub const RECV_QUEUE_CAPACITY: usize = 1024;
 pub(crate) struct Datagram {
     pub payload: Vec<u8>,
     pub src: SocketAddrV4,
-    /// When the receive path took the frame in (`now_ns`).
+    /// When the stack took the datagram in (`now_ns`, `CLOCK_MONOTONIC`).
     pub received_ns: u64,
 }
 

@@ -387,7 +387,7 @@ impl NetStack {
                 }
                 self.icmp_input(eth.src(), &ip, &icmp, now)
             }
-            Packet::Udp { udp, .. } => self.udp_input(&ip, &udp, now),
+            Packet::Udp { udp, .. } => self.udp_input(&ip, &udp),
             Packet::Tcp { .. } => Err(StackDrop::NoTcp.into()),
             Packet::Arp(_) => unreachable!("handled above"),
         }
@@ -506,12 +506,7 @@ impl NetStack {
         }
     }
 
-    fn udp_input(
-        &self,
-        ip: &Ipv4Packet<'_>,
-        udp: &UdpDatagram<'_>,
-        now: u64,
-    ) -> Result<(), Rejected> {
+    fn udp_input(&self, ip: &Ipv4Packet<'_>, udp: &UdpDatagram<'_>) -> Result<(), Rejected> {
         let socket = self.sockets.lock().get(&udp.dst_port()).cloned();
         let Some(socket) = socket else {
             return Err(StackDrop::NoSocket.into());
@@ -529,7 +524,9 @@ impl NetStack {
         let datagram = Datagram {
             payload: udp.payload().to_vec(),
             src,
-            received_ns: now,
+            // Read here, per datagram: the receive path's own `now` is read once per ring
+            // drain, before frames that arrive while it drains.
+            received_ns: crate::timer::now_ns(),
         };
         if socket.deliver(datagram) {
             Ok(())
