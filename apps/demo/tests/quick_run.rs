@@ -152,7 +152,6 @@ fn quick_run_of_all_systems_writes_well_formed_results() {
         "C batch >= L batch",
         "C p99.9 <= 1.5x D p99.9",
         "Tail split",
-        "send-late  deliver+wake  queue  service  return",
         "steal app CPU ms",
         "demotions",
         "results.json",
@@ -177,6 +176,22 @@ fn quick_run_of_all_systems_writes_well_formed_results() {
         .map(|s| s["system"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["corral", "linux", "dedicated"]);
+    let split_header = stdout
+        .lines()
+        .find(|l| l.starts_with("system") && l.contains("send-late"))
+        .unwrap_or_else(|| panic!("no tail split table in:\n{stdout}"));
+    for column in [
+        "tail",
+        "requests",
+        "from",
+        "deliver+wake",
+        "queue",
+        "service",
+        "return",
+        "unsplit",
+    ] {
+        assert!(split_header.contains(column), "{column}: {split_header}");
+    }
     // Every point's tail split, in the table: one row above p99 and one above p99.9 for each
     // system and load, each with its five stages.
     let split_rows = stdout

@@ -441,6 +441,9 @@ impl Run {
     fn record(&mut self, port: u16, payload: &[u8], now: u64) {
         let at = now.saturating_sub(self.start_ns);
         match Message::decode(payload) {
+            // Sent before this run started: a late echo of an earlier run's request, whose id
+            // this run may reuse. Its echoed times are on that run's clock.
+            Ok(m) if m.sent_ns < self.start_ns => self.responses.record_stale(),
             // An echo to another client's port was damaged or misdirected on the way.
             Ok(m) if client_port(m.client) == port => {
                 let outcome = self
@@ -918,7 +921,7 @@ mod tests {
         }
         // A server that got each request after it was sent, and finished before it answered;
         // request 3's stamps are damaged on the way back, request 4 comes back unstamped.
-        for f in &requests {
+        for f in &requests[1..] {
             let id = Message::decode(&f[UDP_PAYLOAD_OFFSET..]).unwrap().id;
             let received_ns = now_ns();
             let stamps = ServerStamps {
@@ -936,9 +939,29 @@ mod tests {
             }))
             .unwrap();
         }
+        // A late echo of an earlier run's request 0 (sent before this run started) is not
+        // taken for this run's request 0, which is still unanswered.
+        let mut stale = Message::decode(&requests[0][UDP_PAYLOAD_OFFSET..]).unwrap();
+        assert_eq!(stale.id, 0);
+        stale.sent_ns = start - 1;
+        let first = requests.remove(0);
+        g.send(&echo(&first, |p| stale.encode(p).unwrap())).unwrap();
+        assert!(!g.run.as_ref().unwrap().responses.is_answered(0));
+        g.send(&echo(&first, |p| {
+            let received_ns = now_ns();
+            ServerStamps {
+                received_ns,
+                start_ns: received_ns + 1,
+                end_ns: now_ns().max(received_ns + 1),
+            }
+            .write(p)
+            .unwrap()
+        }))
+        .unwrap();
         let run = g.take_finished(u64::MAX).unwrap();
         let (s, _, _) = run.finish(&AdherencePolicy::default());
         assert_eq!(s.matched, 100);
+        assert_eq!(s.unknown, 1);
         assert_eq!((s.tail.split, s.tail.unsplit, s.tail.unstamped), (98, 2, 2));
         let p99 = s.tail.above_p99.unwrap();
         assert_eq!(p99.requests, 1);

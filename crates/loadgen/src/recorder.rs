@@ -245,6 +245,14 @@ impl ResponseRecorder {
         self.tail.report()
     }
 
+    /// A response that belongs to another run (its request was sent before this run
+    /// started): counted as unknown, whatever its id.
+    #[inline]
+    pub fn record_stale(&mut self) {
+        self.received += 1;
+        self.unknown += 1;
+    }
+
     /// Bytes that arrived but did not decode as a response.
     #[inline]
     pub fn record_malformed(&mut self) {
@@ -338,6 +346,7 @@ pub struct Summary {
     /// Requests answered in time (the first response to each).
     pub matched: u64,
     pub duplicates: u64,
+    /// Responses to ids this run never scheduled, or to an earlier run's requests.
     pub unknown: u64,
     pub malformed: u64,
     /// Responses that arrived after the deadline.
