@@ -20,6 +20,23 @@ pub enum Experiment {
     Burst,
 }
 
+/// How iokerneld hands a core from one kthread to another (its `--handover`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Handover {
+    Local,
+    Remote,
+}
+
+impl Handover {
+    pub fn name(self) -> &'static str {
+        match self {
+            Handover::Local => "local",
+            Handover::Remote => "remote",
+        }
+    }
+}
+
 /// Shows, on this machine, a latency-critical UDP spin server keeping microsecond tail latency
 /// while a batch job takes the cycles it leaves idle, under Corral and under Linux.
 ///
@@ -35,8 +52,9 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = Experiment::Sweep)]
     pub experiment: Experiment,
 
-    /// Systems to measure, comma-separated (`corral`, `linux`) [default: both for sweep,
-    /// corral for intervals and burst].
+    /// Systems to measure, comma-separated (`corral`, `linux`, `dedicated`: spin alone on
+    /// Corral with a spinning kthread on a guaranteed core, the floor) [default: all three
+    /// for sweep, corral for intervals and burst].
     #[arg(long, value_delimiter = ',')]
     pub systems: Vec<System>,
 
@@ -76,6 +94,11 @@ pub struct Args {
     /// closer together than that, at the batch job's expense.
     #[arg(long)]
     pub spin_before_park_us: Option<u64>,
+
+    /// Pass `--handover MODE` to iokerneld (`local` or `remote`); without it iokerneld uses
+    /// its own default.
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub handover: Option<Handover>,
 
     /// Allocation intervals to compare, microseconds (intervals experiment).
     #[arg(long, value_delimiter = ',', default_value = "5,25,50,100,1000")]
@@ -178,6 +201,8 @@ pub struct Plan {
     pub alone_secs: f64,
     pub interval_us: u64,
     pub spin_before_park_us: Option<u64>,
+    /// iokerneld's `--handover`, when given.
+    pub handover: Option<Handover>,
     pub intervals: Vec<u64>,
     pub window_ms: u64,
     pub burst_base: f64,
@@ -217,7 +242,7 @@ impl Args {
         let q = self.quick;
         let systems = if self.systems.is_empty() {
             match self.experiment {
-                Experiment::Sweep => vec![System::Corral, System::Linux],
+                Experiment::Sweep => vec![System::Corral, System::Linux, System::Dedicated],
                 Experiment::Intervals | Experiment::Burst => vec![System::Corral],
             }
         } else {
@@ -319,6 +344,7 @@ impl Args {
             alone_secs: positive("alone-secs", pick(self.alone_secs, 4.0, 1.0))?,
             interval_us: self.interval_us,
             spin_before_park_us: self.spin_before_park_us,
+            handover: self.handover,
             intervals: self.intervals.clone(),
             window_ms: self.window_ms,
             burst_base: self.burst_base,
@@ -351,13 +377,30 @@ mod tests {
     #[test]
     fn defaults_are_the_demo() {
         let p = plan(&[]).unwrap();
-        assert_eq!(p.systems, vec![System::Corral, System::Linux]);
+        assert_eq!(
+            p.systems,
+            vec![System::Corral, System::Linux, System::Dedicated]
+        );
+        assert_eq!(p.handover, None);
         assert_eq!(p.loads.len(), 9);
         assert!((p.rate(0.1) - 10_000.0).abs() < 1e-6);
         assert!((p.rate(0.9) - 90_000.0).abs() < 1e-6);
         let q = plan(&["--quick"]).unwrap();
         assert_eq!(q.loads, vec![0.2, 0.5]);
         assert!(q.point_secs <= 1.0);
+    }
+
+    #[test]
+    fn handover_mode_is_taken_and_checked() {
+        let p = plan(&["--handover", "remote"]).unwrap();
+        assert_eq!(p.handover, Some(Handover::Remote));
+        assert_eq!(
+            serde_json::to_value(&p).unwrap()["handover"],
+            serde_json::json!("remote")
+        );
+        assert!(plan(&["--handover", "sideways"]).is_err());
+        let p = plan(&["--systems", "dedicated,corral"]).unwrap();
+        assert_eq!(p.systems, vec![System::Corral, System::Dedicated]);
     }
 
     #[test]
@@ -380,6 +423,11 @@ mod tests {
                 &["--experiment", "intervals", "--systems", "corral,linux"],
                 "invalid systems",
             ),
+            (
+                &["--experiment", "burst", "--systems", "dedicated"],
+                "invalid systems",
+            ),
+            (&["--systems", "corral,bogus"], "invalid system"),
             (&["--app-cpu", "0"], "invalid app-cpu"),
             (
                 &["--intervals", "5,0", "--experiment", "intervals"],

@@ -14,7 +14,7 @@ use crate::cli::{Args, Experiment, Plan};
 use crate::error::{Error, Result};
 use crate::plot::{self, Chart, Line};
 use crate::report::{self, fmt_pct, fmt_us, tail_p999_ns};
-use crate::results::{BatchAlone, BoundPoint, Burst, Point, System, SystemRun};
+use crate::results::{BatchAlone, BoundPoint, Burst, CpuSteal, Point, System, SystemRun};
 use crate::systems::{Bins, Corral, Env, Linux};
 use crate::{machine, procs};
 
@@ -64,8 +64,10 @@ fn kernel() -> String {
 pub fn run(args: &Args) -> Result<()> {
     let wall = Instant::now();
     let plan = args.plan().map_err(Error::Failed)?;
+    let needs_iokerneld =
+        plan.systems.contains(&System::Corral) || plan.systems.contains(&System::Dedicated);
     // SAFETY: geteuid has no preconditions.
-    if plan.systems.contains(&System::Corral) && unsafe { libc::geteuid() } != 0 {
+    if needs_iokerneld && unsafe { libc::geteuid() } != 0 {
         return Err(Error::msg(
             "corral-demo must run as root: iokerneld pins itself, moves the runtimes' kthreads \
              between cores and signals them. Run it with sudo (or pass --systems linux for the \
@@ -168,6 +170,12 @@ pub fn run(args: &Args) -> Result<()> {
         report::service_label(&p.service),
         env.out.display()
     ));
+    if let Some(mode) = p.handover {
+        say(format!(
+            "iokerneld core hand-over: --handover {}",
+            mode.name()
+        ));
+    }
     let mut record = json!({
         "experiment": p.experiment,
         "plan": p,
@@ -258,15 +266,23 @@ fn bounds(plan: &Plan, loads: &[f64]) -> Result<Vec<BoundPoint>> {
 }
 
 /// Runs one point and notes what else used the machine meanwhile: any iokerneld the runner
-/// did not start (seen at its start or end), and the CPU time of processes it did not start.
-fn watched(run: impl FnOnce() -> Result<Point>) -> Result<Point> {
+/// did not start (seen at its start or end), the CPU time of processes it did not start, and
+/// the time the host machine took from the plan's two CPUs (steal).
+fn watched(plan: &Plan, run: impl FnOnce() -> Result<Point>) -> Result<Point> {
+    let cpus = [plan.iokernel_cpu, plan.app_cpu];
     let before = machine::other_iokernelds();
     let cpu_before = machine::snapshot();
+    let steal_before = machine::steal_ms(&cpus);
     let mut pt = run()?;
+    let steal_after = machine::steal_ms(&cpus);
     let cpu_after = machine::snapshot();
     pt.foreign_cpus = cpu_before
         .zip(cpu_after)
         .and_then(|(a, b)| machine::foreign_cpus(&a, &b));
+    pt.steal = steal_before.zip(steal_after).map(|(a, b)| CpuSteal {
+        iokernel_cpu_ms: (b[0] - a[0]).max(0.0),
+        app_cpu_ms: (b[1] - a[1]).max(0.0),
+    });
     let mut seen: Vec<String> = before
         .into_iter()
         .chain(machine::other_iokernelds())
@@ -281,7 +297,7 @@ fn watched(run: impl FnOnce() -> Result<Point>) -> Result<Point> {
 fn point_line(system: System, p: &Point) -> String {
     let s = &p.summary;
     let mut line = format!(
-        "  {:<6} {:>4} {:>6.0}/s: achieved {:.0}/s  p50 {}  p99 {}  p99.9 {} us",
+        "  {:<9} {:>4} {:>6.0}/s: achieved {:.0}/s  p50 {}  p99 {}  p99.9 {} us",
         system.title(),
         fmt_pct(p.load),
         p.rate_rps,
@@ -302,6 +318,21 @@ fn point_line(system: System, p: &Point) -> String {
             ns as f64 / 1e6
         ));
     }
+    if let Some(s) = p
+        .steal
+        .filter(|s| s.iokernel_cpu_ms > 0.0 || s.app_cpu_ms > 0.0)
+    {
+        line.push_str(&format!(
+            "  host stole {:.0} ms of CPU {} and {:.0} ms of CPU {}",
+            s.iokernel_cpu_ms,
+            p_cpus(system).0,
+            s.app_cpu_ms,
+            p_cpus(system).1
+        ));
+    }
+    if let Some(d) = p.demotions.as_ref().filter(|d| d.total > 0) {
+        line.push_str(&format!("  {} demotion(s)", d.total));
+    }
     if s.lost > 0 {
         line.push_str(&format!("  LOST {}/{}", s.lost, s.sent));
     }
@@ -321,6 +352,15 @@ fn point_line(system: System, p: &Point) -> String {
         line.push_str(&format!("  OTHER PROCESSES USED {x:.2} CPU"));
     }
     line
+}
+
+/// What the two CPUs are called in a point line: iokerneld's (or the load generator's) and
+/// the application CPU.
+fn p_cpus(system: System) -> (&'static str, &'static str) {
+    match system {
+        System::Linux => ("gen", "app"),
+        System::Corral | System::Dedicated => ("iok", "app"),
+    }
 }
 
 fn alone_line(system: System, a: &BatchAlone) -> String {
@@ -413,34 +453,56 @@ fn interference_text(runs: &[SystemRun]) -> String {
     )
 }
 
-/// Runs Corral at one allocation interval over the plan's loads.
-fn corral_sweep(env: &Env, interval_us: u64) -> Result<SystemRun> {
+/// Runs Corral at one allocation interval over the plan's loads; `dedicated`: the floor, spin
+/// alone with a spinning kthread on a guaranteed core.
+fn corral_sweep(env: &Env, interval_us: u64, dedicated: bool) -> Result<SystemRun> {
     let p = &env.plan;
-    say(format!(
-        "== Corral (allocation interval {}): iokerneld on CPU {} (nic gen), spin and batch \
-         sharing CPU {}",
-        report::interval_label(interval_us),
-        p.iokernel_cpu,
-        p.app_cpu
-    ));
-    let mut c = Corral::start(env, interval_us)?;
-    let alone = alone_watched(|| c.batch_alone())?;
-    say(alone_line(System::Corral, &alone));
+    let system = if dedicated {
+        System::Dedicated
+    } else {
+        System::Corral
+    };
+    if dedicated {
+        say(format!(
+            "== Dedicated (Corral, allocation interval {}): iokerneld on CPU {} (nic gen), spin \
+             alone with a spinning kthread on CPU {} as a guaranteed core, no batch job",
+            report::interval_label(interval_us),
+            p.iokernel_cpu,
+            p.app_cpu
+        ));
+    } else {
+        say(format!(
+            "== Corral (allocation interval {}): iokerneld on CPU {} (nic gen), spin and batch \
+             sharing CPU {}",
+            report::interval_label(interval_us),
+            p.iokernel_cpu,
+            p.app_cpu
+        ));
+    }
+    let mut c = Corral::start(env, interval_us, dedicated)?;
+    let alone = if dedicated {
+        None
+    } else {
+        let alone = alone_watched(|| c.batch_alone())?;
+        say(alone_line(System::Corral, &alone));
+        Some(alone)
+    };
     let mut points = Vec::new();
     for &load in &p.loads {
         let name = format!("load{}", fmt_pct(load).trim_end_matches('%'));
-        let pt =
-            watched(|| c.run_point(load, &[(p.rate(load), p.point_secs)], &name, Some(&alone)))?;
-        say(point_line(System::Corral, &pt));
+        let pt = watched(p, || {
+            c.run_point(load, &[(p.rate(load), p.point_secs)], &name, alone.as_ref())
+        })?;
+        say(point_line(system, &pt));
         points.push(pt);
     }
     let stats = c.daemon_stats().ok();
     let run = SystemRun {
-        system: System::Corral,
+        system,
         interval_us: Some(interval_us),
         commands: c.commands(),
         spin_iterations_per_us: c.spin_calibration(),
-        batch_alone: Some(alone),
+        batch_alone: alone,
         points,
         daemon_stats: stats,
         daemon_warnings: c.daemon_warnings(),
@@ -462,7 +524,7 @@ fn linux_sweep(env: &Env) -> Result<SystemRun> {
     say(alone_line(System::Linux, &alone));
     let mut points = Vec::new();
     for &load in &p.loads {
-        let pt = watched(|| l.run_point(load, p.rate(load), Some(&alone)))?;
+        let pt = watched(p, || l.run_point(load, p.rate(load), Some(&alone)))?;
         say(point_line(System::Linux, &pt));
         points.push(pt);
     }
@@ -488,27 +550,50 @@ fn sweep(env: &Env, record: &mut serde_json::Value) -> Result<Written> {
     for &sys in &p.systems {
         procs::check_interrupt()?;
         let run = match sys {
-            System::Corral => corral_sweep(env, p.interval_us)?,
+            System::Corral => corral_sweep(env, p.interval_us, false)?,
             System::Linux => linux_sweep(env)?,
+            System::Dedicated => corral_sweep(env, p.interval_us, true)?,
         };
         runs.push(run);
     }
     let bounds = bounds(p, &p.loads)?;
     procs::check_interrupt()?;
-    let corral = runs.iter().find(|r| r.system == System::Corral);
-    let linux = runs.iter().find(|r| r.system == System::Linux);
+    let measured = report::SweepRuns::of(&runs);
     let rates: Vec<f64> = p.loads.iter().map(|&l| p.rate(l)).collect();
-    let rows = report::sweep_rows(&p.loads, &rates, corral, linux, &bounds);
+    let rows = report::sweep_rows(&p.loads, &rates, measured, &bounds);
     let checks = report::check_targets(&rows, TARGET_MAX_LOAD);
 
     let mut text = format!(
         "Spin server ({} service) and batch job sharing one core: Corral vs Linux\n\
-         C = Corral, L = Linux; latencies in us from each request's scheduled send time; \
-         batch = batch throughput as a fraction of the batch job alone; realloc/s = core \
+         C = Corral, L = Linux, D = dedicated (spin alone on Corral, spinning on a guaranteed \
+         core: the core-wasting floor); latencies in us from each request's scheduled send \
+         time; batch = batch throughput as a fraction of the batch job alone; realloc/s = core \
          reallocations per second; bound = zero-overhead FCFS server fed the same schedule\n\n",
         report::service_label(&p.service)
     );
-    text.push_str(&report::sweep_table(&rows, corral.is_some(), linux.is_some()).render());
+    text.push_str(
+        &report::sweep_table(
+            &rows,
+            measured.corral.is_some(),
+            measured.linux.is_some(),
+            measured.dedicated.is_some(),
+        )
+        .render(),
+    );
+    text.push_str(
+        "\nTail split: each stage's median over the requests above p99 and above p99.9 (us); \
+         send-late = scheduled to sent, deliver+wake = sent to the server's receipt, queue = \
+         receipt to service start, service = the work, return = service end to the response \
+         seen; from = the quantile's latency\n",
+    );
+    text.push_str(&report::tail_split_table(&runs).render());
+    text.push_str(
+        "\nCPU lost to the host machine during each point, and demotions: iokerneld gaps = \
+         its loop went over 50 us without its CPU; steal = /proc/stat steal of iokerneld's \
+         (Linux: the load generator's) CPU and of the application CPU, 10 ms resolution; \
+         demotions = kthreads demoted for ignoring a preemption\n",
+    );
+    text.push_str(&report::lost_cpu_table(&runs).render());
     for r in &runs {
         if let Some(a) = &r.batch_alone {
             text.push_str(&format!(
@@ -567,6 +652,7 @@ fn sweep_plots(env: &Env, runs: &[SystemRun], bounds: &[BoundPoint]) -> Result<V
         let color = match r.system {
             System::Corral => plot::BLUE,
             System::Linux => plot::ORANGE,
+            System::Dedicated => plot::GREEN,
         };
         // Points whose tail is unbounded by losses are left out of the p99.9 line rather than
         // drawn at a finite value.
@@ -598,14 +684,16 @@ fn sweep_plots(env: &Env, runs: &[SystemRun], bounds: &[BoundPoint]) -> Result<V
             )
             .dashed(),
         );
-        batch.push(Line::new(
-            format!("{} batch", r.system),
-            color,
-            r.points
-                .iter()
-                .filter_map(|pt| pt.batch_fraction.map(|f| (pt.load, f)))
-                .collect(),
-        ));
+        if r.system != System::Dedicated {
+            batch.push(Line::new(
+                format!("{} batch", r.system),
+                color,
+                r.points
+                    .iter()
+                    .filter_map(|pt| pt.batch_fraction.map(|f| (pt.load, f)))
+                    .collect(),
+            ));
+        }
     }
     let bound_pts: Vec<(f64, f64)> = bounds
         .iter()
@@ -664,7 +752,7 @@ fn intervals(env: &Env, record: &mut serde_json::Value) -> Result<Written> {
     let mut runs = Vec::new();
     for &iv in &p.intervals {
         procs::check_interrupt()?;
-        runs.push(corral_sweep(env, iv)?);
+        runs.push(corral_sweep(env, iv, false)?);
     }
     let bounds = bounds(p, &p.loads)?;
     procs::check_interrupt()?;
@@ -766,11 +854,11 @@ fn burst(env: &Env, record: &mut serde_json::Value) -> Result<Written> {
     say(
         "   (Linux is not measured: corral-loadgen-linux cannot change rate mid-run or report windows)",
     );
-    let mut c = Corral::start(env, p.interval_us)?;
+    let mut c = Corral::start(env, p.interval_us, false)?;
     let alone = alone_watched(|| c.batch_alone())?;
     say(alone_line(System::Corral, &alone));
     let (base, peak) = (p.rate(p.burst_base), p.rate(p.burst_peak));
-    let burst_pt = watched(|| {
+    let burst_pt = watched(p, || {
         c.run_point(
             p.burst_base,
             &[

@@ -127,9 +127,47 @@ pub fn foreign_cpus(a: &CpuSnapshot, b: &CpuSnapshot) -> Option<f64> {
     Some(((total - ours) / hz as f64 / secs).max(0.0))
 }
 
+/// The steal column (clock ticks) of CPU `cpu`'s line in `/proc/stat`: time the host ran
+/// something else while this CPU wanted to run. `None` when the line or column is missing.
+fn parse_cpu_steal(text: &str, cpu: usize) -> Option<u64> {
+    let name = format!("cpu{cpu}");
+    let line = text
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(name.as_str()))?;
+    // cpuN user nice system idle iowait irq softirq steal ...
+    line.split_whitespace().nth(8)?.parse().ok()
+}
+
+/// Steal time of each of `cpus` so far, in milliseconds (the kernel counts it in clock
+/// ticks, 10 ms each at the usual 100 Hz).
+pub fn steal_ms(cpus: &[usize]) -> Option<Vec<f64>> {
+    let text = std::fs::read_to_string("/proc/stat").ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if hz <= 0 {
+        return None;
+    }
+    cpus.iter()
+        .map(|&c| parse_cpu_steal(&text, c).map(|t| t as f64 * 1e3 / hz as f64))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn steal_is_the_eighth_value_of_the_cpus_line() {
+        let text = "cpu  100 2 30 5000 7 8 9 10 0 0\ncpu0 50 1 15 2500 3 4 4 5 0 0\n\
+                    cpu1 50 1 15 2500 4 4 5 17 0 0\ncpu10 1 1 1 1 1 1 1 99 0 0\nintr 5\n";
+        assert_eq!(parse_cpu_steal(text, 0), Some(5));
+        assert_eq!(parse_cpu_steal(text, 1), Some(17));
+        assert_eq!(parse_cpu_steal(text, 10), Some(99));
+        assert_eq!(parse_cpu_steal(text, 2), None);
+        assert_eq!(parse_cpu_steal("cpu0 1 2 3\n", 0), None);
+        // This machine's own file has a steal column for CPU 0.
+        assert!(steal_ms(&[0]).is_some_and(|v| v.len() == 1 && v[0] >= 0.0));
+    }
 
     #[test]
     fn stat_fields_are_counted_from_the_last_parenthesis() {

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use corral_loadgen::{ServiceDist, Summary};
+use corral_loadgen::{ServiceDist, Stage, Summary, TailSplit};
 use serde::{Deserialize, Serialize};
 
 use crate::results::{BoundPoint, Burst, Point, System, SystemRun};
@@ -207,9 +207,15 @@ pub struct SweepRow {
     pub rate_rps: f64,
     pub corral: Option<Cols>,
     pub linux: Option<Cols>,
+    /// The dedicated-core floor.
+    #[serde(default)]
+    pub dedicated: Option<Cols>,
     pub bound_p999_ns: Option<u64>,
     /// Corral p99.9 over Linux p99.9 (as measured, losses aside).
     pub ratio_p999: Option<f64>,
+    /// Corral p99.9 over the dedicated floor's p99.9 (as measured, losses aside).
+    #[serde(default)]
+    pub ratio_dedicated_p999: Option<f64>,
     /// Lost requests, generators that fell behind, missing data: never hidden.
     pub flags: Vec<String>,
 }
@@ -249,43 +255,75 @@ fn flags_of(prefix: &str, c: &Cols) -> Vec<String> {
     f
 }
 
+/// The measured runs of a sweep, by system.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SweepRuns<'a> {
+    pub corral: Option<&'a SystemRun>,
+    pub linux: Option<&'a SystemRun>,
+    pub dedicated: Option<&'a SystemRun>,
+}
+
+impl<'a> SweepRuns<'a> {
+    pub fn of(runs: &'a [SystemRun]) -> Self {
+        let find = |s: System| runs.iter().find(|r| r.system == s);
+        SweepRuns {
+            corral: find(System::Corral),
+            linux: find(System::Linux),
+            dedicated: find(System::Dedicated),
+        }
+    }
+}
+
+/// `a` p99.9 over `b` p99.9, as measured.
+fn p999_ratio(a: &Option<Cols>, b: &Option<Cols>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) if a.matched > 0 && b.matched > 0 && b.p999_ns > 0 => {
+            Some(a.p999_ns as f64 / b.p999_ns as f64)
+        }
+        _ => None,
+    }
+}
+
 pub fn sweep_rows(
     loads: &[f64],
     rates: &[f64],
-    corral: Option<&SystemRun>,
-    linux: Option<&SystemRun>,
+    runs: SweepRuns<'_>,
     bounds: &[BoundPoint],
 ) -> Vec<SweepRow> {
     loads
         .iter()
         .zip(rates)
         .map(|(&load, &rate_rps)| {
-            let c = find_point(corral, load).map(Cols::of);
-            let l = find_point(linux, load).map(Cols::of);
+            let c = find_point(runs.corral, load).map(Cols::of);
+            let l = find_point(runs.linux, load).map(Cols::of);
+            let d = find_point(runs.dedicated, load).map(Cols::of);
             let mut flags = Vec::new();
-            if let Some(c) = &c {
-                flags.extend(flags_of("C", c));
-            } else if corral.is_some() {
-                flags.push("C not measured".into());
-            }
-            if let Some(l) = &l {
-                flags.extend(flags_of("L", l));
-            } else if linux.is_some() {
-                flags.push("L not measured".into());
-            }
-            let ratio_p999 = match (&c, &l) {
-                (Some(c), Some(l)) if c.matched > 0 && l.matched > 0 && l.p999_ns > 0 => {
-                    Some(c.p999_ns as f64 / l.p999_ns as f64)
+            for (system, cols, run) in [
+                (System::Corral, &c, runs.corral),
+                (System::Linux, &l, runs.linux),
+                (System::Dedicated, &d, runs.dedicated),
+            ] {
+                let letter = system.letter();
+                if let Some(cols) = cols {
+                    let mut f = flags_of(letter, cols);
+                    // The floor runs no batch job: no batch data is expected.
+                    if system == System::Dedicated {
+                        f.retain(|f| !f.ends_with("no batch data"));
+                    }
+                    flags.extend(f);
+                } else if run.is_some() {
+                    flags.push(format!("{letter} not measured"));
                 }
-                _ => None,
-            };
+            }
             SweepRow {
                 load,
                 rate_rps,
+                ratio_p999: p999_ratio(&c, &l),
+                ratio_dedicated_p999: p999_ratio(&c, &d),
                 corral: c,
                 linux: l,
+                dedicated: d,
                 bound_p999_ns: find_bound(bounds, load).map(|b| b.p999_ns),
-                ratio_p999,
                 flags,
             }
         })
@@ -301,7 +339,7 @@ fn tail_cell(c: &Cols) -> String {
 }
 
 /// The side-by-side table; latencies in µs.
-pub fn sweep_table(rows: &[SweepRow], corral: bool, linux: bool) -> Table {
+pub fn sweep_table(rows: &[SweepRow], corral: bool, linux: bool, dedicated: bool) -> Table {
     let mut h = vec!["load", "rate/s"];
     if corral {
         h.extend([
@@ -316,9 +354,15 @@ pub fn sweep_table(rows: &[SweepRow], corral: bool, linux: bool) -> Table {
     if linux {
         h.extend(["L achieved", "L p50", "L p99", "L p99.9", "L batch"]);
     }
+    if dedicated {
+        h.extend(["D p50", "D p99", "D p99.9"]);
+    }
     h.extend(["bound p99.9", "2x bound"]);
     if corral && linux {
         h.push("C/L p99.9");
+    }
+    if corral && dedicated {
+        h.push("C/D p99.9");
     }
     h.push("flags");
     let flags_col = h.len() - 1;
@@ -352,10 +396,22 @@ pub fn sweep_table(rows: &[SweepRow], corral: bool, linux: bool) -> Table {
                 None => row.extend((0..5).map(|_| dash())),
             }
         }
+        if dedicated {
+            match &r.dedicated {
+                Some(d) => row.extend([fmt_us(d.p50_ns), fmt_us(d.p99_ns), tail_cell(d)]),
+                None => row.extend((0..3).map(|_| dash())),
+            }
+        }
         row.push(fmt_opt_us(r.bound_p999_ns));
         row.push(fmt_opt_us(r.bound_p999_ns.map(|b| 2 * b)));
         if corral && linux {
             row.push(r.ratio_p999.map_or_else(dash, |x| format!("{x:.2}")));
+        }
+        if corral && dedicated {
+            row.push(
+                r.ratio_dedicated_p999
+                    .map_or_else(dash, |x| format!("{x:.2}")),
+            );
         }
         row.push(r.flags.join("; "));
         t.push(row);
@@ -391,13 +447,16 @@ pub enum Target {
     TwiceBoundP999,
     /// Corral's batch job does at least as many units per second as Linux's.
     BatchAtLeastLinux,
+    /// Corral p99.9 at most 1.5 times the dedicated-core floor's.
+    NearDedicatedP999,
 }
 
 impl Target {
-    pub const ALL: [Target; 3] = [
+    pub const ALL: [Target; 4] = [
         Target::HalfOfLinuxP999,
         Target::TwiceBoundP999,
         Target::BatchAtLeastLinux,
+        Target::NearDedicatedP999,
     ];
 
     pub fn title(self) -> &'static str {
@@ -405,6 +464,7 @@ impl Target {
             Target::HalfOfLinuxP999 => "C p99.9 <= 0.5x L p99.9",
             Target::TwiceBoundP999 => "C p99.9 <= 2x bound",
             Target::BatchAtLeastLinux => "C batch >= L batch",
+            Target::NearDedicatedP999 => "C p99.9 <= 1.5x D p99.9",
         }
     }
 }
@@ -425,7 +485,7 @@ fn tail_text(t: Option<u64>) -> String {
     )
 }
 
-/// The three targets at every load up to `max_load`. Latency comparisons use the p99.9 with
+/// The targets at every load up to `max_load`. Latency comparisons use the p99.9 with
 /// losses counted ([`tail_p999_ns`]); batch compares units per second, the same work in both
 /// systems.
 pub fn check_targets(rows: &[SweepRow], max_load: f64) -> Vec<Check> {
@@ -433,8 +493,29 @@ pub fn check_targets(rows: &[SweepRow], max_load: f64) -> Vec<Check> {
     for r in rows.iter().filter(|r| r.load <= max_load + 1e-9) {
         let c = r.corral.as_ref();
         let l = r.linux.as_ref();
+        let d = r.dedicated.as_ref();
         for target in Target::ALL {
             let (verdict, detail) = match target {
+                Target::NearDedicatedP999 => match (c, d) {
+                    (Some(c), Some(d)) => {
+                        // Within 1.5x, in integers: 2c <= 3d. A floor that lost requests
+                        // bounds nothing; a Corral that did is over any finite floor.
+                        let ok = match (c.tail_p999_ns, d.tail_p999_ns) {
+                            (Some(c), Some(d)) => 2 * c <= 3 * d,
+                            (Some(_), None) => true,
+                            (None, _) => false,
+                        };
+                        (
+                            if ok { Verdict::Met } else { Verdict::Missed },
+                            format!(
+                                "{} vs 1.5x {}",
+                                tail_text(c.tail_p999_ns),
+                                tail_text(d.tail_p999_ns)
+                            ),
+                        )
+                    }
+                    _ => (Verdict::NotMeasured, "needs Corral and dedicated".into()),
+                },
                 Target::HalfOfLinuxP999 => match (c, l) {
                     (Some(c), Some(l)) => {
                         let ok = match (c.tail_p999_ns, l.tail_p999_ns) {
@@ -617,13 +698,14 @@ fn sys_csv(c: Option<&Cols>) -> Vec<String> {
 /// One CSV row per load point, both systems side by side.
 pub fn sweep_csv(rows: &[SweepRow]) -> String {
     let mut headers: Vec<String> = vec!["load".into(), "rate_rps".into()];
-    for sys in [System::Corral, System::Linux] {
+    for sys in [System::Corral, System::Linux, System::Dedicated] {
         headers.extend(SYS_CSV.iter().map(|h| format!("{}_{h}", sys.name())));
     }
     headers.extend([
         "bound_p999_us".into(),
         "bound_2x_p999_us".into(),
         "corral_over_linux_p999".into(),
+        "corral_over_dedicated_p999".into(),
         "flags".into(),
     ]);
     let body: Vec<Vec<String>> = rows
@@ -632,15 +714,102 @@ pub fn sweep_csv(rows: &[SweepRow]) -> String {
             let mut row = vec![format!("{}", r.load), format!("{:.1}", r.rate_rps)];
             row.extend(sys_csv(r.corral.as_ref()));
             row.extend(sys_csv(r.linux.as_ref()));
+            row.extend(sys_csv(r.dedicated.as_ref()));
             row.push(opt(r.bound_p999_ns.map(us_num)));
             row.push(opt(r.bound_p999_ns.map(|b| us_num(2 * b))));
             row.push(opt(r.ratio_p999.map(|x| format!("{x:.4}"))));
+            row.push(opt(r.ratio_dedicated_p999.map(|x| format!("{x:.4}"))));
             row.push(r.flags.join("; "));
             row
         })
         .collect();
     let h: Vec<&str> = headers.iter().map(String::as_str).collect();
     csv(&h, &body)
+}
+
+/// The median split of the requests above p99 and above p99.9, per system and load, in µs:
+/// where the slowest requests' time went. `from` is the fastest of them (the quantile itself);
+/// `unsplit` counts answered requests whose stamps were missing or bad.
+pub fn tail_split_table(runs: &[SystemRun]) -> Table {
+    let mut h = vec!["system", "load", "tail", "requests", "from"];
+    h.extend(Stage::ALL.iter().map(|s| s.title()));
+    h.push("unsplit");
+    let mut t = Table::new(&h).left_align(0).left_align(2);
+    for r in runs {
+        for p in &r.points {
+            let tail = &p.summary.tail;
+            for (label, split) in [(">p99", tail.above_p99), (">p99.9", tail.above_p999)] {
+                let mut row = vec![r.system.title().to_owned(), fmt_pct(p.load), label.into()];
+                match split {
+                    Some(TailSplit {
+                        requests,
+                        threshold_ns,
+                        median,
+                        ..
+                    }) => {
+                        row.push(requests.to_string());
+                        row.push(fmt_us(threshold_ns));
+                        row.extend(Stage::ALL.iter().map(|&s| fmt_us(median.get(s))));
+                    }
+                    None => row.extend((0..2 + Stage::ALL.len()).map(|_| "-".to_owned())),
+                }
+                row.push(tail.unsplit.to_string());
+                t.push(row);
+            }
+        }
+    }
+    t
+}
+
+/// Per system and load: CPU time lost to the host machine (iokerneld's loop gaps on its own
+/// CPU; steal on iokerneld's or the load generator's CPU and on the application CPU) and
+/// kthreads demoted for ignoring a preemption.
+pub fn lost_cpu_table(runs: &[SystemRun]) -> Table {
+    let mut t = Table::new(&[
+        "system",
+        "load",
+        "iokerneld gaps",
+        "gap ms",
+        "steal iok/gen CPU ms",
+        "steal app CPU ms",
+        "demotions",
+    ])
+    .left_align(0);
+    let dash = || "-".to_owned();
+    for r in runs {
+        for p in &r.points {
+            let mut row = vec![r.system.title().to_owned(), fmt_pct(p.load)];
+            match p.iokerneld_stalls {
+                Some([n, ns]) => {
+                    row.push(n.to_string());
+                    row.push(format!("{:.1}", ns as f64 / 1e6));
+                }
+                None => row.extend([dash(), dash()]),
+            }
+            match p.steal {
+                Some(s) => {
+                    row.push(format!("{:.0}", s.iokernel_cpu_ms));
+                    row.push(format!("{:.0}", s.app_cpu_ms));
+                }
+                None => row.extend([dash(), dash()]),
+            }
+            row.push(p.demotions.as_ref().map_or_else(dash, |d| {
+                let by: Vec<String> = d
+                    .by_runtime
+                    .iter()
+                    .filter(|(_, n)| **n > 0)
+                    .map(|(name, n)| format!("{name} {n}"))
+                    .collect();
+                if by.is_empty() {
+                    d.total.to_string()
+                } else {
+                    format!("{} ({})", d.total, by.join(", "))
+                }
+            }));
+            t.push(row);
+        }
+    }
+    t
 }
 
 /// The interval sweep: p99.9 per interval, then batch fraction and reallocations per interval.
@@ -952,8 +1121,8 @@ pub fn burst_csv(b: &Burst) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::results::{BatchAlone, Window};
-    use corral_loadgen::Percentiles;
+    use crate::results::{BatchAlone, CpuSteal, Demotions, Window};
+    use corral_loadgen::{Percentiles, Split, TailReport};
     use std::collections::BTreeMap;
 
     fn summary(p50: u64, p999: u64, sent: u64, lost: u64) -> Summary {
@@ -986,6 +1155,7 @@ mod tests {
             lateness: Percentiles::default(),
             fell_behind: false,
             fell_behind_reason: None,
+            tail: TailReport::default(),
         }
     }
 
@@ -1003,6 +1173,8 @@ mod tests {
             windows: Vec::new(),
             interference: Vec::new(),
             foreign_cpus: None,
+            steal: None,
+            demotions: None,
             raw: serde_json::Value::Null,
         }
     }
@@ -1079,12 +1251,24 @@ mod tests {
                 ),
             ],
         );
+        let dedicated = run(
+            System::Dedicated,
+            vec![
+                // Corral's 80 us is within 1.5x of 60 us.
+                point(0.1, summary(10_000, 60_000, 10_000, 0), None, None),
+                // 150 us (but lost) against 90 us.
+                point(0.5, summary(15_000, 90_000, 50_000, 0), None, None),
+            ],
+        );
         let bounds = [bound(0.1, 77_000), bound(0.5, 140_000), bound(0.9, 690_000)];
         sweep_rows(
             &[0.1, 0.5, 0.9],
             &[10_000.0, 50_000.0, 90_000.0],
-            Some(&corral),
-            Some(&linux),
+            SweepRuns {
+                corral: Some(&corral),
+                linux: Some(&linux),
+                dedicated: Some(&dedicated),
+            },
             &bounds,
         )
     }
@@ -1132,6 +1316,14 @@ mod tests {
             r[2].flags
         );
         assert!(r[2].flags.contains(&"L lost 9000/90000".to_string()));
+        // The floor has no batch job, which is not flagged; a point it lacks is.
+        assert!(r[2].flags.contains(&"D not measured".to_string()));
+        assert!(
+            !r[0].flags.iter().any(|f| f.starts_with('D')),
+            "{:?}",
+            r[0].flags
+        );
+        assert_eq!(r[0].ratio_dedicated_p999, Some(80.0 / 60.0));
         assert_eq!(r[1].bound_p999_ns, Some(140_000));
         let mut p = point(0.1, summary(1, 1, 10, 0), Some(1.0), Some(1.0));
         p.foreign_cpus = Some(0.3);
@@ -1160,7 +1352,7 @@ mod tests {
 
     #[test]
     fn sweep_table_shows_every_column_and_flag() {
-        let text = sweep_table(&rows(), true, true).render();
+        let text = sweep_table(&rows(), true, true, true).render();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 2 + 3, "{text}");
         assert!(
@@ -1168,24 +1360,30 @@ mod tests {
             "{text}"
         );
         assert!(lines[0].contains("C/L p99.9") && lines[0].contains("2x bound"));
-        // 10%: Corral 80 us, Linux 2000 us, bound 77 and 154 us, ratio 0.04.
+        assert!(lines[0].contains("D p99.9") && lines[0].contains("C/D p99.9"));
+        // 10%: Corral 80 us, Linux 2000 us, floor 60 us, bound 77 and 154 us, ratios 0.04
+        // and 1.33.
         for cell in [
-            "10%", "10000", "80.0", "2000", "77.0", "154", "0.04", "0.88", "0.85", "1234",
+            "10%", "10000", "80.0", "2000", "60.0", "77.0", "154", "0.04", "1.33", "0.88", "0.85",
+            "1234",
         ] {
             assert!(lines[2].contains(cell), "{cell} missing: {}", lines[2]);
         }
         assert!(lines[3].contains(">150 lost"), "{}", lines[3]);
         assert!(lines[3].ends_with("C lost 250/50000"), "{}", lines[3]);
         // Only one system: its columns alone, no ratio.
-        let only = sweep_table(&rows(), true, false).render();
-        assert!(!only.contains("L p99.9") && !only.contains("C/L"), "{only}");
+        let only = sweep_table(&rows(), true, false, false).render();
+        assert!(
+            !only.contains("L p99.9") && !only.contains("C/L") && !only.contains("D p99.9"),
+            "{only}"
+        );
     }
 
     #[test]
     fn targets_are_checked_honestly() {
         let checks = check_targets(&rows(), 0.8);
-        // Two loads up to 80%, three targets each.
-        assert_eq!(checks.len(), 6);
+        // Two loads up to 80%, four targets each.
+        assert_eq!(checks.len(), 8);
         let at = |load: f64, t: Target| {
             checks
                 .iter()
@@ -1200,15 +1398,24 @@ mod tests {
         assert_eq!(at(0.5, Target::HalfOfLinuxP999), Verdict::Missed);
         assert_eq!(at(0.5, Target::TwiceBoundP999), Verdict::Missed);
         assert_eq!(at(0.5, Target::BatchAtLeastLinux), Verdict::Missed);
+        // 80 us within 1.5x of 60 us; a Corral that lost requests is not near any floor.
+        assert_eq!(at(0.1, Target::NearDedicatedP999), Verdict::Met);
+        assert_eq!(at(0.5, Target::NearDedicatedP999), Verdict::Missed);
         let text = render_checks(&checks);
+        assert!(
+            text.contains("C p99.9 <= 1.5x D p99.9: met at 1 of 2 points"),
+            "{text}"
+        );
+        assert!(text.contains("met (80.0 us vs 1.5x 60.0 us)"), "{text}");
         assert!(
             text.contains("met at 1 of 2 points; MISSED at 50%"),
             "{text}"
         );
-        // Without Linux, the comparisons are not measured rather than met.
+        // Without Linux and the floor, the comparisons are not measured rather than met.
         let mut only = rows();
         for r in &mut only {
             r.linux = None;
+            r.dedicated = None;
         }
         let c = check_targets(&only, 0.8);
         assert!(
@@ -1216,6 +1423,21 @@ mod tests {
                 .filter(|c| c.target != Target::TwiceBoundP999)
                 .all(|c| c.verdict == Verdict::NotMeasured)
         );
+        // Exactly 1.5x passes; a nanosecond more does not.
+        let mut edge = rows();
+        edge.truncate(1);
+        let c = edge[0].corral.as_mut().unwrap();
+        c.tail_p999_ns = Some(90_000);
+        let verdict = |rows: &[SweepRow]| {
+            check_targets(rows, 0.8)
+                .into_iter()
+                .find(|c| c.target == Target::NearDedicatedP999)
+                .unwrap()
+                .verdict
+        };
+        assert_eq!(verdict(&edge), Verdict::Met);
+        edge[0].corral.as_mut().unwrap().tail_p999_ns = Some(90_001);
+        assert_eq!(verdict(&edge), Verdict::Missed);
     }
 
     #[test]
@@ -1246,6 +1468,9 @@ mod tests {
         let header: Vec<&str> = lines[0].split(',').collect();
         assert_eq!(header[0], "load");
         assert!(header.contains(&"corral_p999_us") && header.contains(&"linux_batch_fraction"));
+        assert!(
+            header.contains(&"dedicated_p999_us") && header.contains(&"corral_over_dedicated_p999")
+        );
         for l in &lines[1..] {
             // Flags hold no commas here, so a plain split counts the fields.
             assert_eq!(l.split(',').count(), header.len(), "{l}");
@@ -1254,6 +1479,104 @@ mod tests {
             lines[1].starts_with("0.1,10000.0,10000.0,12.000,40.000,80.000,80.000,"),
             "{}",
             lines[1]
+        );
+    }
+
+    #[test]
+    fn tail_split_table_shows_each_stage_of_the_slowest_requests() {
+        let split = |queue_ns| Split {
+            send_late_ns: 300,
+            deliver_ns: 4_500,
+            queue_ns,
+            service_ns: 12_000,
+            return_ns: 1_250,
+        };
+        let mut p = point(0.5, summary(1, 1, 10_000, 0), None, None);
+        p.summary.tail = TailReport {
+            split: 9_990,
+            unsplit: 10,
+            unstamped: 10,
+            out_of_order: Default::default(),
+            above_p99: Some(TailSplit {
+                quantile: 0.99,
+                requests: 100,
+                threshold_ns: 95_000,
+                median: split(80_000),
+            }),
+            above_p999: None,
+        };
+        let corral = run(System::Corral, vec![p]);
+        let text = tail_split_table(&[corral]).render();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2 + 2, "{text}");
+        for h in [
+            "system",
+            "requests",
+            "from",
+            "send-late",
+            "deliver+wake",
+            "queue",
+            "service",
+            "return",
+            "unsplit",
+        ] {
+            assert!(lines[0].contains(h), "{h}: {text}");
+        }
+        let cells: Vec<&str> = lines[2].split_whitespace().collect();
+        assert_eq!(
+            cells,
+            vec![
+                "Corral", "50%", ">p99", "100", "95.0", "0.30", "4.50", "80.0", "12.0", "1.25",
+                "10"
+            ],
+            "{text}"
+        );
+        // A tail that was not kept is shown as such, not as zeros.
+        let cells: Vec<&str> = lines[3].split_whitespace().collect();
+        assert_eq!(
+            cells,
+            vec![
+                "Corral", "50%", ">p99.9", "-", "-", "-", "-", "-", "-", "-", "10"
+            ],
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn lost_cpu_table_shows_gaps_steal_and_demotions() {
+        let mut c = point(0.2, summary(1, 1, 100, 0), None, None);
+        c.iokerneld_stalls = Some([3, 4_500_000]);
+        c.steal = Some(CpuSteal {
+            iokernel_cpu_ms: 20.0,
+            app_cpu_ms: 130.0,
+        });
+        c.demotions = Some(Demotions {
+            total: 2,
+            by_runtime: [("batch".to_owned(), 2), ("spin".to_owned(), 0)].into(),
+        });
+        let mut l = point(0.2, summary(1, 1, 100, 0), None, None);
+        l.iokerneld_stalls = None;
+        l.steal = Some(CpuSteal {
+            iokernel_cpu_ms: 0.0,
+            app_cpu_ms: 10.0,
+        });
+        let text =
+            lost_cpu_table(&[run(System::Corral, vec![c]), run(System::Linux, vec![l])]).render();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].contains("steal app CPU ms") && lines[0].contains("demotions"));
+        let corral: Vec<&str> = lines[2].split_whitespace().collect();
+        assert_eq!(
+            corral,
+            vec![
+                "Corral", "20%", "3", "4.5", "20", "130", "2", "(batch", "2)"
+            ],
+            "{text}"
+        );
+        let linux: Vec<&str> = lines[3].split_whitespace().collect();
+        assert_eq!(
+            linux,
+            vec!["Linux", "20%", "-", "-", "0", "10", "-"],
+            "{text}"
         );
     }
 

@@ -15,6 +15,9 @@ pub enum System {
     /// Spin on a Linux UDP socket, batch as Linux threads at SCHED_IDLE, load from
     /// `corral-loadgen-linux` over loopback.
     Linux,
+    /// Spin alone on Corral with a spinning kthread on a guaranteed core, no batch job: the
+    /// kernel-bypass floor that wastes the core whenever the server is idle.
+    Dedicated,
 }
 
 impl System {
@@ -22,6 +25,7 @@ impl System {
         match self {
             System::Corral => "corral",
             System::Linux => "linux",
+            System::Dedicated => "dedicated",
         }
     }
 
@@ -29,6 +33,16 @@ impl System {
         match self {
             System::Corral => "Corral",
             System::Linux => "Linux",
+            System::Dedicated => "Dedicated",
+        }
+    }
+
+    /// The one-letter prefix of its table columns.
+    pub fn letter(self) -> &'static str {
+        match self {
+            System::Corral => "C",
+            System::Linux => "L",
+            System::Dedicated => "D",
         }
     }
 }
@@ -46,8 +60,9 @@ impl std::str::FromStr for System {
         match s.trim().to_ascii_lowercase().as_str() {
             "corral" => Ok(System::Corral),
             "linux" => Ok(System::Linux),
+            "dedicated" => Ok(System::Dedicated),
             _ => Err(format!(
-                "invalid system = {s}: expected `corral` or `linux`"
+                "invalid system = {s}: expected `corral`, `linux` or `dedicated`"
             )),
         }
     }
@@ -95,8 +110,33 @@ pub struct Point {
     /// (0.25 = a quarter of one CPU): other work on a machine the experiment should own.
     #[serde(default)]
     pub foreign_cpus: Option<f64>,
+    /// Time the host machine took from the two CPUs during the point (steal).
+    #[serde(default)]
+    pub steal: Option<CpuSteal>,
+    /// Kthreads demoted during the point for ignoring a preemption (Corral).
+    #[serde(default)]
+    pub demotions: Option<Demotions>,
     /// Everything the generator reported, as it reported it.
     pub raw: serde_json::Value,
+}
+
+/// CPU time the host machine (the hypervisor) ran something else while this guest's CPU
+/// wanted to run: the steal column of `/proc/stat`, in its 10 ms ticks, over a point.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CpuSteal {
+    /// iokerneld's CPU (Corral), or the load generator's (Linux).
+    pub iokernel_cpu_ms: f64,
+    /// The CPU the spin server (and the batch job) run on.
+    pub app_cpu_ms: f64,
+}
+
+/// Demotions during a point: kthreads that ignored a preemption and were demoted.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Demotions {
+    /// iokerneld's global counter.
+    pub total: u64,
+    /// Per runtime, by name (only runtimes registered at both ends of the point).
+    pub by_runtime: BTreeMap<String, u64>,
 }
 
 /// The batch job alone on the application core (the server idle).

@@ -6,9 +6,12 @@
 //!   `iokerneld gen` run, which makes iokerneld itself play the schedule onto its RX path.
 //! - Linux: `spin` on a loopback UDP socket and `batch` threads at SCHED_IDLE, both pinned to the
 //!   application CPU; each point is one `corral-loadgen-linux` run pinned to the other CPU.
+//! - Dedicated: Corral's setup with `spin` holding the application CPU as a guaranteed core
+//!   with a spinning kthread, and no batch job: the floor a core-wasting kernel-bypass server
+//!   sets.
 //!
-//! Both keep the batch job running across all points, and measure its throughput over each
-//! point's window from its report stream.
+//! Corral and Linux keep the batch job running across all points, and measure its throughput
+//! over each point's window from its report stream.
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, UdpSocket};
@@ -24,7 +27,7 @@ use crate::cli::Plan;
 use crate::error::{Error, Result};
 use crate::procs::{self, Proc, Spec};
 use crate::report::fmt_pct;
-use crate::results::{BatchAlone, Point, System, Window};
+use crate::results::{BatchAlone, Demotions, Point, System, Window};
 
 /// Sibling executables.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -50,7 +53,7 @@ impl Bins {
             (&bins.spin, "corral-app-spin"),
             (&bins.batch, "corral-app-batch"),
         ];
-        if systems.contains(&System::Corral) {
+        if systems.contains(&System::Corral) || systems.contains(&System::Dedicated) {
             need.push((&bins.iokerneld, "corral-iokerneld"));
         }
         if systems.contains(&System::Linux) {
@@ -256,19 +259,79 @@ pub struct Corral<'e> {
     env: &'e Env,
     pub interval_us: u64,
     // Stopped in this order on drop: the runtimes before the daemon they registered with.
-    batch: Proc,
-    reader: BatchReader,
+    /// The batch job and its report reader; `None` for the dedicated floor.
+    batch: Option<(Proc, BatchReader)>,
     spin: Proc,
     iokerneld: Proc,
     tag: String,
 }
 
+/// iokerneld's command line: its CPU, the application CPU to manage, the control socket, the
+/// generator as its NIC, the allocation interval, and `--handover` only when the plan names a
+/// mode (so that a daemon without that option still runs the demo).
+fn iokerneld_args(plan: &Plan, socket: &str, interval_us: u64) -> Vec<String> {
+    let mut args: Vec<String> = vec![
+        "--core".into(),
+        plan.iokernel_cpu.to_string(),
+        "--managed-cores".into(),
+        plan.app_cpu.to_string(),
+        "--socket".into(),
+        socket.into(),
+        "--nic".into(),
+        "gen".into(),
+        "--interval-us".into(),
+        interval_us.to_string(),
+        "--log-level".into(),
+        "warn".into(),
+    ];
+    if let Some(mode) = plan.handover {
+        args.extend(["--handover".into(), mode.name().into()]);
+    }
+    args
+}
+
+/// The demotion counters of an `iokerneld stats` dump: global, and by runtime name.
+fn demotion_counters(stats: &serde_json::Value) -> Option<(u64, BTreeMap<String, u64>)> {
+    let total = stats["global"]["demotions"].as_u64()?;
+    let by_runtime = stats["runtimes"]
+        .as_array()?
+        .iter()
+        .filter_map(|r| Some((r["name"].as_str()?.to_owned(), r["demotions"].as_u64()?)))
+        .collect();
+    Some((total, by_runtime))
+}
+
+/// Demotions between two `iokerneld stats` dumps; runtimes registered at both.
+pub fn demotions_between(
+    before: &serde_json::Value,
+    after: &serde_json::Value,
+) -> Option<Demotions> {
+    let (t0, r0) = demotion_counters(before)?;
+    let (t1, r1) = demotion_counters(after)?;
+    Some(Demotions {
+        total: t1.saturating_sub(t0),
+        by_runtime: r1
+            .into_iter()
+            .filter_map(|(name, n1)| {
+                let n0 = *r0.get(&name)?;
+                Some((name, n1.saturating_sub(n0)))
+            })
+            .collect(),
+    })
+}
+
 impl<'e> Corral<'e> {
     /// Starts iokerneld, then spin (and waits until it registered), then batch (and waits for
-    /// its first report), then checks that spin answers a short generated load.
-    pub fn start(env: &'e Env, interval_us: u64) -> Result<Corral<'e>> {
+    /// its first report), then checks that spin answers a short generated load. `dedicated`:
+    /// spin holds the application CPU as a guaranteed core with a spinning kthread, and no
+    /// batch job runs.
+    pub fn start(env: &'e Env, interval_us: u64, dedicated: bool) -> Result<Corral<'e>> {
         let plan = &env.plan;
-        let tag = format!("corral-{interval_us}us");
+        let tag = if dedicated {
+            format!("dedicated-{interval_us}us")
+        } else {
+            format!("corral-{interval_us}us")
+        };
         if env.socket.exists() {
             if daemon_stats(&env.bins.iokerneld, &env.socket).is_ok() {
                 return Err(Error::msg(format!(
@@ -288,20 +351,7 @@ impl<'e> Corral<'e> {
         let mut spec = Spec::new(
             "iokerneld",
             &env.bins.iokerneld,
-            vec![
-                "--core".into(),
-                plan.iokernel_cpu.to_string(),
-                "--managed-cores".into(),
-                plan.app_cpu.to_string(),
-                "--socket".into(),
-                socket.clone(),
-                "--nic".into(),
-                "gen".into(),
-                "--interval-us".into(),
-                interval_us.to_string(),
-                "--log-level".into(),
-                "warn".into(),
-            ],
+            iokerneld_args(plan, &socket, interval_us),
             env.log(&format!("{tag}-iokerneld")),
         );
         spec.stop_signal = libc::SIGTERM;
@@ -343,38 +393,50 @@ impl<'e> Corral<'e> {
                     .into_iter()
                     .flatten(),
             )
+            .chain(
+                dedicated
+                    .then(|| ["--spinning".into(), "1".into()])
+                    .into_iter()
+                    .flatten(),
+            )
             .collect(),
             env.log(&format!("{tag}-spin")),
         ))?;
         wait_registered(env, "spin", &mut [&mut iokerneld, &mut spin])?;
 
-        let (batch, reader) = start_batch(
-            env,
-            &format!("{tag}-batch"),
-            &[
-                "--runtime",
-                "corral",
-                "--iokerneld",
-                &socket,
-                "--kthreads",
-                "1",
-            ],
-        )?;
+        let batch = if dedicated {
+            None
+        } else {
+            Some(start_batch(
+                env,
+                &format!("{tag}-batch"),
+                &[
+                    "--runtime",
+                    "corral",
+                    "--iokerneld",
+                    &socket,
+                    "--kthreads",
+                    "1",
+                ],
+            )?)
+        };
         let mut me = Corral {
             env,
             interval_us,
             batch,
-            reader,
             spin,
             iokerneld,
             tag,
         };
-        let now = env.clock.now_s();
-        me.reader.wait_past(now, START_TIMEOUT, || {
-            me.batch.check_running()?;
-            me.spin.check_running()?;
-            me.iokerneld.check_running()
-        })?;
+        if let Some((batch, reader)) = me.batch.as_mut() {
+            let now = env.clock.now_s();
+            let (spin, iokerneld) = (&mut me.spin, &mut me.iokerneld);
+            reader.wait_past(now, START_TIMEOUT, || {
+                batch.check_running()?;
+                spin.check_running()?;
+                iokerneld.check_running()
+            })?;
+        }
         me.probe()?;
         Ok(me)
     }
@@ -382,17 +444,20 @@ impl<'e> Corral<'e> {
     pub fn alive(&mut self) -> Result<()> {
         self.iokerneld.check_running()?;
         self.spin.check_running()?;
-        self.batch.check_running()
+        match self.batch.as_mut() {
+            Some((batch, _)) => batch.check_running(),
+            None => Ok(()),
+        }
     }
 
     pub fn commands(&self) -> BTreeMap<String, Vec<String>> {
         [
-            ("iokerneld", &self.iokerneld),
-            ("spin", &self.spin),
-            ("batch", &self.batch),
+            ("iokerneld", Some(&self.iokerneld)),
+            ("spin", Some(&self.spin)),
+            ("batch", self.batch.as_ref().map(|b| &b.0)),
         ]
         .into_iter()
-        .map(|(n, p)| (n.to_owned(), p.spec.command_line()))
+        .filter_map(|(n, p)| Some((n.to_owned(), p?.spec.command_line())))
         .collect()
     }
 
@@ -522,8 +587,12 @@ impl<'e> Corral<'e> {
         let command: Vec<String> = std::iter::once(self.env.bins.iokerneld.display().to_string())
             .chain(args.iter().cloned())
             .collect();
+        let stats_before = self.daemon_stats().ok();
         let started = self.env.clock.now_s();
         let mut raw = self.run_gen_raw(args, &json, total_secs)?;
+        let demotions = stats_before
+            .zip(self.daemon_stats().ok())
+            .and_then(|(a, b)| demotions_between(&a, &b));
         let parsed: GenResult = serde_json::from_value(raw.clone()).map_err(|e| {
             Error::msg(format!(
                 "cannot read iokerneld gen's result {}: {e}",
@@ -534,20 +603,16 @@ impl<'e> Corral<'e> {
         if let Some(obj) = raw.as_object_mut() {
             obj.remove("windows");
         }
-        let batch = {
-            let Corral {
-                env,
-                reader,
-                batch,
-                spin,
-                iokerneld,
-                ..
-            } = self;
-            point_batch(env, reader, started, total_secs, alone, || {
-                iokerneld.check_running()?;
-                spin.check_running()?;
-                batch.check_running()
-            })?
+        let batch = match self.batch.as_mut() {
+            Some((batch, reader)) => {
+                let (env, spin, iokerneld) = (self.env, &mut self.spin, &mut self.iokerneld);
+                point_batch(env, reader, started, total_secs, alone, || {
+                    iokerneld.check_running()?;
+                    spin.check_running()?;
+                    batch.check_running()
+                })?
+            }
+            None => PointBatch::default(),
         };
         Ok(Point {
             load,
@@ -565,19 +630,19 @@ impl<'e> Corral<'e> {
             windows: parsed.windows,
             interference: Vec::new(),
             foreign_cpus: None,
+            steal: None,
+            demotions,
             raw,
         })
     }
 
+    /// The batch job's throughput with the server idle; an error for the dedicated floor,
+    /// which has no batch job.
     pub fn batch_alone(&mut self) -> Result<BatchAlone> {
-        let Corral {
-            env,
-            reader,
-            batch,
-            spin,
-            iokerneld,
-            ..
-        } = self;
+        let Some((batch, reader)) = self.batch.as_mut() else {
+            return Err(Error::msg("the dedicated floor runs no batch job"));
+        };
+        let (env, spin, iokerneld) = (self.env, &mut self.spin, &mut self.iokerneld);
         measure_alone(env, reader, || {
             iokerneld.check_running()?;
             spin.check_running()?;
@@ -812,6 +877,8 @@ impl<'e> Linux<'e> {
             windows: Vec::new(),
             interference: Vec::new(),
             foreign_cpus: None,
+            steal: None,
+            demotions: None,
             raw,
         })
     }
@@ -823,23 +890,26 @@ fn probe_udp(addr: SocketAddr, spin: &mut Proc) -> Result<()> {
         .map_err(|e| Error::msg(format!("cannot open a UDP socket to probe spin: {e}")))?;
     sock.set_read_timeout(Some(Duration::from_millis(100)))
         .map_err(|e| Error::msg(format!("probe socket: {e}")))?;
-    let mut req = [0u8; 64];
-    Message {
+    let mut req = [0u8; corral_loadgen::wire::HEADER_LEN];
+    let probe = Message {
         id: 1,
         scheduled_send_ns: 0,
         service_ns: 1_000,
         client: 0,
-    }
-    .encode(&mut req)
-    .map_err(|e| Error::msg(format!("probe request: {e}")))?;
+        sent_ns: 0,
+    };
+    probe
+        .encode(&mut req)
+        .map_err(|e| Error::msg(format!("probe request: {e}")))?;
     let end = Instant::now() + START_TIMEOUT;
     let mut buf = [0u8; 256];
     while Instant::now() < end {
         procs::check_interrupt()?;
         spin.check_running()?;
         let _ = sock.send_to(&req, addr);
+        // The answer is the request with the server's stamps filled in.
         if let Ok((n, _)) = sock.recv_from(&mut buf)
-            && buf[..n] == req[..]
+            && Message::decode(&buf[..n]) == Ok(probe)
         {
             return Ok(());
         }
@@ -867,6 +937,52 @@ mod tests {
         assert_eq!(spin_calibration(&log), Some(312.5));
         std::fs::write(&log, "something else\n").unwrap();
         assert_eq!(spin_calibration(&log), None);
+    }
+
+    #[test]
+    fn handover_reaches_iokerneld_only_when_asked_for() {
+        use clap::Parser;
+        let plan = |extra: &[&str]| {
+            let mut v = vec!["corral-demo"];
+            v.extend_from_slice(extra);
+            crate::cli::Args::try_parse_from(v).unwrap().plan().unwrap()
+        };
+        let args = iokerneld_args(&plan(&[]), "/run/x.sock", 5);
+        assert!(!args.iter().any(|a| a == "--handover"), "{args:?}");
+        assert!(args.windows(2).any(|w| w == ["--interval-us", "5"]));
+        for mode in ["local", "remote"] {
+            let args = iokerneld_args(&plan(&["--handover", mode]), "/run/x.sock", 5);
+            assert!(
+                args.windows(2).any(|w| w == ["--handover", mode]),
+                "{args:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn demotions_are_the_counters_difference() {
+        let before = serde_json::json!({
+            "global": {"demotions": 3},
+            "runtimes": [{"name": "spin", "demotions": 1}, {"name": "batch", "demotions": 2}],
+        });
+        let after = serde_json::json!({
+            "global": {"demotions": 7},
+            "runtimes": [
+                {"name": "spin", "demotions": 1},
+                {"name": "batch", "demotions": 5},
+                {"name": "late", "demotions": 1},
+            ],
+        });
+        let d = demotions_between(&before, &after).unwrap();
+        assert_eq!(d.total, 4);
+        assert_eq!(
+            d.by_runtime.into_iter().collect::<Vec<_>>(),
+            vec![("batch".to_owned(), 3), ("spin".to_owned(), 0)]
+        );
+        assert_eq!(
+            demotions_between(&before, &serde_json::json!({"global": {}})),
+            None
+        );
     }
 
     #[test]

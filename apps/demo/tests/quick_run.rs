@@ -1,4 +1,5 @@
-//! The runner end to end: a `--quick` run of both systems produces well-formed results, a
+//! The runner end to end: a `--quick` run of all three systems produces well-formed results
+//! (the tail's split and the dedicated floor among them), a
 //! Ctrl-C stops every process it started, and missing binaries are named. These start
 //! iokerneld, so they need root and CPUs 0 and 1, like the demo itself.
 
@@ -116,7 +117,7 @@ fn processes_mentioning(needle: &str) -> Vec<String> {
 }
 
 #[test]
-fn quick_run_of_both_systems_writes_well_formed_results() {
+fn quick_run_of_all_systems_writes_well_formed_results() {
     let bins = require_binaries();
     let _cpu = CPU.lock().unwrap_or_else(|e| e.into_inner());
     let out = tempfile::tempdir().unwrap();
@@ -136,16 +137,23 @@ fn quick_run_of_both_systems_writes_well_formed_results() {
         "a quick run took {:?}",
         started.elapsed()
     );
-    // Progress for each system and point, then the table and the target checks.
+    // Progress for each system and point, then the tables and the target checks.
     for want in [
         "== Corral",
         "== Linux",
+        "== Dedicated",
         "C p99.9",
         "L p99.9",
+        "D p99.9",
+        "C/D p99.9",
         "bound p99.9",
         "C p99.9 <= 0.5x L p99.9",
         "C p99.9 <= 2x bound",
         "C batch >= L batch",
+        "C p99.9 <= 1.5x D p99.9",
+        "Tail split",
+        "steal app CPU ms",
+        "demotions",
         "results.json",
     ] {
         assert!(stdout.contains(want), "{want:?} missing from:\n{stdout}");
@@ -167,13 +175,51 @@ fn quick_run_of_both_systems_writes_well_formed_results() {
         .iter()
         .map(|s| s["system"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["corral", "linux"]);
+    assert_eq!(names, ["corral", "linux", "dedicated"]);
+    let split_header = stdout
+        .lines()
+        .find(|l| l.starts_with("system") && l.contains("send-late"))
+        .unwrap_or_else(|| panic!("no tail split table in:\n{stdout}"));
+    for column in [
+        "tail",
+        "requests",
+        "from",
+        "deliver+wake",
+        "queue",
+        "service",
+        "return",
+        "unsplit",
+    ] {
+        assert!(split_header.contains(column), "{column}: {split_header}");
+    }
+    // Every point's tail split, in the table: one row above p99 and one above p99.9 for each
+    // system and load, each with its five stages.
+    let split_rows = stdout
+        .lines()
+        .filter(|l| l.contains(" >p99 ") || l.contains(" >p99.9 "))
+        .count();
+    assert_eq!(split_rows, 2 * 3 * loads.len(), "{stdout}");
     for s in systems {
         let name = s["system"].as_str().unwrap();
-        assert!(
-            s["batch_alone"]["units_per_s"].as_f64().unwrap() > 0.0,
-            "{name}"
-        );
+        let dedicated = name == "dedicated";
+        if dedicated {
+            assert!(s["batch_alone"].is_null(), "{name}");
+            assert!(s["commands"]["batch"].is_null(), "{name}");
+            assert!(
+                s["commands"]["spin"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|a| a == "--spinning"),
+                "{name}: {}",
+                s["commands"]
+            );
+        } else {
+            assert!(
+                s["batch_alone"]["units_per_s"].as_f64().unwrap() > 0.0,
+                "{name}"
+            );
+        }
         assert!(s["commands"]["spin"].as_array().is_some(), "{name}");
         let points = s["points"].as_array().unwrap();
         assert_eq!(points.len(), loads.len(), "{name}");
@@ -191,23 +237,55 @@ fn quick_run_of_both_systems_writes_well_formed_results() {
             for field in ["p50_ns", "p99_ns", "p999_ns"] {
                 assert!(summary["latency"][field].as_u64().unwrap() > 0, "{field}");
             }
-            assert!(p["batch_units_per_s"].as_f64().is_some(), "{name}: {p}");
-            assert!(p["batch_fraction"].as_f64().is_some(), "{name}");
+            assert_eq!(
+                p["batch_units_per_s"].as_f64().is_some(),
+                !dedicated,
+                "{name}: {p}"
+            );
+            assert_eq!(p["batch_fraction"].as_f64().is_some(), !dedicated, "{name}");
             assert!(!p["command"].as_array().unwrap().is_empty());
             assert!(p["raw"].is_object());
+            // Every answer carried the server's stamps on the generator's clock, so every
+            // matched request's latency was split, and the tail's split was kept.
+            let tail = &summary["tail"];
+            assert_eq!(
+                tail["split"], summary["matched"],
+                "{name} at {load}: {tail}"
+            );
+            assert_eq!(
+                tail["unsplit"].as_u64(),
+                Some(0),
+                "{name} at {load}: {tail}"
+            );
+            for key in ["above_p99", "above_p999"] {
+                let t = &tail[key];
+                assert!(t["requests"].as_u64().unwrap() >= 1, "{name} {key}: {tail}");
+                // The service stage is the requested work: at least a fraction of a µs.
+                assert!(
+                    t["median"]["service_ns"].as_u64().unwrap() > 0,
+                    "{name} {key}: {tail}"
+                );
+            }
+            // Steal on both CPUs, every system.
+            for cpu in ["iokernel_cpu_ms", "app_cpu_ms"] {
+                assert!(p["steal"][cpu].as_f64().unwrap() >= 0.0, "{name}: {p}");
+            }
         }
-        if name == "corral" {
+        if name != "linux" {
             assert!(s["commands"]["iokerneld"].as_array().is_some());
             for p in points {
                 assert!(p["reallocations_per_s"].as_f64().is_some(), "{p}");
                 assert!(!p["windows"].as_array().unwrap().is_empty());
+                assert!(p["demotions"]["total"].as_u64().is_some(), "{p}");
+                assert!(p["iokerneld_stalls"].as_array().is_some(), "{p}");
             }
         }
     }
+    assert!(json["plan"]["handover"].is_null(), "{}", json["plan"]);
     assert_eq!(json["bounds"].as_array().unwrap().len(), 2);
     assert_eq!(json["rows"].as_array().unwrap().len(), 2);
-    // Three targets at each load up to 80%.
-    assert_eq!(json["checks"].as_array().unwrap().len(), 6);
+    // Four targets at each load up to 80%.
+    assert_eq!(json["checks"].as_array().unwrap().len(), 8);
 
     let csv = std::fs::read_to_string(out.path().join("results.csv")).unwrap();
     let lines: Vec<&str> = csv.lines().collect();

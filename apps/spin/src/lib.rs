@@ -7,6 +7,8 @@
 
 use std::time::Instant;
 
+use corral_loadgen::wire::{Message, ServerStamps};
+
 /// Iterations of [`burn`] per microsecond on this machine.
 #[derive(Clone, Copy, Debug)]
 pub struct Calibration {
@@ -48,16 +50,25 @@ pub fn burn(iterations: u64) -> f64 {
     x
 }
 
-/// Handles one request: decodes it, burns its service time, and returns whether to echo it.
-/// Malformed requests are not answered.
-pub fn serve(calibration: &Calibration, request: &[u8]) -> bool {
-    match corral_loadgen::wire::Message::decode(request) {
-        Ok(message) => {
-            std::hint::black_box(burn(calibration.iterations(message.service_ns)));
-            true
-        }
-        Err(_) => false,
-    }
+/// Handles one request, which the server got at `received_ns` (`CLOCK_MONOTONIC`): decodes
+/// it, burns its service time, stamps the receipt, service start and service end into it, and
+/// returns whether to echo it. Malformed requests are not answered.
+pub fn serve(calibration: &Calibration, request: &mut [u8], received_ns: u64) -> bool {
+    let Ok(message) = Message::decode(request) else {
+        return false;
+    };
+    let start_ns = corral::now_ns();
+    std::hint::black_box(burn(calibration.iterations(message.service_ns)));
+    let stamps = ServerStamps {
+        received_ns,
+        start_ns,
+        end_ns: corral::now_ns(),
+    };
+    // Stamps that cannot be written (a receipt time from a clock that is not
+    // CLOCK_MONOTONIC, or a wait of over 4 s) leave the area empty: the response still
+    // counts, and the generator counts it as unsplit.
+    let _ = stamps.write(request);
+    true
 }
 
 #[cfg(test)]
@@ -84,16 +95,30 @@ mod tests {
         let c = Calibration {
             iterations_per_us: 1.0,
         };
-        assert!(!serve(&c, b"not a request"));
-        let mut buf = [0u8; 64];
-        corral_loadgen::wire::Message {
+        assert!(!serve(&c, &mut b"not a request".to_vec(), corral::now_ns()));
+    }
+
+    #[test]
+    fn a_served_request_carries_the_servers_times() {
+        let c = Calibration::measure();
+        let request = Message {
             id: 7,
             scheduled_send_ns: 1,
-            service_ns: 1000,
+            service_ns: 50_000,
             client: 3,
-        }
-        .encode(&mut buf)
-        .unwrap();
-        assert!(serve(&c, &buf));
+            sent_ns: 2,
+        };
+        let mut buf = [0u8; 64];
+        request.encode(&mut buf).unwrap();
+        let received_ns = corral::now_ns();
+        assert!(serve(&c, &mut buf, received_ns));
+        let after = corral::now_ns();
+        // The request itself is echoed unchanged.
+        assert_eq!(Message::decode(&buf), Ok(request));
+        let s = ServerStamps::read(&buf).unwrap();
+        assert_eq!(s.received_ns, received_ns);
+        assert!(s.start_ns >= received_ns && s.end_ns <= after, "{s:?}");
+        // The work is calibrated, not timed, so only a generous lower bound holds.
+        assert!(s.end_ns - s.start_ns >= 10_000, "{s:?}");
     }
 }

@@ -101,7 +101,8 @@ fn serve_linux(args: &Args, calibration: Calibration) {
         let Ok((n, from)) = socket.recv_from(&mut buf) else {
             continue;
         };
-        if serve(&calibration, &buf[..n]) {
+        let received_ns = corral::now_ns();
+        if serve(&calibration, &mut buf[..n], received_ns) {
             let _ = socket.send_to(&buf[..n], from);
         }
     }
@@ -131,8 +132,8 @@ fn serve_corral(args: &Args, calibration: Calibration) {
     });
     let addr = args.addr;
     rt.block_on(move || {
-        let _server = corral::net::UdpSpawner::bind(addr, move |request, _from, reply| {
-            if serve(&calibration, &request) {
+        let _server = corral::net::UdpSpawner::bind(addr, move |mut request, _from, reply| {
+            if serve(&calibration, &mut request, reply.received_ns()) {
                 let _ = reply.send(&request);
             }
         })

@@ -5,7 +5,7 @@ use std::net::UdpSocket;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use corral_loadgen::wire::Message;
+use corral_loadgen::wire::{Message, ServerStamps};
 
 struct Kill(std::process::Child);
 
@@ -38,6 +38,7 @@ fn a_request_is_served_and_echoed() {
         scheduled_send_ns: 5,
         service_ns: 10_000,
         client: 1,
+        sent_ns: 0,
     }
     .encode(&mut request)
     .unwrap();
@@ -53,6 +54,15 @@ fn a_request_is_served_and_echoed() {
         }
     }
     let n = answered.expect("the spin server never answered");
-    assert_eq!(&buf[..n], &request[..], "the echo is the request");
-    assert_eq!(Message::decode(&buf[..n]).unwrap().id, 42);
+    // The echo is the request with the server's stamps filled in.
+    assert_eq!(n, request.len());
+    assert_eq!(
+        Message::decode(&buf[..n]).unwrap(),
+        Message::decode(&request).unwrap()
+    );
+    let s = ServerStamps::read(&buf[..n]).expect("the server stamps its answers");
+    assert!(
+        s.received_ns <= s.start_ns && s.start_ns < s.end_ns,
+        "{s:?}"
+    );
 }

@@ -50,7 +50,7 @@ pub struct GenArgs {
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub seed: u64,
 
-    /// Bytes of each request's UDP payload (36 to 1472).
+    /// Bytes of each request's UDP payload (64 to 1472).
     #[arg(long, value_name = "BYTES", default_value_t = 64)]
     pub payload: usize,
 

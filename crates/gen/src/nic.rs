@@ -13,15 +13,19 @@
 //! milliseconds after the run is accepted, so that the requests are not late because of the
 //! setup. Latency counts from each request's *scheduled* time (echoed back in the payload), so
 //! a generator that falls behind shows up as latency and in the send lateness, never as
-//! requests silently not sent. Building and recording allocate nothing: every table is sized
-//! from the schedule's bound when the run starts.
+//! requests silently not sent. Each request also carries its actual send time on
+//! `CLOCK_MONOTONIC` and comes back with the server's stamps, so that a response's latency
+//! splits into its stages (corral_loadgen's `split`). Building and recording allocate nothing:
+//! every table is sized from the schedule's bound when the run starts.
 
 use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4};
 
-use corral_loadgen::recorder::{ResponseRecorder, SendRecorder, new_histogram, summarize};
+use corral_loadgen::recorder::{Outcome, ResponseRecorder, SendRecorder, new_histogram, summarize};
+use corral_loadgen::split::Unsplit;
+use corral_loadgen::wire::ServerStamps;
 use corral_loadgen::{
-    AdherencePolicy, Message, PhasedSchedule, Request, RunInfo, Summary, WindowReport,
+    AdherencePolicy, Message, PhasedSchedule, Request, RunInfo, Summary, Timeline, WindowReport,
     WindowedLatency,
 };
 use corral_wire::frame::UDP_PAYLOAD_OFFSET;
@@ -384,7 +388,7 @@ impl Run {
             if let Some(w) = self.windows.as_mut() {
                 w.record_scheduled(req.send_ns);
             }
-            match self.build(buf, &req) {
+            match self.build(buf, &req, now) {
                 Some(len) => {
                     out.commit(len);
                     frames += 1;
@@ -413,11 +417,16 @@ impl Run {
         (frames, bytes)
     }
 
-    /// Writes request `req` as a whole frame into `buf`; returns its length.
+    /// Writes request `req`, sent at `now`, as a whole frame into `buf`; returns its length.
     #[inline]
-    fn build(&mut self, buf: &mut [u8], req: &Request) -> Option<usize> {
+    fn build(&mut self, buf: &mut [u8], req: &Request, now: u64) -> Option<usize> {
         let payload = buf.get_mut(UDP_PAYLOAD_OFFSET..UDP_PAYLOAD_OFFSET + self.payload)?;
-        Message::from(req).encode(payload).ok()?;
+        Message {
+            sent_ns: now,
+            ..Message::from(req)
+        }
+        .encode(payload)
+        .ok()?;
         self.frame.ident = self.frame.ident.wrapping_add(1);
         let ports = UdpHeader {
             src_port: client_port(req.client),
@@ -432,16 +441,47 @@ impl Run {
     fn record(&mut self, port: u16, payload: &[u8], now: u64) {
         let at = now.saturating_sub(self.start_ns);
         match Message::decode(payload) {
+            // Sent before this run started: a late echo of an earlier run's request, whose id
+            // this run may reuse. Its echoed times are on that run's clock.
+            Ok(m) if m.sent_ns < self.start_ns => self.responses.record_stale(),
             // An echo to another client's port was damaged or misdirected on the way.
             Ok(m) if client_port(m.client) == port => {
                 let outcome = self
                     .responses
                     .record_response(m.id, m.scheduled_send_ns, at);
+                if let Outcome::Matched { latency_ns } = outcome {
+                    self.record_split(&m, payload, now, latency_ns);
+                }
                 if let Some(w) = self.windows.as_mut() {
                     w.record_outcome(m.scheduled_send_ns, outcome);
                 }
             }
             _ => self.responses.record_malformed(),
+        }
+    }
+}
+
+impl Run {
+    /// Splits a matched response's latency: its schedule time is on the run's clock, every
+    /// other instant on `CLOCK_MONOTONIC`.
+    #[inline]
+    fn record_split(&mut self, m: &Message, payload: &[u8], seen_ns: u64, latency_ns: u64) {
+        let split = ServerStamps::read(payload)
+            .map_err(|_| Unsplit::Unstamped)
+            .and_then(|stamps| {
+                Timeline::of_response(
+                    self.start_ns,
+                    m.scheduled_send_ns,
+                    m.sent_ns,
+                    stamps,
+                    seen_ns,
+                )
+                .split()
+                .map_err(|e| Unsplit::OutOfOrder(e.stage))
+            });
+        match split {
+            Ok(split) => self.responses.record_split(latency_ns, split),
+            Err(why) => self.responses.record_unsplit(why),
         }
     }
 }
@@ -860,6 +900,77 @@ mod tests {
         assert_eq!(cost.timed_responses, 14);
         assert!(cost.ns_per_request > 0.0);
         assert_eq!(g.gen_counters().ignored, 1);
+    }
+
+    #[test]
+    fn stamped_responses_split_their_latency_on_one_clock() {
+        let mut g = Gen::new(GEN_IP, 24);
+        g.start(&spec_with_grace(1_000.0), TARGET_MAC).unwrap();
+        // Run on the real clock: the schedule started 10 ms ago, so all 100 requests are due.
+        let start = now_ns() - 10_000_000;
+        let run = g.run.as_mut().unwrap();
+        run.start_ns = start;
+        run.next_due_ns = run.due_ns();
+        let sent_at = now_ns();
+        let mut requests = poll(&mut g, sent_at);
+        requests.remove(0); // the announcement
+        assert_eq!(requests.len(), 100);
+        for f in &requests {
+            let m = Message::decode(&f[UDP_PAYLOAD_OFFSET..]).unwrap();
+            assert_eq!(m.sent_ns, sent_at, "requests carry their actual send time");
+        }
+        // A server that got each request after it was sent, and finished before it answered;
+        // request 3's stamps are damaged on the way back, request 4 comes back unstamped.
+        for f in &requests[1..] {
+            let id = Message::decode(&f[UDP_PAYLOAD_OFFSET..]).unwrap().id;
+            let received_ns = now_ns();
+            let stamps = ServerStamps {
+                received_ns,
+                start_ns: received_ns + 1,
+                end_ns: now_ns().max(received_ns + 1),
+            };
+            g.send(&echo(f, |p| match id {
+                4 => {}
+                3 => {
+                    stamps.write(p).unwrap();
+                    p[50] ^= 1;
+                }
+                _ => stamps.write(p).unwrap(),
+            }))
+            .unwrap();
+        }
+        // A late echo of an earlier run's request 0 (sent before this run started) is not
+        // taken for this run's request 0, which is still unanswered.
+        let mut stale = Message::decode(&requests[0][UDP_PAYLOAD_OFFSET..]).unwrap();
+        assert_eq!(stale.id, 0);
+        stale.sent_ns = start - 1;
+        let first = requests.remove(0);
+        g.send(&echo(&first, |p| stale.encode(p).unwrap())).unwrap();
+        assert!(!g.run.as_ref().unwrap().responses.is_answered(0));
+        g.send(&echo(&first, |p| {
+            let received_ns = now_ns();
+            ServerStamps {
+                received_ns,
+                start_ns: received_ns + 1,
+                end_ns: now_ns().max(received_ns + 1),
+            }
+            .write(p)
+            .unwrap()
+        }))
+        .unwrap();
+        let run = g.take_finished(u64::MAX).unwrap();
+        let (s, _, _) = run.finish(&AdherencePolicy::default());
+        assert_eq!(s.matched, 100);
+        assert_eq!(s.unknown, 1);
+        assert_eq!((s.tail.split, s.tail.unsplit, s.tail.unstamped), (98, 2, 2));
+        let p99 = s.tail.above_p99.unwrap();
+        assert_eq!(p99.requests, 1);
+        // The slowest request was the first, due at the schedule's start and sent at
+        // `sent_at`; the gaps add up to its latency.
+        let m = p99.median;
+        assert_eq!(m.send_late_ns, sent_at - start, "{m:?}");
+        assert_eq!(m.queue_ns, 1);
+        assert_eq!(m.total_ns(), p99.threshold_ns);
     }
 
     #[test]

@@ -70,7 +70,7 @@ pub struct GenSpec {
     pub clients: u32,
     /// Seed of the schedule (default 1).
     pub seed: u64,
-    /// Bytes of each request's UDP payload, 36 to 1472 (default 64).
+    /// Bytes of each request's UDP payload, 64 to 1472 (default 64).
     pub payload: usize,
     /// Milliseconds after the later of the last send and the end of the last phase that
     /// responses still count (default 100).

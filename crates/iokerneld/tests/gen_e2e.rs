@@ -44,11 +44,14 @@ impl Daemon {
         .expect("start a networked runtime under iokerneld");
         let calibration = Calibration::measure();
         let server = rt.block_on(move || {
-            UdpSpawner::bind(SocketAddrV4::new(ip, 5000), move |request, _from, reply| {
-                if serve(&calibration, &request) {
-                    let _ = reply.send(&request);
-                }
-            })
+            UdpSpawner::bind(
+                SocketAddrV4::new(ip, 5000),
+                move |mut request, _from, reply| {
+                    if serve(&calibration, &mut request, reply.received_ns()) {
+                        let _ = reply.send(&request);
+                    }
+                },
+            )
             .expect("bind the spin server")
         });
         (rt, server)
@@ -108,6 +111,13 @@ fn assert_all_matched(result: &GenResult, requests: u64) {
     assert_eq!(s.received, requests, "{s:?}");
     let p = s.latency;
     assert_eq!(p.count, requests);
+    // Every answer carries the server's stamps on the generator's clock: each latency splits.
+    assert_eq!(
+        (s.tail.split, s.tail.unsplit),
+        (requests, 0),
+        "{:?}",
+        s.tail
+    );
     assert!(p.min_ns > 0, "{p:?}");
     assert!(
         p.min_ns <= p.p50_ns

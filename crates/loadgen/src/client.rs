@@ -16,15 +16,17 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::recorder::Outcome;
 use crate::recorder::{
     AdherencePolicy, ResponseRecorder, RunInfo, SendRecorder, Summary, summarize,
 };
 use crate::schedule::ScheduleConfig;
-use crate::wire::{self, Message};
+use crate::split::{Timeline, Unsplit};
+use crate::wire::{self, Message, ServerStamps};
 
 /// How a run is set up.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -96,15 +98,35 @@ fn invalid(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> io::Error 
 /// What the sender stores when it could not play the schedule: the receiver stops at once.
 const SENDER_FAILED: u64 = u64::MAX;
 
-/// Time since the run's epoch, which both threads share.
+/// `CLOCK_MONOTONIC` in nanoseconds: the clock every process on the machine shares, which the
+/// servers stamp responses with.
+#[inline]
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec to a valid pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Time since the run's epoch (a `CLOCK_MONOTONIC` time), which both threads share.
 #[derive(Clone, Copy)]
-struct Clock(Instant);
+struct Clock {
+    epoch_ns: u64,
+}
 
 impl Clock {
     #[inline]
     fn now_ns(&self) -> u64 {
-        u64::try_from(Instant::now().saturating_duration_since(self.0).as_nanos())
-            .unwrap_or(u64::MAX)
+        monotonic_ns().saturating_sub(self.epoch_ns)
+    }
+
+    /// A time on this clock as a `CLOCK_MONOTONIC` time.
+    #[inline]
+    fn absolute(&self, at_ns: u64) -> u64 {
+        self.epoch_ns.saturating_add(at_ns)
     }
 }
 
@@ -114,7 +136,9 @@ pub fn run(cfg: &ClientConfig) -> io::Result<Summary> {
     let sockets = open_sockets(cfg)?;
     // Start a little in the future so that both threads are pinned and waiting when the first
     // request is due, instead of starting the run late.
-    let clock = Clock(Instant::now() + Duration::from_millis(20));
+    let clock = Clock {
+        epoch_ns: monotonic_ns() + Duration::from_millis(20).as_nanos() as u64,
+    };
     // 0 while sending; then 1 + the time of the last send, or SENDER_FAILED.
     let sender_done = Arc::new(AtomicU64::new(0));
 
@@ -219,9 +243,12 @@ fn send(
         for req in cfg.schedule.iter() {
             scheduled += 1;
             let now = wait_until(&clock, req.send_ns, !apart);
-            Message::from(&req)
-                .encode(&mut buf)
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+            Message {
+                sent_ns: clock.absolute(now),
+                ..Message::from(&req)
+            }
+            .encode(&mut buf)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
             let sock = &sockets[req.client as usize % sockets.len()];
             match sock.send(&buf) {
                 Ok(_) => rec.record_sent(req.send_ns, now),
@@ -328,6 +355,34 @@ fn receive(
     Ok(rec)
 }
 
+/// Splits a matched response's latency from its stamps and the client's own times.
+fn record_split(
+    rec: &mut ResponseRecorder,
+    clock: &Clock,
+    m: &Message,
+    payload: &[u8],
+    seen_ns: u64,
+    latency_ns: u64,
+) {
+    let split = ServerStamps::read(payload)
+        .map_err(|_| Unsplit::Unstamped)
+        .and_then(|stamps| {
+            Timeline::of_response(
+                clock.epoch_ns,
+                m.scheduled_send_ns,
+                m.sent_ns,
+                stamps,
+                clock.absolute(seen_ns),
+            )
+            .split()
+            .map_err(|e| Unsplit::OutOfOrder(e.stage))
+        });
+    match split {
+        Ok(split) => rec.record_split(latency_ns, split),
+        Err(why) => rec.record_unsplit(why),
+    }
+}
+
 /// Reads every datagram waiting on `fd` without blocking.
 fn drain(fd: RawFd, buf: &mut [u8], clock: &Clock, rec: &mut ResponseRecorder) -> io::Result<()> {
     loop {
@@ -345,9 +400,14 @@ fn drain(fd: RawFd, buf: &mut [u8], clock: &Clock, rec: &mut ResponseRecorder) -
             };
         }
         let now = clock.now_ns();
-        match Message::decode(&buf[..n as usize]) {
+        let payload = &buf[..n as usize];
+        match Message::decode(payload) {
             Ok(m) => {
-                rec.record_response(m.id, m.scheduled_send_ns, now);
+                if let Outcome::Matched { latency_ns } =
+                    rec.record_response(m.id, m.scheduled_send_ns, now)
+                {
+                    record_split(rec, clock, &m, payload, now, latency_ns);
+                }
             }
             Err(_) => rec.record_malformed(),
         }

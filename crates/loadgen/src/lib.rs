@@ -3,6 +3,9 @@
 //! - [`schedule`]: open-loop request schedules (Poisson or constant arrivals at a target rate,
 //!   many simulated clients, constant / exponential / bimodal service times), seeded and lazy.
 //! - [`wire`]: the fixed-size little-endian request payload that a spin server echoes back.
+//! - [`split`]: where one request's latency went: send lateness, delivery and wake, queueing,
+//!   service and return, from the generator's and the server's stamps on one clock.
+//! - [`tail`]: the median split of the requests above p99 and p99.9, kept in bounded memory.
 //! - [`recorder`]: latency from each request's scheduled send time (no coordinated omission),
 //!   loss and duplicate accounting, offered versus achieved rate, and schedule adherence.
 //! - [`phases`]: schedules made of phases at different rates played back to back, ids
@@ -47,6 +50,8 @@ pub mod phases;
 pub mod queueing;
 pub mod recorder;
 pub mod schedule;
+pub mod split;
+pub mod tail;
 pub mod windows;
 pub mod wire;
 
@@ -54,5 +59,7 @@ pub use phases::{Phase, PhasedSchedule, Phases, PhasesError};
 
 pub use recorder::{AdherencePolicy, Percentiles, Recorder, RunInfo, Summary};
 pub use schedule::{Arrivals, Request, Schedule, ScheduleConfig, ServiceDist};
+pub use split::{Split, Stage, Timeline};
+pub use tail::{TailReport, TailSplit};
 pub use windows::{WindowReport, WindowedLatency};
 pub use wire::Message;

@@ -19,6 +19,8 @@ use hdrhistogram::{Counter, Histogram};
 use serde::{Deserialize, Serialize};
 
 use crate::schedule::{NS_PER_SEC, ScheduleConfig};
+use crate::split::{Split, Unsplit};
+use crate::tail::{TailKeeper, TailReport};
 
 /// Smallest value the histograms tell apart from zero, in ns.
 pub const HIST_LOW_NS: u64 = 1;
@@ -159,12 +161,14 @@ pub struct ResponseRecorder {
     malformed: u64,
     late: u64,
     last_match_ns: u64,
+    /// The slowest matched requests' splits.
+    tail: TailKeeper,
 }
 
 impl ResponseRecorder {
     /// Accepts ids `first_id .. first_id + bound`; size it with
     /// [`ResponseRecorder::for_schedule`] to cover every request a schedule can make. Takes
-    /// `bound / 8` bytes.
+    /// `bound / 8` bytes, and 48 bytes per hundred for the slowest requests' splits.
     pub fn new(first_id: u64, bound: u64) -> Self {
         let words = usize::try_from(bound.div_ceil(64)).expect("id table fits in memory");
         ResponseRecorder {
@@ -180,6 +184,7 @@ impl ResponseRecorder {
             malformed: 0,
             late: 0,
             last_match_ns: 0,
+            tail: TailKeeper::for_requests(bound),
         }
     }
 
@@ -220,6 +225,32 @@ impl ResponseRecorder {
         let latency_ns = recv_ns.saturating_sub(scheduled_ns);
         self.latency.saturating_record(latency_ns);
         Outcome::Matched { latency_ns }
+    }
+
+    /// The split of a request [`record_response`](Self::record_response) just matched, with
+    /// the latency it returned.
+    #[inline]
+    pub fn record_split(&mut self, latency_ns: u64, split: Split) {
+        self.tail.offer(latency_ns, split);
+    }
+
+    /// A request just matched whose latency cannot be split, and why.
+    #[inline]
+    pub fn record_unsplit(&mut self, why: Unsplit) {
+        self.tail.note_unsplit(why);
+    }
+
+    /// The slowest requests' splits so far.
+    pub fn tail(&self) -> TailReport {
+        self.tail.report()
+    }
+
+    /// A response that belongs to another run (its request was sent before this run
+    /// started): counted as unknown, whatever its id.
+    #[inline]
+    pub fn record_stale(&mut self) {
+        self.received += 1;
+        self.unknown += 1;
     }
 
     /// Bytes that arrived but did not decode as a response.
@@ -315,6 +346,7 @@ pub struct Summary {
     /// Requests answered in time (the first response to each).
     pub matched: u64,
     pub duplicates: u64,
+    /// Responses to ids this run never scheduled, or to an earlier run's requests.
     pub unknown: u64,
     pub malformed: u64,
     /// Responses that arrived after the deadline.
@@ -331,6 +363,9 @@ pub struct Summary {
     pub fell_behind: bool,
     /// Why the generator is judged to have fallen behind, when it did.
     pub fell_behind_reason: Option<String>,
+    /// Where the time of the slowest requests went.
+    #[serde(default)]
+    pub tail: TailReport,
 }
 
 /// Combines both halves into a summary.
@@ -392,6 +427,7 @@ pub fn summarize(
         } else {
             Some(reasons.join("; "))
         },
+        tail: resp.tail(),
     }
 }
 

@@ -9,6 +9,8 @@ use std::thread;
 use std::time::Duration;
 
 use corral_loadgen::Message;
+use corral_loadgen::client::monotonic_ns;
+use corral_loadgen::wire::ServerStamps;
 use serde_json::Value;
 
 /// What the echo server does with each request.
@@ -19,6 +21,22 @@ enum Behaviour {
     DropTenth,
     /// Answers requests whose id is a multiple of 7 twice, and sends one stray datagram.
     DuplicateSeventh,
+    /// Holds each request for at least [`HELD_NS`], then works on it for at least
+    /// [`WORKED_NS`], stamping both, and answers; the stamps of request 5 are damaged.
+    Stamp,
+}
+
+const HELD_NS: u64 = 20_000;
+const WORKED_NS: u64 = 30_000;
+
+/// Spins until `CLOCK_MONOTONIC` reaches `until`; returns the time then.
+fn spin_until(until: u64) -> u64 {
+    loop {
+        let now = monotonic_ns();
+        if now >= until {
+            return now;
+        }
+    }
 }
 
 struct EchoServer {
@@ -38,11 +56,13 @@ impl EchoServer {
         let handle = thread::spawn(move || {
             let mut ids = Vec::new();
             let mut buf = [0u8; 2048];
+            let mut stamped = [0u8; 2048];
             let mut stray_sent = false;
             while !stop2.load(Ordering::Relaxed) {
                 let Ok((n, from)) = sock.recv_from(&mut buf) else {
                     continue;
                 };
+                let received_ns = monotonic_ns();
                 let req = &buf[..n];
                 let m = Message::decode(req).expect("client sends valid requests");
                 ids.push(m.id);
@@ -64,6 +84,23 @@ impl EchoServer {
                             sock.send_to(b"not a response", from).unwrap();
                             stray_sent = true;
                         }
+                    }
+                    Behaviour::Stamp => {
+                        let start_ns = spin_until(received_ns + HELD_NS);
+                        let end_ns = spin_until(start_ns + WORKED_NS);
+                        let out = &mut stamped[..n];
+                        out.copy_from_slice(req);
+                        ServerStamps {
+                            received_ns,
+                            start_ns,
+                            end_ns,
+                        }
+                        .write(out)
+                        .unwrap();
+                        if m.id == 5 {
+                            out[50] ^= 1;
+                        }
+                        sock.send_to(out, from).unwrap();
                     }
                 }
             }
@@ -178,6 +215,46 @@ fn duplicate_and_stray_responses_are_counted() {
     assert_eq!(u(&report, "duplicates"), doubled);
     assert_eq!(u(&report, "malformed"), 1);
     assert_eq!(u(&report, "received"), sent + doubled + 1);
+}
+
+#[test]
+fn the_tail_is_split_with_the_servers_stamps() {
+    let server = EchoServer::start(Behaviour::Stamp);
+    let report = run_client(server.port, &[]);
+    server.finish();
+    let sent = u(&report, "sent");
+    assert_eq!(u(&report, "matched"), sent);
+    let tail = &report["summary"]["tail"];
+    // Every response but the one with damaged stamps is split; that one still counts as
+    // matched.
+    assert_eq!(tail["split"].as_u64(), Some(sent - 1), "{tail}");
+    assert_eq!(tail["unsplit"].as_u64(), Some(1), "{tail}");
+    for key in ["above_p99", "above_p999"] {
+        let t = &tail[key];
+        let requests = t["requests"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{key}: {tail}"));
+        assert!(requests >= 1 && requests <= sent / 100 + 1, "{key}: {tail}");
+        let gap = |name: &str| t["median"][name].as_u64().unwrap();
+        // The server held and worked on every request at least this long; no gap is longer
+        // than the slowest latency (within the histogram's 0.1%).
+        assert!(gap("queue_ns") >= HELD_NS, "{key}: {tail}");
+        assert!(gap("service_ns") >= WORKED_NS, "{key}: {tail}");
+        assert!(
+            t["threshold_ns"].as_u64().unwrap() >= HELD_NS + WORKED_NS,
+            "{key}: {tail}"
+        );
+        let max = report["summary"]["latency"]["max_ns"].as_u64().unwrap();
+        for name in [
+            "send_late_ns",
+            "deliver_ns",
+            "queue_ns",
+            "service_ns",
+            "return_ns",
+        ] {
+            assert!(gap(name) <= max + max / 100, "{key} {name}: {tail}");
+        }
+    }
 }
 
 #[test]

@@ -25,6 +25,8 @@ pub const RECV_QUEUE_CAPACITY: usize = 1024;
 pub(crate) struct Datagram {
     pub payload: Vec<u8>,
     pub src: SocketAddrV4,
+    /// When the stack took the datagram in (`now_ns`, `CLOCK_MONOTONIC`).
+    pub received_ns: u64,
 }
 
 struct RecvQueue {
@@ -379,6 +381,7 @@ where
         stack,
         local,
         peer: d.src,
+        received_ns: d.received_ns,
     };
     crate::sched::uthread::Builder::new()
         .spawn_detached(move || handler(d.payload, d.src, reply))
@@ -396,6 +399,7 @@ pub struct UdpReply {
     stack: Arc<NetStack>,
     local: SocketAddrV4,
     peer: SocketAddrV4,
+    received_ns: u64,
 }
 
 impl UdpReply {
@@ -412,5 +416,11 @@ impl UdpReply {
 
     pub fn local_addr(&self) -> SocketAddrV4 {
         self.local
+    }
+
+    /// When the runtime's receive path took the datagram in, in [`crate::now_ns`] terms
+    /// (`CLOCK_MONOTONIC`): the time before the handler started is the datagram's wait for it.
+    pub fn received_ns(&self) -> u64 {
+        self.received_ns
     }
 }

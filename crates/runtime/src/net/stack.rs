@@ -524,6 +524,9 @@ impl NetStack {
         let datagram = Datagram {
             payload: udp.payload().to_vec(),
             src,
+            // Read here, per datagram: the receive path's own `now` is read once per ring
+            // drain, before frames that arrive while it drains.
+            received_ns: crate::timer::now_ns(),
         };
         if socket.deliver(datagram) {
             Ok(())

@@ -308,16 +308,25 @@ fn reply_without_a_buffer_is_counted() {
 fn udp_is_delivered_to_its_socket() {
     let (s, _) = stack();
     let sock = bind(&s, 7000);
+    let before = crate::timer::now_ns();
     assert_eq!(
         s.receive(&udp_from_peer(&s, 1234, 7000, b"hello"), T0),
         None
     );
+    let after = crate::timer::now_ns();
     let d = sock.recv(Some(u64::MAX)).unwrap();
+    // Stamped with the real clock when the stack took it in, whatever the caller's `now`.
+    assert!(
+        (before..=after).contains(&d.received_ns),
+        "{before} {} {after}",
+        d.received_ns
+    );
     assert_eq!(
         d,
         Datagram {
             payload: b"hello".to_vec(),
-            src: SocketAddrV4::new(PEER_IP, 1234)
+            src: SocketAddrV4::new(PEER_IP, 1234),
+            received_ns: d.received_ns,
         }
     );
     assert_eq!(
