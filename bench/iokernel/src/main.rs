@@ -169,7 +169,14 @@ fn raw_same_cpu_handover(samples: usize, cpu: usize) -> f64 {
     struct Side {
         turn: AtomicU32,
     }
-    let sides = Arc::new([Side { turn: AtomicU32::new(0) }, Side { turn: AtomicU32::new(0) }]);
+    let sides = Arc::new([
+        Side {
+            turn: AtomicU32::new(0),
+        },
+        Side {
+            turn: AtomicU32::new(0),
+        },
+    ]);
     let stamp = Arc::new(AtomicU64::new(0));
     let wait = |word: &AtomicU32| {
         while word.load(Ordering::Acquire) == 0 {
@@ -291,8 +298,7 @@ struct Daemon {
 
 impl Daemon {
     fn start(binary: &PathBuf, args: &Args, grace_us: u64, tag: &str) -> Daemon {
-        let dir =
-            std::env::temp_dir().join(format!("corral-bench-{}-{tag}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("corral-bench-{}-{tag}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let socket = dir.join("iokerneld.sock");
         let child = Command::new(binary)
@@ -381,7 +387,11 @@ fn iokerneld_wake(daemon: &Daemon, samples: usize, idle_us: u64) -> f64 {
 
 /// Starts CPU-bound uthreads on `batch` until `stop`; returns their shared progress counter
 /// (one unit per 200 steps). With `yield_steps`, each uthread yields every that many steps.
-fn start_batch(batch: &Runtime, stop: &Arc<AtomicBool>, yield_steps: Option<u64>) -> Arc<AtomicU64> {
+fn start_batch(
+    batch: &Runtime,
+    stop: &Arc<AtomicBool>,
+    yield_steps: Option<u64>,
+) -> Arc<AtomicU64> {
     let progress = Arc::new(AtomicU64::new(0));
     for _ in 0..2 {
         let (stop, progress) = (stop.clone(), progress.clone());
@@ -633,8 +643,13 @@ fn main() {
     let phase = |f: fn(&Preempt) -> f64| median_f64(&preempt.iter().map(f).collect::<Vec<_>>());
     let (signal_m, park_m, lc_wake_m) = (phase(|p| p.signal), phase(|p| p.park), phase(|p| p.wake));
     let rate = |r: &[Realloc]| median_f64(&r.iter().map(|r| r.per_second).collect::<Vec<_>>());
-    let lost =
-        |r: &[Realloc]| median_f64(&r.iter().map(|r| r.lost_per_round_trip_ns).collect::<Vec<_>>());
+    let lost = |r: &[Realloc]| {
+        median_f64(
+            &r.iter()
+                .map(|r| r.lost_per_round_trip_ns)
+                .collect::<Vec<_>>(),
+        )
+    };
     let (rate_m, coop_rate_m) = (rate(&realloc), rate(&coop_realloc));
     let (lost_m, coop_lost_m) = (lost(&realloc), lost(&coop_realloc));
     let round_trip_peer = raw_signal_m + 2.0 * raw_local_m;

@@ -19,10 +19,10 @@
 //! a helper that finds itself running while a kthread holds the core has been given a slice of
 //! CPU by Linux's fairness, not an idle core, and yields it back.
 
-#[cfg(loom)]
-use loom::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 #[cfg(not(loom))]
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+#[cfg(loom)]
+use loom::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// What the helper is doing, as the loop sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -551,7 +551,10 @@ fn handovers_keep_every_uthread(
             "only {done} of {target} hand-overs; statistics: {:#}",
             daemon.stats()
         );
-        assert!(!lc_done.is_finished(), "the latency-critical ledger filled up");
+        assert!(
+            !lc_done.is_finished(),
+            "the latency-critical ledger filled up"
+        );
     }
     stop.store(true, Ordering::Relaxed);
     wait_until("both runtimes to stop", Duration::from_secs(60), || {
@@ -601,7 +604,11 @@ fn cooperative_cedes_lose_no_uthread() {
         &["--cede-grace-us", "2000"],
         BatchKind::Yielding,
         HANDOVERS,
-        |d| d.runtime_stats("batch")["cedes_cooperative"].as_u64().unwrap(),
+        |d| {
+            d.runtime_stats("batch")["cedes_cooperative"]
+                .as_u64()
+                .unwrap()
+        },
     );
 }
 
@@ -658,13 +665,16 @@ fn the_helper_stays_off_a_busy_core() {
         .unwrap()
         .filter_map(|e| e.ok())
         .find(|e| {
-            std::fs::read_to_string(e.path().join("comm")).is_ok_and(|c| c.trim() == "corral-helper1")
+            std::fs::read_to_string(e.path().join("comm"))
+                .is_ok_and(|c| c.trim() == "corral-helper1")
         })
         .expect("iokerneld's helper thread of CPU 1")
         .path();
     let policy = std::fs::read_to_string(helper.join("sched")).unwrap();
     assert!(
-        policy.lines().any(|l| l.starts_with("policy") && l.trim_end().ends_with(" 5")),
+        policy
+            .lines()
+            .any(|l| l.starts_with("policy") && l.trim_end().ends_with(" 5")),
         "the helper is not SCHED_IDLE:\n{policy}"
     );
     let run_ns = || -> u64 {
@@ -683,7 +693,11 @@ fn the_helper_stays_off_a_busy_core() {
     wait_until("batch to start", Duration::from_secs(10), || {
         progress.load(Ordering::Relaxed) > 0
     });
-    let wakes = |d: &Daemon| d.stats()["global"]["handoff"][0]["local_wakes"].as_u64().unwrap();
+    let wakes = |d: &Daemon| {
+        d.stats()["global"]["handoff"][0]["local_wakes"]
+            .as_u64()
+            .unwrap()
+    };
     let (ran_before, wakes_before) = (run_ns(), wakes(&daemon));
     std::thread::sleep(Duration::from_secs(2));
     let (ran, woke) = (run_ns() - ran_before, wakes(&daemon) - wakes_before);
@@ -692,5 +706,8 @@ fn the_helper_stays_off_a_busy_core() {
     assert_eq!(woke, 0, "the helper woke kthreads while the core was busy");
     // A fair-share slice now and then is all Linux gives a SCHED_IDLE thread next to a busy
     // one (weight 3 against 1024): far under 1% of the two seconds.
-    assert!(ran < 20_000_000, "the helper ran {ran} ns of 2 s on a busy core");
+    assert!(
+        ran < 20_000_000,
+        "the helper ran {ran} ns of 2 s on a busy core"
+    );
 }

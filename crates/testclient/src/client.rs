@@ -51,7 +51,7 @@ impl std::str::FromStr for Mode {
             "idle" => Mode::Idle,
             "busy" => Mode::Busy,
             "block-sigusr1" => Mode::BlockSigusr1,
-"garbage" => Mode::Garbage,
+            "garbage" => Mode::Garbage,
             "scribble-cede" => Mode::ScribbleCede,
             "echo" => Mode::Net(NetMode::Echo),
             "ping" => Mode::Net(NetMode::Ping),

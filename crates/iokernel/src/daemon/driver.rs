@@ -99,7 +99,10 @@ impl CoreDriver {
 
     /// Each managed core's hand-over counters (empty with `handover = "remote"`).
     pub(super) fn handoff_stats(&self) -> Vec<HandoffStats> {
-        self.handoffs.as_ref().map(|h| h.stats()).unwrap_or_default()
+        self.handoffs
+            .as_ref()
+            .map(|h| h.stats())
+            .unwrap_or_default()
     }
 
     /// Sends the preemption signal to every kthread whose grace period ran out, and delivers
@@ -152,7 +155,10 @@ impl CoreDriver {
             }
             Err(e) => registry.mark_for_eviction(
                 runtime,
-                format!("cannot preempt kthread {}: tgkill(SIGUSR1) failed: {e}", kthread.0),
+                format!(
+                    "cannot preempt kthread {}: tgkill(SIGUSR1) failed: {e}",
+                    kthread.0
+                ),
             ),
         }
     }
@@ -619,7 +625,9 @@ fn wake(kt: &mut Kthread, cpu: usize) -> Result<(), String> {
         .push_control(Slot::value(Command::Grant, cpu as u64))
         .map_err(|_| "its ingress ring is full".to_owned())?;
     kt.view.publish_wake_sent(sys::now_ns());
-    kt.view.wake_word().fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    kt.view
+        .wake_word()
+        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     Ok(())
 }
 

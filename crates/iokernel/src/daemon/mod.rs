@@ -37,9 +37,9 @@ use corral_policy::{Policy, RuntimeId};
 use driver::CoreDriver;
 use registry::Registry;
 
+pub use handoff::HandoffStats;
 use net::Switch;
 pub use net::{CONTROL_RESERVE, MAX_FRAME, NetDrop, NetStats, TX_BURST};
-pub use handoff::HandoffStats;
 pub use stats::{GlobalStats, HandoverStats, NicStats, RuntimeNetStats, RuntimeStats, Stats};
 
 /// The wire form of a runtime id: slot in the low half, generation in the high half.
