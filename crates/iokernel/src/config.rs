@@ -658,6 +658,9 @@ mod tests {
         assert_eq!(config.interval_us, 5);
         assert_eq!(config.preemption_timeout_us, 10_000);
         assert_eq!(config.policy, "shenango");
+        assert_eq!(config.handover, Handover::Local);
+        assert_eq!(config.cede_grace_us, 0);
+        assert_eq!(config.helper_spin_max_us, 1000);
         assert_eq!(config.control_poll_us, 50);
         assert_eq!(config.log_level, LogLevel(log::LevelFilter::Info));
     }
@@ -680,6 +683,11 @@ mod tests {
         assert_eq!(config.managed_cores, vec![3]);
         assert_eq!(config.spare_cpus, vec![0, 2]);
         assert_eq!(config.interval_us, 7);
+        let file = parse_file("handover = \"remote\"\ncede_grace_us = 0\n").unwrap();
+        let mut a = args(sys.path());
+        a.cede_grace_us = Some(25);
+        let config = Config::merge(&file, &a).unwrap();
+        assert_eq!((config.handover, config.cede_grace_us), (Handover::Remote, 25));
     }
 
     #[test]
@@ -723,6 +731,16 @@ mod tests {
             "invalid policy = \"fifo\": unknown policy \"fifo\"; known policies: \"shenango\"",
         );
         check("socket = \"\"", "invalid socket");
+        check(
+            "handover = \"ipi\"",
+            "invalid handover = \"ipi\": expected local or remote",
+        );
+        check("cede_grace_us = -1", "invalid cede_grace_us = -1: must not be negative");
+        check(
+            "cede_grace_us = 2000000",
+            "invalid cede_grace_us = 2000000: must be at most 1000000",
+        );
+        check("helper_spin_max_us = 0", "invalid helper_spin_max_us = 0");
         check("interval = 5", "unknown field `interval`");
         check("interval_us = \"5\"", "interval_us");
         check(
