@@ -14,6 +14,8 @@ use corral_handoff::{Delivery, HelperState, Mailbox};
 
 const TARGET: u64 = 0x1000;
 
+// The loop's post and the helper's sleep race on one word; see the mailbox's documentation.
+
 /// The helper's loop, reduced to one look at the mailbox and then, finding nothing, the
 /// announcement that it sleeps (what it does once its spin budget runs out).
 fn helper(mailbox: &Mailbox, delivered: &AtomicUsize) -> bool {
@@ -22,11 +24,12 @@ fn helper(mailbox: &Mailbox, delivered: &AtomicUsize) -> bool {
         return false;
     }
     match mailbox.announce_sleep() {
-        Some(_) => {
+        Err(Some(_)) => {
             delivered.fetch_add(1, Ordering::SeqCst);
             false
         }
-        None => true,
+        Err(None) => unreachable!("nobody stops the helper here"),
+        Ok(_) => true,
     }
 }
 
@@ -46,7 +49,7 @@ fn every_post_is_delivered_once() {
         let slept = helper_thread.join().unwrap();
         // Exactly one side delivered, and a helper that went to sleep left the post to the
         // loop (otherwise nobody would ever wake the kthread).
-        assert_eq!(delivered.load(Ordering::SeqCst), 1);
+        assert_eq!(delivered.load(Ordering::SeqCst), 1, "slept {slept}, by loop {by_loop}");
         assert!(!slept || by_loop, "the helper slept on an undelivered post");
         if by_loop {
             // The loop delivered because the helper was asleep: it must find it so to wake it.

@@ -149,7 +149,7 @@ impl Handoffs {
                 h.loop_wakes += 1;
                 h.posted_at = None;
                 if h.mailbox.wake_helper() {
-                    sys::futex_wake_private(h.mailbox.helper_word());
+                    sys::futex_wake_private(h.mailbox.wakeup_word());
                 }
             }
         }
@@ -196,8 +196,10 @@ impl Handoffs {
 
 impl CoreHelper {
     fn stop(&mut self) {
-        self.mailbox.stop();
-        sys::futex_wake_private(self.mailbox.helper_word());
+        if let Some(post) = self.mailbox.stop() {
+            sys::futex_wake_shared(post);
+        }
+        sys::futex_wake_private(self.mailbox.wakeup_word());
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
@@ -255,20 +257,22 @@ fn helper_main(mailbox: &Mailbox, counters: &HelperCounters, spin_max_ns: u64) {
             }
             if now.saturating_sub(idle_since) > budget.limit_ns() {
                 match mailbox.announce_sleep() {
-                    Some(target) => {
+                    Err(Some(target)) => {
                         sys::futex_wake_shared(target);
                         counters.local_wakes.fetch_add(1, Ordering::Relaxed);
                     }
-                    None => {
+                    Err(None) => return,
+                    Ok(wakeups) => {
+                        counters.sleeps.fetch_add(1, Ordering::Relaxed);
+                        // The loop moves the word on after marking us watching: sleep only
+                        // while it has not.
+                        while mailbox.helper_state() == HelperState::Asleep
+                            && mailbox.wakeups() == wakeups
+                        {
+                            sys::futex_wait_private(mailbox.wakeup_word(), wakeups);
+                        }
                         if mailbox.helper_state() == HelperState::Stopping {
                             return;
-                        }
-                        counters.sleeps.fetch_add(1, Ordering::Relaxed);
-                        while mailbox.helper_state() == HelperState::Asleep {
-                            sys::futex_wait_private(
-                                mailbox.helper_word(),
-                                HelperState::Asleep as u32,
-                            );
                         }
                     }
                 }
