@@ -68,8 +68,8 @@ pub enum Command {
     /// belongs to iokerneld until the matching [`TxCompletion`](Command::TxCompletion).
     TxPacket = 0x0201,
 
-    /// Egress command. The kthread found no work and is about to block on its eventfd; its core
-    /// may go to someone else.
+    /// Egress command. The kthread found no work and is about to sleep on its wake word; its
+    /// core may go to someone else.
     Park = 0x0301,
     /// Egress command. The kthread parked because of [`Preempt`](Command::Preempt); the core is
     /// free now. Flag [`flags::HAS_WORK`]: it left runnable work behind, so the runtime still

@@ -2,7 +2,7 @@
 //! arrives whole or not at all).
 //!
 //! A runtime sends one [`Request::Register`] with its shared-memory region (a sealed memfd)
-//! and one eventfd per kthread attached as `SCM_RIGHTS`, in that order, and gets one
+//! attached as `SCM_RIGHTS`, the one descriptor a registration carries, and gets one
 //! [`Reply`]. It then keeps the connection open for as long as it lives: iokerneld takes the
 //! closing of the connection as the runtime's exit and reclaims its cores at once. Any client
 //! may instead send [`Request::Stats`] and get the daemon's counters as JSON text, or
@@ -20,14 +20,16 @@ use core::fmt;
 pub const CONTROL_MAGIC: u32 = u32::from_le_bytes(*b"CRLC");
 
 /// Bumped whenever any control message changes; iokerneld refuses any other version.
-pub const CONTROL_VERSION: u16 = 2;
+pub const CONTROL_VERSION: u16 = 3;
 
 /// Bytes of a runtime's name on the wire (UTF-8, padded with NULs).
 pub const NAME_LEN: usize = 32;
 
-/// Most kthreads one registration may carry: the kernel passes at most 253 descriptors in one
-/// message (`SCM_MAX_FD`), and one of them is the region.
-pub const MAX_REGISTER_KTHREADS: usize = 252;
+/// Most kthreads one registration may carry: as many as a region's layout has room for.
+pub const MAX_REGISTER_KTHREADS: usize = crate::MAX_KTHREADS;
+
+/// What a request other than a registration carries, for [`ControlError::Descriptors`].
+const NO_DESCRIPTORS: &str = "none: only a registration carries one";
 
 /// Bytes of the common message header.
 pub const HEADER_LEN: usize = 16;
@@ -159,9 +161,10 @@ impl Registration {
         self.tids.len()
     }
 
-    /// Descriptors that must accompany the message: the region, then one eventfd per kthread.
+    /// Descriptors that must accompany the message: the region alone, whatever the number of
+    /// kthreads (each sleeps on its wake word in the region).
     pub fn descriptor_count(&self) -> usize {
-        1 + self.tids.len()
+        1
     }
 
     /// Checks everything that does not need the descriptors or the daemon's state.
@@ -185,7 +188,7 @@ impl Registration {
         }
         let kthreads = self.tids.len();
         if kthreads == 0 || kthreads > MAX_REGISTER_KTHREADS {
-            return bad("kthreads", kthreads.to_string(), "1 to 252");
+            return bad("kthreads", kthreads.to_string(), "1 to 256");
         }
         if self.max_cores == 0 || usize::from(self.max_cores) > kthreads {
             return bad(
@@ -355,7 +358,7 @@ impl Request {
                     return Err(ControlError::BadField {
                         field: "kthreads",
                         value: kthreads.to_string(),
-                        expected: "1 to 252",
+                        expected: "1 to 256",
                     });
                 }
                 let expected_len = REGISTER_FIXED_LEN + 4 * kthreads;
@@ -384,6 +387,7 @@ impl Request {
                     return Err(ControlError::Descriptors {
                         expected: reg.descriptor_count(),
                         actual: descriptors,
+                        what: "the region",
                     });
                 }
                 Ok(Request::Register(reg))
@@ -400,6 +404,7 @@ impl Request {
                     return Err(ControlError::Descriptors {
                         expected: 0,
                         actual: descriptors,
+                        what: NO_DESCRIPTORS,
                     });
                 }
                 Ok(Request::Stats)
@@ -421,6 +426,7 @@ impl Request {
                     return Err(ControlError::Descriptors {
                         expected: 0,
                         actual: descriptors,
+                        what: NO_DESCRIPTORS,
                     });
                 }
                 Ok(Request::Gen {
@@ -531,7 +537,12 @@ pub enum ControlError {
         expected: &'static str,
     },
     /// The wrong number of descriptors came with the message.
-    Descriptors { expected: usize, actual: usize },
+    Descriptors {
+        expected: usize,
+        actual: usize,
+        /// What the expected descriptors are, for the error text.
+        what: &'static str,
+    },
 }
 
 impl fmt::Display for ControlError {
@@ -564,10 +575,13 @@ impl fmt::Display for ControlError {
                 value,
                 expected,
             } => write!(f, "invalid {field} = {value}: expected {expected}"),
-            ControlError::Descriptors { expected, actual } => write!(
+            ControlError::Descriptors {
+                expected,
+                actual,
+                what,
+            } => write!(
                 f,
-                "{actual} file descriptors came with the message: expected {expected} (the \
-                 region, then one eventfd per kthread)"
+                "{actual} file descriptors came with the message: expected {expected} ({what})"
             ),
         }
     }
@@ -640,7 +654,7 @@ mod tests {
         let request = Request::Register(registration());
         let bytes = request.encode();
         assert_eq!(bytes.len(), HEADER_LEN + REGISTER_FIXED_LEN + 8);
-        assert_eq!(Request::decode(&bytes, 3), Ok(request));
+        assert_eq!(Request::decode(&bytes, 1), Ok(request));
         assert_eq!(
             Request::decode(&Request::Stats.encode(), 0),
             Ok(Request::Stats)
@@ -866,7 +880,8 @@ mod tests {
             Request::decode(&bytes, 1),
             Err(ControlError::Descriptors {
                 expected: 0,
-                actual: 1
+                actual: 1,
+                what: NO_DESCRIPTORS,
             })
         );
         for len in 0..bytes.len() {
@@ -882,14 +897,26 @@ mod tests {
 
     #[test]
     fn descriptor_count_must_match() {
-        let bytes = Request::Register(registration()).encode();
-        assert_eq!(
-            Request::decode(&bytes, 1),
-            Err(ControlError::Descriptors {
-                expected: 3,
-                actual: 1
-            })
-        );
+        // However many kthreads it registers, a registration carries the region alone.
+        let reg = registration();
+        assert!(reg.kthreads() > 1);
+        let bytes = Request::Register(reg).encode();
+        assert!(Request::decode(&bytes, 1).is_ok());
+        for actual in [0, 2, 1 + registration().kthreads()] {
+            let err = Request::decode(&bytes, actual).unwrap_err();
+            assert_eq!(
+                err,
+                ControlError::Descriptors {
+                    expected: 1,
+                    actual,
+                    what: "the region",
+                }
+            );
+            assert_eq!(
+                err.to_string(),
+                format!("{actual} file descriptors came with the message: expected 1 (the region)")
+            );
+        }
         assert!(Request::decode(&Request::Stats.encode(), 1).is_err());
     }
 }

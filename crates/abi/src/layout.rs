@@ -804,7 +804,9 @@ mod tests {
         assert_eq!(err(&h), E::UnsupportedVersion { found: 1 });
         assert_eq!(
             err(&h).to_string(),
-            "header.version = 1: unsupported (this build speaks layout version 4)"
+            format!(
+                "header.version = 1: unsupported (this build speaks layout version {LAYOUT_VERSION})"
+            )
         );
 
         let mut h = base;

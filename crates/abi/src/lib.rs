@@ -14,7 +14,7 @@
 //!
 //! How the two sides reach each other is here too: the control messages ([`control`]) and
 //! their [`transport`] (the control socket, descriptor passing, the region's memfd and the
-//! kthreads' eventfds, and the checks iokerneld makes on each), as are the frame sizes both
+//! checks iokerneld makes on it), as are the frame sizes both
 //! sides must agree on ([`MAX_FRAME`], [`FRAME_CAPACITY`]).
 //!
 //! The rings ([`Producer`], [`Consumer`]) are single-producer single-consumer with 16-byte

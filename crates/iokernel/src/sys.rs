@@ -1,6 +1,6 @@
 //! Thin wrappers over the system calls iokerneld and its test client use, so that the rest of
 //! the crate deals in `io::Result`s. What travels between iokerneld and a runtime (the control
-//! socket, memfds, eventfds, the region mapping) is corral-abi's transport instead.
+//! socket, memfds, the region mapping) is corral-abi's transport instead.
 
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -437,8 +437,7 @@ fn malformed_registrations_are_refused_naming_the_problem() {
     let daemon = Daemon::start(&[]);
     let me = corral_iokernel::sys::gettid();
     let region = RegionFile::new(1, true).unwrap();
-    let eventfd = client::eventfd().unwrap();
-    let fds = [region.memfd.as_fd(), eventfd.as_fd()];
+    let fds = [region.memfd.as_fd()];
     let good = Request::Register(good_registration(vec![me])).encode();
 
     expect_refusal(
@@ -464,35 +463,54 @@ fn malformed_registrations_are_refused_naming_the_problem() {
     expect_refusal(
         &daemon,
         &good,
-        &fds[..1],
-        "1 file descriptors came with the message",
+        &[],
+        "0 file descriptors came with the message: expected 1 (the region)",
     );
+    // A descriptor beyond the region: refused, and iokerneld closes what came, so that once our
+    // own write end of the pipe is gone its read end sees end-of-file.
+    let (extra_read, extra_write) = std::io::pipe().unwrap();
+    expect_refusal(
+        &daemon,
+        &good,
+        &[region.memfd.as_fd(), extra_write.as_fd()],
+        "2 file descriptors came with the message: expected 1 (the region)",
+    );
+    drop(extra_write);
+    let mut readable = [rustix::event::PollFd::new(
+        &extra_read,
+        rustix::event::PollFlags::IN,
+    )];
+    let timeout = rustix::event::Timespec {
+        tv_sec: 10,
+        tv_nsec: 0,
+    };
+    assert_eq!(
+        rustix::event::poll(&mut readable, Some(&timeout)).unwrap(),
+        1,
+        "iokerneld kept the extra descriptor open"
+    );
+    let mut byte = [0u8; 1];
+    assert_eq!(std::io::Read::read(&mut &extra_read, &mut byte).unwrap(), 0);
 
     let unsealed = RegionFile::new(1, false).unwrap();
     expect_refusal(
         &daemon,
         &good,
-        &[unsealed.memfd.as_fd(), eventfd.as_fd()],
+        &[unsealed.memfd.as_fd()],
         "not sealed against shrinking",
     );
     let (pipe_read, _pipe_write) = std::io::pipe().unwrap();
     expect_refusal(
         &daemon,
         &good,
-        &[pipe_read.as_fd(), eventfd.as_fd()],
-        "descriptor 0 (the region): it is not a memfd",
-    );
-    expect_refusal(
-        &daemon,
-        &good,
-        &[region.memfd.as_fd(), pipe_read.as_fd()],
-        "descriptor 1 (eventfd of kthread 0): it is not an eventfd but pipe:",
+        &[pipe_read.as_fd()],
+        "descriptor 0 (the region): it is not a memfd that supports sealing (pipe:",
     );
     let two = RegionFile::new(2, true).unwrap();
     expect_refusal(
         &daemon,
         &good,
-        &[two.memfd.as_fd(), eventfd.as_fd()],
+        &[two.memfd.as_fd()],
         "kthreads = 2 but the registration has 1",
     );
     let other_process = Request::Register(good_registration(vec![1])).encode();
@@ -512,12 +530,11 @@ fn malformed_registrations_are_refused_naming_the_problem() {
         client::request(&daemon.socket, &guaranteed_too_much.encode(), &fds).unwrap();
     assert!(matches!(reply, Reply::Registered { .. }), "{reply:?}");
     let region2 = RegionFile::new(1, true).unwrap();
-    let eventfd2 = client::eventfd().unwrap();
     let bytes = Request::Register(good_registration(vec![me])).encode();
     expect_refusal(
         &daemon,
         &bytes,
-        &[region2.memfd.as_fd(), eventfd2.as_fd()],
+        &[region2.memfd.as_fd()],
         &format!("invalid tids[0] = {me}: already registered by runtime"),
     );
     let scoped = std::thread::scope(|s| {
@@ -529,13 +546,9 @@ fn malformed_registrations_are_refused_naming_the_problem() {
                 ..good_registration(vec![tid])
             })
             .encode();
-            client::request(
-                &daemon.socket,
-                &bytes,
-                &[region2.memfd.as_fd(), eventfd2.as_fd()],
-            )
-            .unwrap()
-            .1
+            client::request(&daemon.socket, &bytes, &[region2.memfd.as_fd()])
+                .unwrap()
+                .1
         })
         .join()
         .unwrap()

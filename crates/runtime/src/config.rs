@@ -229,7 +229,7 @@ impl Config {
 
 impl IokernelSettings {
     fn validate(&self, config: &Config) -> Result<(), ConfigError> {
-        const MAX_REGISTERED: usize = 252;
+        const MAX_REGISTERED: usize = corral_abi::control::MAX_REGISTER_KTHREADS;
         if config.kthreads > MAX_REGISTERED {
             return Err(ConfigError::new(
                 "kthreads",

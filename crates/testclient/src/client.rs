@@ -1,7 +1,7 @@
 //! A runtime stand-in that speaks the shared-memory ABI directly: it registers with iokerneld
 //! using real OS threads as kthreads and then behaves according to a [`Mode`]. The
 //! `corral-abi-client` binary wraps it; tests also use the lower-level pieces
-//! ([`RegionFile`], [`eventfd`], [`request`]) to send malformed registrations on purpose.
+//! ([`RegionFile`], [`request`]) to send malformed registrations on purpose.
 //!
 //! Each kthread reports what happens to it through the `events` callback as one line of text:
 //! `grant K CPU running-on C since-decision-ns N` (N: from iokerneld's decision to give it the
@@ -182,9 +182,6 @@ impl RegionFile {
     }
 }
 
-/// A nonblocking eventfd, as a runtime makes one per kthread.
-pub use corral_abi::transport::eventfd::create as eventfd;
-
 /// Connects to `socket`, sends `bytes` with `fds` attached and waits for the reply. Returns the
 /// connection too: a registered runtime must keep it open.
 pub fn request(
@@ -220,7 +217,6 @@ pub fn sigusr1_seen() -> u64 {
 struct Shared {
     stop: AtomicBool,
     mapping: Arc<Mapping>,
-    eventfds: Vec<OwnedFd>,
     /// The value of each kthread's wake word it last woke for.
     wake_seen: Vec<AtomicU32>,
     events: Option<EventSink>,
@@ -247,7 +243,7 @@ pub struct Runtime {
 }
 
 impl Runtime {
-    /// Creates the region, eventfds and kthreads, registers, and starts the kthreads.
+    /// Creates the region and kthreads, registers, and starts the kthreads.
     pub fn start(options: Options) -> Result<Runtime, ClientError> {
         // Installed before iokerneld can know our threads, so that a preemption signal never
         // meets the default action (which would kill the process).
@@ -264,13 +260,9 @@ impl Runtime {
             builder = builder.packet_area_size(netclient::PACKET_AREA);
         }
         let region = RegionFile::with_builder(builder, true)?;
-        let eventfds = (0..kthreads)
-            .map(|_| eventfd())
-            .collect::<io::Result<Vec<_>>>()?;
         let shared = Arc::new(Shared {
             stop: AtomicBool::new(false),
             mapping: region.mapping.clone(),
-            eventfds,
             wake_seen: (0..kthreads).map(|_| AtomicU32::new(0)).collect(),
             events: options.events.clone(),
         });
@@ -326,15 +318,12 @@ impl Runtime {
             tids: tids.clone(),
             net: options.net,
         };
-        let eventfds: Vec<BorrowedFd<'_>> = shared.eventfds.iter().map(|fd| fd.as_fd()).collect();
         let reply = transport::client::register(
             &options.socket,
             registration,
             region.memfd.as_fd(),
-            &eventfds,
             REPLY_TIMEOUT,
         );
-        drop(eventfds);
         let (conn, id) = match reply {
             Ok((conn, Reply::Registered { runtime_id })) => (conn, runtime_id),
             Ok((_, Reply::Error { message })) => {
@@ -428,7 +417,7 @@ impl Runtime {
 impl Drop for Runtime {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Relaxed);
-        for index in 0..self.shared.eventfds.len() {
+        for index in 0..self.shared.wake_seen.len() {
             if let Some(word) = wake_word(&self.shared, index) {
                 word.fetch_add(1, Ordering::SeqCst);
                 let _ = rustix::thread::futex::wake(

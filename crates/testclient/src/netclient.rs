@@ -421,11 +421,9 @@ impl BenchReport {
     }
 }
 
-/// One endpoint registered by the benchmark: its region, descriptors and the thread that is
-/// its kthread.
+/// One endpoint registered by the benchmark: its region and its connection.
 struct BenchEndpoint {
     region_file: RegionFile,
-    _eventfd: OwnedFd,
     _conn: OwnedFd,
 }
 
@@ -443,7 +441,6 @@ fn register_endpoint(
         .egress_command_slots(1024)
         .packet_area_size(area);
     let region_file = RegionFile::with_builder(builder, true).map_err(|e| e.to_string())?;
-    let eventfd = client::eventfd().map_err(|e| e.to_string())?;
     let registration = Registration {
         name: name.into(),
         guaranteed_cores: u16::from(spinning),
@@ -456,13 +453,12 @@ fn register_endpoint(
     let (conn, reply) = client::request(
         socket,
         &Request::Register(registration).encode(),
-        &[region_file.memfd.as_fd(), eventfd.as_fd()],
+        &[region_file.memfd.as_fd()],
     )
     .map_err(|e| e.to_string())?;
     match reply {
         Reply::Registered { .. } => Ok(BenchEndpoint {
             region_file,
-            _eventfd: eventfd,
             _conn: conn,
         }),
         other => Err(format!("{name}: registration refused: {other:?}")),

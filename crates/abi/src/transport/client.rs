@@ -35,33 +35,19 @@ pub fn request(
     Ok((socket, reply))
 }
 
-/// Registers a runtime: connects to `path` and sends `registration` with the region's memfd
-/// and then `eventfds` (one per kthread, in kthread order) attached, as iokerneld expects.
-/// Returns the connection and iokerneld's reply; the caller decides what a refusal means.
+/// Registers a runtime: connects to `path` and sends `registration` with the region's memfd,
+/// its one descriptor, attached. Returns the connection and iokerneld's reply; the caller
+/// decides what a refusal means.
 pub fn register(
     path: &Path,
     registration: Registration,
     region: BorrowedFd<'_>,
-    eventfds: &[BorrowedFd<'_>],
     timeout: Duration,
 ) -> io::Result<(OwnedFd, Reply)> {
-    if eventfds.len() != registration.kthreads() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!(
-                "{} eventfds for a registration of {} kthreads",
-                eventfds.len(),
-                registration.kthreads()
-            ),
-        ));
-    }
-    let mut fds = Vec::with_capacity(1 + eventfds.len());
-    fds.push(region);
-    fds.extend_from_slice(eventfds);
     request(
         path,
         &Request::Register(registration).encode(),
-        &fds,
+        &[region],
         timeout,
     )
 }

@@ -1,20 +1,19 @@
-//! How a runtime and iokerneld reach each other: the control socket, descriptor passing, the
-//! region's memfd and the kthreads' eventfds. Both sides link this module, so that the kind of
-//! socket, the seals a region carries and the checks iokerneld makes on every descriptor are
-//! written once.
+//! How a runtime and iokerneld reach each other: the control socket, descriptor passing and
+//! the region's memfd. Both sides link this module, so that the kind of socket, the seals a
+//! region carries and the checks iokerneld makes on the descriptor are written once.
 //!
-//! A runtime ([`client`]) creates its region with [`RegionFile::create`], one eventfd per
-//! kthread with [`eventfd::create`], and sends a [`Request::Register`] with
-//! [`client::register`]: the region's memfd, then the eventfds in kthread order, attached as
-//! `SCM_RIGHTS`. iokerneld ([`server`]) receives it with [`server::recv_message`], which bounds
-//! both the bytes and the descriptors and refuses a truncated message, and checks the
-//! descriptors with [`RegistrationFds::check`] before it maps anything.
+//! A runtime ([`client`]) creates its region with [`RegionFile::create`] and sends a
+//! [`Request::Register`] with [`client::register`]: the region's memfd, the one descriptor a
+//! registration carries, attached as `SCM_RIGHTS` (its kthreads sleep on wake words inside the
+//! region, so they need no descriptor of their own). iokerneld ([`server`]) receives it with
+//! [`server::recv_message`], which bounds both the bytes and the descriptors and refuses a
+//! truncated message, and checks the descriptor with [`RegistrationFds::check`] before it maps
+//! anything.
 //!
 //! [`Request::Register`]: crate::control::Request::Register
 //! [`RegistrationFds::check`]: server::RegistrationFds::check
 
 pub mod client;
-pub mod eventfd;
 mod mapping;
 mod region_fd;
 pub mod server;
@@ -32,21 +31,6 @@ use core::fmt;
 /// Why a descriptor that came with a registration was refused.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum FdProblem {
-    /// `/proc/self/fd` could not say what the descriptor is.
-    Uninspectable {
-        /// The error from `readlink`.
-        error: String,
-    },
-    /// An eventfd was expected.
-    NotAnEventfd {
-        /// What the descriptor is, as `/proc/self/fd` names it.
-        actual: String,
-    },
-    /// `O_NONBLOCK` could not be set.
-    CannotMakeNonblocking {
-        /// The error from `fcntl`.
-        error: String,
-    },
     /// A memfd was expected: `F_GET_SEALS` failed.
     NotSealable {
         /// What the descriptor is, as `/proc/self/fd` names it.
@@ -76,13 +60,6 @@ pub enum FdProblem {
 impl fmt::Display for FdProblem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            FdProblem::Uninspectable { error } => write!(f, "cannot inspect it: {error}"),
-            FdProblem::NotAnEventfd { actual } => {
-                write!(f, "it is not an eventfd but {actual}")
-            }
-            FdProblem::CannotMakeNonblocking { error } => {
-                write!(f, "cannot make it nonblocking: {error}")
-            }
             FdProblem::NotSealable { actual, error } => {
                 write!(
                     f,
@@ -107,7 +84,7 @@ impl fmt::Display for FdProblem {
 impl std::error::Error for FdProblem {}
 
 /// What the descriptor at `/proc/self/fd/N` points to, as `readlink` shows it (for example
-/// `anon_inode:[eventfd]`, `/memfd:corral-region (deleted)` or `pipe:[1234]`).
+/// `/memfd:corral-region (deleted)` or `pipe:[1234]`).
 pub fn describe_fd(fd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<String> {
     use std::os::fd::AsRawFd;
     let target = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))?;

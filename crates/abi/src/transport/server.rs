@@ -13,7 +13,7 @@ use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFl
 use crate::control::{MAX_REQUEST_LEN, Reply};
 
 use super::socket::{MAX_FDS, address, send_message, socket};
-use super::{FdProblem, check_region_fd, eventfd};
+use super::{FdProblem, check_region_fd};
 
 /// Binds a nonblocking listening control socket at `path` (which must not exist) with room
 /// for `backlog` pending connections.
@@ -154,53 +154,35 @@ pub fn recv_message(socket: BorrowedFd<'_>, bufs: &mut RecvBuffers) -> Result<Re
     })
 }
 
-/// The descriptors of a registration, checked: the region's memfd with its size, and one
-/// nonblocking eventfd per kthread.
+/// The descriptor of a registration, checked: the region's memfd with its size.
 #[derive(Debug)]
 pub struct RegistrationFds {
     /// The region: a memfd sealed against shrinking.
     pub region: OwnedFd,
     /// The region's size in bytes, 1 to [`MAX_REGION_LEN`](super::MAX_REGION_LEN).
     pub region_len: usize,
-    /// One eventfd per kthread, in kthread order, now nonblocking.
-    pub eventfds: Vec<OwnedFd>,
 }
 
-/// A registration's descriptor that was refused, and why.
+/// Why a registration's descriptors were refused.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RegistrationFdsError {
-    /// The message did not carry one region and `kthreads` eventfds.
+    /// The message did not carry exactly one descriptor.
     Count {
-        /// `1 + kthreads`.
-        expected: usize,
         /// Descriptors that came.
         actual: usize,
     },
     /// Descriptor 0, the region.
     Region(FdProblem),
-    /// Descriptor `kthread + 1`, the eventfd of `kthread`.
-    Eventfd {
-        /// The kthread it belongs to.
-        kthread: usize,
-        /// What is wrong with it.
-        problem: FdProblem,
-    },
 }
 
 impl fmt::Display for RegistrationFdsError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Count { expected, actual } => write!(
+            Self::Count { actual } => write!(
                 f,
-                "{actual} file descriptors came with the registration: expected {expected} \
-                 (the region, then one eventfd per kthread)"
+                "{actual} descriptors came with the registration, expected 1 (the region)"
             ),
             Self::Region(problem) => write!(f, "descriptor 0 (the region): {problem}"),
-            Self::Eventfd { kthread, problem } => write!(
-                f,
-                "descriptor {} (eventfd of kthread {kthread}): {problem}",
-                kthread + 1
-            ),
         }
     }
 }
@@ -208,31 +190,17 @@ impl fmt::Display for RegistrationFdsError {
 impl std::error::Error for RegistrationFdsError {}
 
 impl RegistrationFds {
-    /// Checks the descriptors of a registration of `kthreads` kthreads, in the order they came:
-    /// a memfd sealed against shrinking (without the seal the runtime could truncate it under
-    /// iokerneld's mapping, and iokerneld's next read would die of SIGBUS) of a sane size, then
-    /// eventfds, which are made nonblocking so that a runtime that fills its counter cannot
-    /// make iokerneld's write block. The first refusal is returned and every descriptor is
-    /// closed.
-    pub fn check(fds: Vec<OwnedFd>, kthreads: usize) -> Result<Self, RegistrationFdsError> {
-        if fds.len() != 1 + kthreads {
-            return Err(RegistrationFdsError::Count {
-                expected: 1 + kthreads,
-                actual: fds.len(),
-            });
-        }
-        let mut fds = fds.into_iter();
-        let region = fds.next().expect("counted above");
+    /// Checks the descriptors that came with a registration: exactly one, a memfd sealed
+    /// against shrinking (without the seal the runtime could truncate it under iokerneld's
+    /// mapping, and iokerneld's next read would die of SIGBUS) of a sane size. On a refusal
+    /// every descriptor is closed.
+    pub fn check(fds: Vec<OwnedFd>) -> Result<Self, RegistrationFdsError> {
+        let region = match <[OwnedFd; 1]>::try_from(fds) {
+            Ok([region]) => region,
+            // Dropping the vector `try_from` hands back closes whatever came.
+            Err(fds) => return Err(RegistrationFdsError::Count { actual: fds.len() }),
+        };
         let region_len = check_region_fd(region.as_fd()).map_err(RegistrationFdsError::Region)?;
-        let eventfds: Vec<OwnedFd> = fds.collect();
-        for (kthread, fd) in eventfds.iter().enumerate() {
-            eventfd::check(fd.as_fd())
-                .map_err(|problem| RegistrationFdsError::Eventfd { kthread, problem })?;
-        }
-        Ok(Self {
-            region,
-            region_len,
-            eventfds,
-        })
+        Ok(Self { region, region_len })
     }
 }

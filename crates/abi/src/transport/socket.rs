@@ -11,11 +11,10 @@ use rustix::net::{
     SocketFlags, SocketType,
 };
 
-/// Most descriptors one message may carry (the kernel's `SCM_MAX_FD`).
+/// Most descriptors one message may carry (the kernel's `SCM_MAX_FD`). A registration carries
+/// one, but iokerneld receives as many as the kernel can pass, so that a message with too many
+/// is refused by its count rather than cut short.
 pub const MAX_FDS: usize = 253;
-
-// A registration carries the region and one eventfd per kthread in one message.
-const _: () = assert!(crate::control::MAX_REGISTER_KTHREADS + 1 == MAX_FDS);
 
 /// A fresh control socket, close-on-exec, with the extra `flags` (nonblocking for iokerneld).
 pub(super) fn socket(flags: SocketFlags) -> io::Result<OwnedFd> {

@@ -39,7 +39,8 @@ fn builder(kthreads: u32) -> RegionBuilder {
         .egress_command_slots(16)
 }
 
-/// Sends `fds` with a valid two-kthread registration and returns what the server side sees.
+/// Sends `fds` with a valid two-kthread registration and returns the descriptors the server side
+/// receives.
 fn received_fds(fds: &[std::os::fd::BorrowedFd<'_>]) -> Vec<OwnedFd> {
     let (client, server) = pair();
     send_message(
@@ -58,7 +59,6 @@ fn received_fds(fds: &[std::os::fd::BorrowedFd<'_>]) -> Vec<OwnedFd> {
 #[test]
 fn a_registration_and_its_descriptors_survive_the_round_trip() {
     let region = RegionFile::create(&builder(2)).unwrap();
-    let eventfds = [eventfd::create().unwrap(), eventfd::create().unwrap()];
     // The runtime side writes into its rings before registering; iokerneld must see it.
     let view = region.mapping.raw().attach().unwrap();
     let mut commands = view.kthread(1).unwrap().egress_command_producer();
@@ -68,12 +68,7 @@ fn a_registration_and_its_descriptors_survive_the_round_trip() {
 
     let (client, server) = pair();
     let request = Request::Register(registration(2));
-    let fds = [
-        region.memfd.as_fd(),
-        eventfds[0].as_fd(),
-        eventfds[1].as_fd(),
-    ];
-    send_message(client.as_fd(), &request.encode(), &fds).unwrap();
+    send_message(client.as_fd(), &request.encode(), &[region.memfd.as_fd()]).unwrap();
 
     let mut bufs = RecvBuffers::default();
     let Received::Message { len, fds } = recv_message(server.as_fd(), &mut bufs).unwrap() else {
@@ -82,9 +77,8 @@ fn a_registration_and_its_descriptors_survive_the_round_trip() {
     assert_eq!(peer_pid(server.as_fd()).unwrap(), std::process::id() as i32);
     let decoded = Request::decode(&bufs.data()[..len], fds.len()).unwrap();
     assert_eq!(decoded, request);
-    let checked = RegistrationFds::check(fds, 2).unwrap();
+    let checked = RegistrationFds::check(fds).unwrap();
     assert_eq!(checked.region_len as u64, region.layout.region_size());
-    assert_eq!(checked.eventfds.len(), 2);
 
     // iokerneld's own mapping sees the runtime's writes.
     let mapping = Mapping::new(&checked.region, checked.region_len).unwrap();
@@ -96,16 +90,6 @@ fn a_registration_and_its_descriptors_survive_the_round_trip() {
         Ok(crate::Command::TimerDeadline)
     );
     assert_eq!(slot.payload(), 42);
-
-    // A wake-up written to the received eventfd reaches the runtime's copy, and checking made
-    // the shared open file nonblocking.
-    assert!(!eventfd::try_consume(eventfds[1].as_fd()).unwrap());
-    eventfd::signal(checked.eventfds[1].as_fd()).unwrap();
-    eventfd::wait_readable(eventfds[1].as_fd(), Some(Duration::from_secs(5))).unwrap();
-    assert!(eventfd::try_consume(eventfds[1].as_fd()).unwrap());
-    assert!(!eventfd::try_consume(eventfds[0].as_fd()).unwrap());
-    let flags = rustix::fs::fcntl_getfl(&eventfds[0]).unwrap();
-    assert!(flags.contains(rustix::fs::OFlags::NONBLOCK));
 
     // Closing the client end reads as a hang-up; an empty queue as nothing.
     assert!(matches!(
@@ -162,8 +146,9 @@ fn garbage_and_truncated_messages_are_refused_naming_the_problem() {
     assert_eq!(
         err,
         ControlError::Descriptors {
-            expected: 2,
-            actual: 0
+            expected: 1,
+            actual: 0,
+            what: "the region",
         }
     );
 }
@@ -171,8 +156,8 @@ fn garbage_and_truncated_messages_are_refused_naming_the_problem() {
 #[test]
 fn more_descriptors_than_a_message_carries_are_refused_before_sending() {
     let (client, _server) = pair();
-    let eventfd = eventfd::create().unwrap();
-    let fds = vec![eventfd.as_fd(); MAX_FDS + 1];
+    let (pipe, _writer) = std::io::pipe().unwrap();
+    let fds = vec![pipe.as_fd(); MAX_FDS + 1];
     let err = send_message(client.as_fd(), b"x", &fds).unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput);
     assert!(err.to_string().contains("254 descriptors"), "{err}");
@@ -181,9 +166,8 @@ fn more_descriptors_than_a_message_carries_are_refused_before_sending() {
 #[test]
 fn an_unsealed_region_is_refused() {
     let unsealed = RegionFile::create_unsealed(&builder(2)).unwrap();
-    let (a, b) = (eventfd::create().unwrap(), eventfd::create().unwrap());
-    let fds = received_fds(&[unsealed.memfd.as_fd(), a.as_fd(), b.as_fd()]);
-    let err = RegistrationFds::check(fds, 2).unwrap_err();
+    let fds = received_fds(&[unsealed.memfd.as_fd()]);
+    let err = RegistrationFds::check(fds).unwrap_err();
     assert!(
         matches!(
             err,
@@ -206,9 +190,8 @@ fn an_empty_region_is_refused() {
     )
     .unwrap();
     seal_region(&memfd).unwrap();
-    let (a, b) = (eventfd::create().unwrap(), eventfd::create().unwrap());
-    let fds = received_fds(&[memfd.as_fd(), a.as_fd(), b.as_fd()]);
-    let err = RegistrationFds::check(fds, 2).unwrap_err();
+    let fds = received_fds(&[memfd.as_fd()]);
+    let err = RegistrationFds::check(fds).unwrap_err();
     assert_eq!(err, RegistrationFdsError::Region(FdProblem::Empty));
     assert_eq!(
         err.to_string(),
@@ -217,14 +200,10 @@ fn an_empty_region_is_refused() {
 }
 
 #[test]
-fn descriptors_of_the_wrong_kind_are_refused_naming_which() {
-    let region = RegionFile::create(&builder(2)).unwrap();
-    let eventfd = eventfd::create().unwrap();
+fn a_descriptor_of_the_wrong_kind_is_refused_naming_it() {
     let (pipe, _writer) = std::io::pipe().unwrap();
-
-    // A pipe where the region belongs.
-    let fds = received_fds(&[pipe.as_fd(), eventfd.as_fd(), eventfd.as_fd()]);
-    let err = RegistrationFds::check(fds, 2).unwrap_err();
+    let fds = received_fds(&[pipe.as_fd()]);
+    let err = RegistrationFds::check(fds).unwrap_err();
     match &err {
         RegistrationFdsError::Region(FdProblem::NotSealable { actual, .. }) => {
             assert!(actual.starts_with("pipe:"), "{actual}")
@@ -237,53 +216,76 @@ fn descriptors_of_the_wrong_kind_are_refused_naming_which() {
         ),
         "{err}"
     );
-
-    // The region's memfd again where kthread 1's eventfd belongs.
-    let fds = received_fds(&[region.memfd.as_fd(), eventfd.as_fd(), region.memfd.as_fd()]);
-    let err = RegistrationFds::check(fds, 2).unwrap_err();
-    match &err {
-        RegistrationFdsError::Eventfd {
-            kthread: 1,
-            problem: FdProblem::NotAnEventfd { actual },
-        } => assert!(actual.contains("memfd:corral-region"), "{actual}"),
-        other => panic!("expected kthread 1's eventfd refused, got {other}"),
-    }
-    assert!(
-        err.to_string()
-            .starts_with("descriptor 2 (eventfd of kthread 1): it is not an eventfd but /memfd:"),
-        "{err}"
-    );
-
-    // A descriptor short.
-    let fds = received_fds(&[region.memfd.as_fd(), eventfd.as_fd()]);
-    let err = RegistrationFds::check(fds, 2).unwrap_err();
-    assert_eq!(
-        err,
-        RegistrationFdsError::Count {
-            expected: 3,
-            actual: 2
-        }
-    );
-    assert!(err.to_string().contains("2 file descriptors"), "{err}");
 }
 
 #[test]
-fn register_refuses_a_mismatched_eventfd_count_and_times_out_without_a_reply() {
-    let region = RegionFile::create(&builder(1)).unwrap();
-    let eventfd = eventfd::create().unwrap();
-    let err = client::register(
-        std::path::Path::new("/nonexistent/corral.sock"),
+fn a_registration_without_exactly_one_descriptor_is_refused_and_what_came_is_closed() {
+    let region = RegionFile::create(&builder(2)).unwrap();
+
+    let err = RegistrationFds::check(received_fds(&[])).unwrap_err();
+    assert_eq!(err, RegistrationFdsError::Count { actual: 0 });
+    assert_eq!(
+        err.to_string(),
+        "0 descriptors came with the registration, expected 1 (the region)"
+    );
+
+    // The region followed by the write end of a pipe: once the refusal has closed iokerneld's
+    // copy of that end and ours is dropped, the read end sees end-of-file.
+    let (mut reader, writer) = std::io::pipe().unwrap();
+    let fds = received_fds(&[region.memfd.as_fd(), writer.as_fd()]);
+    drop(writer);
+    let err = RegistrationFds::check(fds).unwrap_err();
+    assert_eq!(err, RegistrationFdsError::Count { actual: 2 });
+    assert_eq!(
+        err.to_string(),
+        "2 descriptors came with the registration, expected 1 (the region)"
+    );
+    let mut byte = [0u8; 1];
+    assert_eq!(std::io::Read::read(&mut reader, &mut byte).unwrap(), 0);
+}
+
+#[test]
+fn register_sends_the_region_alone_and_a_reply_wait_times_out() {
+    let dir = std::env::temp_dir().join(format!("corral-abi-register-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("control.sock");
+    let _ = std::fs::remove_file(&path);
+    let listener = server::bind_listener(&path, 4).unwrap();
+    let region = RegionFile::create(&builder(2)).unwrap();
+    let region_size = region.layout.region_size();
+    let iokerneld = std::thread::spawn(move || {
+        let conn = loop {
+            if let Some(conn) = server::accept(listener.as_fd()).unwrap() {
+                break conn;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        let mut bufs = RecvBuffers::default();
+        let (len, fds) = loop {
+            match recv_message(conn.as_fd(), &mut bufs).unwrap() {
+                Received::Message { len, fds } => break (len, fds),
+                Received::Nothing => std::thread::sleep(Duration::from_millis(1)),
+                Received::Closed => panic!("the runtime hung up before registering"),
+            }
+        };
+        assert_eq!(fds.len(), 1);
+        let request = Request::decode(&bufs.data()[..len], fds.len()).unwrap();
+        assert_eq!(request, Request::Register(registration(2)));
+        let checked = RegistrationFds::check(fds).unwrap();
+        assert_eq!(checked.region_len as u64, region_size);
+        server::send_reply(conn.as_fd(), &Reply::Registered { runtime_id: 7 }).unwrap();
+        conn
+    });
+    let (_conn, reply) = client::register(
+        &path,
         registration(2),
         region.memfd.as_fd(),
-        &[eventfd.as_fd()],
-        Duration::from_secs(1),
+        Duration::from_secs(5),
     )
-    .unwrap_err();
-    assert!(
-        err.to_string()
-            .contains("1 eventfds for a registration of 2 kthreads"),
-        "{err}"
-    );
+    .unwrap();
+    assert_eq!(reply, Reply::Registered { runtime_id: 7 });
+    drop(iokerneld.join().unwrap());
+    std::fs::remove_dir_all(&dir).unwrap();
 
     let (client, server) = pair();
     let err = client::recv_reply(client.as_fd(), Duration::from_millis(20)).unwrap_err();

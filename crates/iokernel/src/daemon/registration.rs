@@ -17,11 +17,10 @@ use super::{Daemon, encode_runtime_id};
 use crate::sys::Mapping;
 use corral_policy::{RuntimeId, RuntimeSpec};
 
-/// A registration's shared memory, mapped and attached, and its kthreads' eventfds.
+/// A registration's shared memory, mapped and attached.
 struct SharedMemory {
     region: Region<'static>,
     mapping: Mapping,
-    eventfds: Vec<OwnedFd>,
 }
 
 impl Daemon {
@@ -115,15 +114,13 @@ fn check_threads_are_new(registry: &Registry, pid: i32, tids: &[i32]) -> Result<
     Ok(())
 }
 
-/// Maps the region (descriptor 0) after checking that it is a sealed memfd, checks that its
-/// header describes as many kthreads as the registration, and that the other descriptors are
-/// eventfds, one per kthread.
+/// Maps the region (the one descriptor) after checking that it is a sealed memfd, and checks
+/// that its header describes as many kthreads as the registration.
 fn map_shared_memory(reg: &Registration, fds: Vec<OwnedFd>) -> Result<SharedMemory, String> {
     let RegistrationFds {
         region: region_fd,
         region_len,
-        eventfds,
-    } = RegistrationFds::check(fds, reg.kthreads()).map_err(|e| e.to_string())?;
+    } = RegistrationFds::check(fds).map_err(|e| e.to_string())?;
     let mapping = Mapping::new(&region_fd, region_len)
         .map_err(|e| format!("descriptor 0 (the region): mmap failed: {e}"))?;
     // The mapping keeps the memory; the descriptor is no longer needed.
@@ -140,11 +137,7 @@ fn map_shared_memory(reg: &Registration, fds: Vec<OwnedFd>) -> Result<SharedMemo
             reg.kthreads()
         ));
     }
-    Ok(SharedMemory {
-        region,
-        mapping,
-        eventfds,
-    })
+    Ok(SharedMemory { region, mapping })
 }
 
 /// The registry's entry for runtime `id`, which has passed every check.
@@ -155,20 +148,15 @@ fn tenant(
     reg: &Registration,
     memory: SharedMemory,
 ) -> Tenant {
-    let SharedMemory {
-        region,
-        mapping,
-        eventfds,
-    } = memory;
+    let SharedMemory { region, mapping } = memory;
     let ingress_slots = region.layout().ring_slots(RingKind::Ingress) as usize;
-    let mut kthreads = Vec::with_capacity(eventfds.len());
-    for (i, (eventfd, &tid)) in eventfds.into_iter().zip(&reg.tids).enumerate() {
+    let mut kthreads = Vec::with_capacity(reg.kthreads());
+    for (i, &tid) in reg.tids.iter().enumerate() {
         let view = region
             .kthread(i as u32)
             .expect("the layout has as many kthreads as the registration");
         kthreads.push(Kthread {
             tid,
-            _eventfd: eventfd,
             view,
             positions: view.positions(),
             ingress: Ingress::new(view.ingress_producer()),

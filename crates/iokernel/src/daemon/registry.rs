@@ -4,7 +4,6 @@
 //! rings, and an eviction empties a runtime's entry.
 
 use std::collections::HashMap;
-use std::os::fd::OwnedFd;
 
 use corral_abi::control::NetIdentity;
 use corral_abi::{Consumer, KthreadView, QueuePositions, Region, RingPositions};
@@ -17,9 +16,6 @@ use corral_policy::RuntimeId;
 /// One registered kthread as iokerneld sees it.
 pub(super) struct Kthread {
     pub(super) tid: i32,
-    /// The eventfd the registration carried; wake-ups use the wake word in the region since
-    /// layout version 5, and this only keeps the descriptor for the runtime's life.
-    pub(super) _eventfd: OwnedFd,
     pub(super) view: KthreadView<'static>,
     pub(super) positions: &'static QueuePositions,
     /// iokerneld's end of the ingress ring, kept for the runtime's life so that its position

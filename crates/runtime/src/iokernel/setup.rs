@@ -5,7 +5,7 @@ use core::cell::UnsafeCell;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -159,18 +159,10 @@ pub(crate) fn register(
             ipv4: n.ip.octets(),
         }),
     };
-    // The registration message still carries one eventfd per kthread, which iokerneld checks
-    // and keeps; wake-ups go through the wake words in the region.
-    let eventfd_handles = kthreads
-        .iter()
-        .map(|_| transport::eventfd::create())
-        .collect::<io::Result<Vec<OwnedFd>>>()?;
-    let eventfds: Vec<BorrowedFd<'_>> = eventfd_handles.iter().map(|fd| fd.as_fd()).collect();
     let sent = transport::client::register(
         &settings.socket,
         registration,
         memfd.as_fd(),
-        &eventfds,
         REGISTER_TIMEOUT,
     );
     drop(memfd);
