@@ -49,7 +49,11 @@ fn every_post_is_delivered_once() {
         let slept = helper_thread.join().unwrap();
         // Exactly one side delivered, and a helper that went to sleep left the post to the
         // loop (otherwise nobody would ever wake the kthread).
-        assert_eq!(delivered.load(Ordering::SeqCst), 1, "slept {slept}, by loop {by_loop}");
+        assert_eq!(
+            delivered.load(Ordering::SeqCst),
+            1,
+            "slept {slept}, by loop {by_loop}"
+        );
         assert!(!slept || by_loop, "the helper slept on an undelivered post");
         if by_loop {
             // The loop delivered because the helper was asleep: it must find it so to wake it.

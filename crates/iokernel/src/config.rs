@@ -687,7 +687,10 @@ mod tests {
         let mut a = args(sys.path());
         a.cede_grace_us = Some(25);
         let config = Config::merge(&file, &a).unwrap();
-        assert_eq!((config.handover, config.cede_grace_us), (Handover::Remote, 25));
+        assert_eq!(
+            (config.handover, config.cede_grace_us),
+            (Handover::Remote, 25)
+        );
     }
 
     #[test]
@@ -735,7 +738,10 @@ mod tests {
             "handover = \"ipi\"",
             "invalid handover = \"ipi\": expected local or remote",
         );
-        check("cede_grace_us = -1", "invalid cede_grace_us = -1: must not be negative");
+        check(
+            "cede_grace_us = -1",
+            "invalid cede_grace_us = -1: must not be negative",
+        );
         check(
             "cede_grace_us = 2000000",
             "invalid cede_grace_us = 2000000: must be at most 1000000",

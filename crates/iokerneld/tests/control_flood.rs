@@ -40,7 +40,7 @@ fn registration(tids: Vec<i32>) -> Registration {
 /// Request `i` of a flood: garbage, a truncated or wrong-version header, a registration without
 /// its descriptors, or a registration naming another process's thread (refused while
 /// registering, after its descriptors were checked).
-fn flood_request(daemon: &Daemon, i: usize, region: &RegionFile, eventfd: &impl AsFd) {
+fn flood_request(daemon: &Daemon, i: usize, region: &RegionFile) {
     let good = Request::Register(registration(vec![corral_iokernel::sys::gettid()])).encode();
     let reply = match i % 5 {
         0 => {
@@ -56,7 +56,7 @@ fn flood_request(daemon: &Daemon, i: usize, region: &RegionFile, eventfd: &impl 
         3 => client::request(&daemon.socket, &good, &[]),
         _ => {
             let foreign = Request::Register(registration(vec![1])).encode();
-            let fds = [region.memfd.as_fd(), eventfd.as_fd()];
+            let fds = [region.memfd.as_fd()];
             client::request(&daemon.socket, &foreign, &fds)
         }
     };
@@ -100,13 +100,12 @@ fn a_flood_of_refused_requests_leaves_the_log_bounded_and_the_daemon_serving() {
         log: true,
     });
     let region = RegionFile::new(1, true).unwrap();
-    let eventfd = client::eventfd().unwrap();
     std::thread::scope(|s| {
         for t in 0..THREADS {
-            let (daemon, region, eventfd) = (&daemon, &region, &eventfd);
+            let (daemon, region) = (&daemon, &region);
             s.spawn(move || {
                 for i in 0..REQUESTS_PER_THREAD {
-                    flood_request(daemon, t * REQUESTS_PER_THREAD + i, region, eventfd);
+                    flood_request(daemon, t * REQUESTS_PER_THREAD + i, region);
                 }
             });
         }

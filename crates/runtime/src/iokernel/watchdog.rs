@@ -47,7 +47,10 @@ impl Watchdog {
     /// Starts watching `connection`.
     pub(crate) fn start(connection: BorrowedFd<'_>) -> io::Result<Watchdog> {
         let connection = connection.try_clone_to_owned()?;
-        let cancel = transport::eventfd::create()?;
+        let cancel = rustix::event::eventfd(
+            0,
+            rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK,
+        )?;
         let cancelled = cancel.try_clone()?;
         let thread = std::thread::Builder::new()
             .name("corral-watchdog".into())
@@ -73,7 +76,7 @@ impl Watchdog {
         let Some(thread) = self.thread.take() else {
             return;
         };
-        if transport::eventfd::signal(self.cancel.as_fd()).is_ok() {
+        if rustix::io::write(&self.cancel, &1u64.to_ne_bytes()).is_ok() {
             let _ = thread.join();
         }
     }
