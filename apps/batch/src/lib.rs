@@ -279,9 +279,10 @@ impl Shared {
     }
 }
 
-/// Worker `w`'s loop: prices instruments until told to stop; returns the sum of its prices
-/// (reported, so that the work cannot be optimized away, and a check that runs agree).
-pub fn worker_loop(w: usize, shared: &Shared) -> f64 {
+/// Worker `w`'s loop: prices instruments until told to stop, calling `between_units` after
+/// each unit (a Corral runtime's preemption point); returns the sum of its prices (reported, so
+/// that the work cannot be optimized away, and a check that runs agree).
+pub fn worker_loop(w: usize, shared: &Shared, between_units: impl Fn()) -> f64 {
     let mut normals = Normals::new(shared.seed ^ (w as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
     let workers = shared.counters.len().max(1);
     let mut next = w;
@@ -295,6 +296,7 @@ pub fn worker_loop(w: usize, shared: &Shared) -> f64 {
         done += 1;
         // Only this worker writes its counter: a plain store is enough.
         shared.counters[w].0.store(done, Ordering::Relaxed);
+        between_units();
     }
     checksum
 }
@@ -413,7 +415,7 @@ mod tests {
     fn worker_loop_counts_units_and_stops() {
         let shared = std::sync::Arc::new(Shared::new(2, UnitSize { paths: 8, steps: 8 }, 1));
         let s2 = std::sync::Arc::clone(&shared);
-        let t = std::thread::spawn(move || worker_loop(1, &s2));
+        let t = std::thread::spawn(move || worker_loop(1, &s2, || {}));
         while shared.total() < 10 {
             std::thread::yield_now();
         }

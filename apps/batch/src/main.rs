@@ -60,8 +60,10 @@ struct Args {
     /// when it runs without iokerneld).
     #[arg(long, value_delimiter = ',')]
     cpu: Vec<usize>,
-    /// Monte Carlo paths per work unit (the default makes a unit take some tens of microseconds).
-    #[arg(long, default_value_t = 32)]
+    /// Monte Carlo paths per work unit. The default makes a unit take a few microseconds: under
+    /// iokerneld each worker passes a preemption point after every unit, so it gives its core
+    /// back within a unit of being asked, without the preemption signal.
+    #[arg(long, default_value_t = 8)]
     paths: usize,
     /// Averaging dates per path.
     #[arg(long, default_value_t = 32)]
@@ -158,7 +160,7 @@ fn run_corral(args: &Args, size: UnitSize) -> io::Result<()> {
         let handles: Vec<_> = (0..workers)
             .map(|w| {
                 let pool = Arc::clone(&pool);
-                corral::spawn(move || worker_loop(w, &pool))
+                corral::spawn(move || worker_loop(w, &pool, corral::preemption_point))
             })
             .collect();
         handles
@@ -197,7 +199,7 @@ fn run_linux(args: &Args, size: UnitSize) -> io::Result<()> {
                         pool.stop.store(true, Ordering::Relaxed);
                         return Err(e);
                     }
-                    Ok(worker_loop(w, &pool))
+                    Ok(worker_loop(w, &pool, || {}))
                 })
         })
         .collect::<io::Result<_>>()?;

@@ -100,6 +100,12 @@ pub struct Args {
     #[arg(long, value_enum, value_name = "MODE")]
     pub handover: Option<Handover>,
 
+    /// iokerneld's `--cede-grace-us`: how long a batch kthread asked for its core may take to
+    /// reach a preemption point (the batch job passes one every few microseconds) before it is
+    /// sent the preemption signal; 0 signals at once.
+    #[arg(long, default_value_t = 20)]
+    pub cede_grace_us: u64,
+
     /// Allocation intervals to compare, microseconds (intervals experiment).
     #[arg(long, value_delimiter = ',', default_value = "5,25,50,100,1000")]
     pub intervals: Vec<u64>,
@@ -203,6 +209,7 @@ pub struct Plan {
     pub spin_before_park_us: Option<u64>,
     /// iokerneld's `--handover`, when given.
     pub handover: Option<Handover>,
+    pub cede_grace_us: u64,
     pub intervals: Vec<u64>,
     pub window_ms: u64,
     pub burst_base: f64,
@@ -345,6 +352,7 @@ impl Args {
             interval_us: self.interval_us,
             spin_before_park_us: self.spin_before_park_us,
             handover: self.handover,
+            cede_grace_us: self.cede_grace_us,
             intervals: self.intervals.clone(),
             window_ms: self.window_ms,
             burst_base: self.burst_base,

@@ -267,8 +267,8 @@ pub struct Corral<'e> {
 }
 
 /// iokerneld's command line: its CPU, the application CPU to manage, the control socket, the
-/// generator as its NIC, the allocation interval, and `--handover` only when the plan names a
-/// mode (so that a daemon without that option still runs the demo).
+/// generator as its NIC, the allocation interval, the cede grace period, and `--handover` only
+/// when the plan names a mode.
 fn iokerneld_args(plan: &Plan, socket: &str, interval_us: u64) -> Vec<String> {
     let mut args: Vec<String> = vec![
         "--core".into(),
@@ -283,6 +283,8 @@ fn iokerneld_args(plan: &Plan, socket: &str, interval_us: u64) -> Vec<String> {
         interval_us.to_string(),
         "--log-level".into(),
         "warn".into(),
+        "--cede-grace-us".into(),
+        plan.cede_grace_us.to_string(),
     ];
     if let Some(mode) = plan.handover {
         args.extend(["--handover".into(), mode.name().into()]);
@@ -950,6 +952,7 @@ mod tests {
         let args = iokerneld_args(&plan(&[]), "/run/x.sock", 5);
         assert!(!args.iter().any(|a| a == "--handover"), "{args:?}");
         assert!(args.windows(2).any(|w| w == ["--interval-us", "5"]));
+        assert!(args.windows(2).any(|w| w == ["--cede-grace-us", "20"]));
         for mode in ["local", "remote"] {
             let args = iokerneld_args(&plan(&["--handover", mode]), "/run/x.sock", 5);
             assert!(

@@ -711,3 +711,46 @@ fn the_helper_stays_off_a_busy_core() {
         "the helper ran {ran} ns of 2 s on a busy core"
     );
 }
+
+/// A compute loop that passes `corral::preemption_point()` every few microseconds gives its
+/// core back by itself: within the grace period, with no signal.
+#[test]
+fn preemption_points_give_the_core_back_without_a_signal() {
+    const ROUNDS: u64 = 300;
+    let _serial = serial();
+    let mut daemon = Daemon::start(&["--cede-grace-us", "5000"]);
+    let batch = daemon.runtime("batch", 1);
+    let lc = daemon.runtime("lc", 1);
+    let stop = Arc::new(AtomicBool::new(false));
+    let progress = Arc::new(AtomicU64::new(0));
+    {
+        let (stop, progress) = (stop.clone(), progress.clone());
+        batch.spawn(move || {
+            let mut x = 1.0f64;
+            while !stop.load(Ordering::Relaxed) {
+                for _ in 0..1000 {
+                    x = x * 1.000_000_1 + 1e-9;
+                }
+                progress.fetch_add(1, Ordering::Relaxed);
+                corral::preemption_point();
+            }
+            std::hint::black_box(x);
+        });
+    }
+    wait_until("batch to start", Duration::from_secs(10), || {
+        progress.load(Ordering::Relaxed) > 0
+    });
+    lc.block_on(|| {
+        for _ in 0..ROUNDS {
+            corral::sleep(Duration::from_micros(300));
+        }
+    });
+    stop.store(true, Ordering::Relaxed);
+    daemon.assert_alive();
+    let stats = daemon.runtime_stats("batch");
+    let ceded = stats["cedes_cooperative"].as_u64().unwrap();
+    let signals = stats["preempt_signals"].as_u64().unwrap();
+    // A signal only if the batch kthread lost its CPU to the host for the whole grace period.
+    assert!(ceded >= ROUNDS - 5 && signals <= 5, "{stats:#}");
+    assert!(daemon.runtime_stats("lc")["grants"].as_u64().unwrap() >= ROUNDS);
+}

@@ -82,7 +82,7 @@ pub use {
         Builder, JoinHandle, ThreadId, current_id, current_name, kthread_index, spawn,
         spawn_detached,
     },
-    sched::yield_now,
+    sched::{preemption_point, yield_now},
     signal::PREEMPT_SIGNAL,
     sync::condvar::{Condvar, WaitTimeoutResult},
     sync::mutex::{Mutex, MutexGuard},

@@ -624,6 +624,22 @@ fn cede_pending(k: &Kthread) -> bool {
     k.iok.as_ref().is_some_and(|kio| kio.cede_pending())
 }
 
+/// A cooperative preemption point for long computations: yields if iokerneld has asked this
+/// kthread for its core (its cede word moved), so that the kthread parks at once, without the
+/// preemption signal and the cross-CPU interrupt it costs. Otherwise it costs a load and a
+/// compare, so a compute loop can call it every few microseconds. Does nothing off a kthread
+/// or without iokerneld.
+#[inline]
+pub fn preemption_point() {
+    let asked = {
+        let _guard = crate::preempt::PreemptGuard::new();
+        kthread::current_kthread().is_some_and(cede_pending)
+    };
+    if asked {
+        yield_now();
+    }
+}
+
 /// Yields the current uthread: it goes to the back of the local queue and the next one runs.
 /// Off a kthread this yields the OS thread.
 pub fn yield_now() {
