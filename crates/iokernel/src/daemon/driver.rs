@@ -284,8 +284,10 @@ impl CoreDriver {
                         let word = kt.view.wake_word();
                         match &mut self.handoffs {
                             Some(h) => {
-                                h.deliver(core.index(), word, now_ns());
+                                // Occupied first: the helper must not take the woken kthread's
+                                // first moments for an idle core.
                                 h.set_occupied(core.index(), true);
+                                h.deliver(core.index(), word, now_ns());
                             }
                             None => sys::futex_wake_shared(word.as_ptr() as u64),
                         }

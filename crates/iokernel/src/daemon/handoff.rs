@@ -226,14 +226,14 @@ fn helper_main(mailbox: &Mailbox, counters: &HelperCounters, spin_max_ns: u64) {
     let mut occupied_since: Option<u64> = None;
     loop {
         if let Some(target) = mailbox.claim() {
-            sys::futex_wake_shared(target);
-            counters.local_wakes.fetch_add(1, Ordering::Relaxed);
-            // The woken kthread took the CPU at once; we are back when the core is idle again.
-            let now = now_ns();
-            budget.record_gap(now.saturating_sub(idle_since));
+            // The gap ends now: the wake hands the CPU to the kthread before it returns.
+            budget.record_gap(now_ns().saturating_sub(idle_since));
             counters
                 .spin_limit_ns
                 .store(budget.limit_ns(), Ordering::Relaxed);
+            sys::futex_wake_shared(target);
+            counters.local_wakes.fetch_add(1, Ordering::Relaxed);
+            // Back here when the core is idle again.
             idle_since = now_ns();
             occupied_since = None;
             continue;
@@ -258,6 +258,8 @@ fn helper_main(mailbox: &Mailbox, counters: &HelperCounters, spin_max_ns: u64) {
             if now.saturating_sub(idle_since) > budget.limit_ns() {
                 match mailbox.announce_sleep() {
                     Err(Some(target)) => {
+                        // A grant just as the budget ran out: the gap ends now.
+                        budget.record_gap(now_ns().saturating_sub(idle_since));
                         sys::futex_wake_shared(target);
                         counters.local_wakes.fetch_add(1, Ordering::Relaxed);
                     }
@@ -274,9 +276,12 @@ fn helper_main(mailbox: &Mailbox, counters: &HelperCounters, spin_max_ns: u64) {
                         if mailbox.helper_state() == HelperState::Stopping {
                             return;
                         }
+                        // Woken once the loop delivered a grant itself; running again once the
+                        // core is idle. The gap was at least this long: what the budget needs
+                        // to know is that it outlasted the spin.
+                        budget.record_gap(now_ns().saturating_sub(idle_since));
                     }
                 }
-                budget.record_gap(now_ns().saturating_sub(idle_since));
                 counters
                     .spin_limit_ns
                     .store(budget.limit_ns(), Ordering::Relaxed);
