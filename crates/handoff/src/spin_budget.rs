@@ -45,11 +45,6 @@ impl SpinBudget {
         let gap = gap_ns.min(self.max_ns.saturating_mul(4));
         self.typical_gap_ns = (self.typical_gap_ns * 7 + gap) / 8;
     }
-
-    /// The typical gap it goes by.
-    pub fn typical_gap_ns(&self) -> u64 {
-        self.typical_gap_ns
-    }
 }
 
 #[cfg(test)]

@@ -51,6 +51,17 @@ impl Daemon {
 /// Starts `uthreads` CPU-bound uthreads on `rt` that each count their iterations into
 /// `progress` until `stop` is set.
 fn start_batch(rt: &Runtime, uthreads: usize, stop: &Arc<AtomicBool>, progress: &Arc<AtomicU64>) {
+    start_batch_with(rt, uthreads, stop, progress, || {});
+}
+
+/// As [`start_batch`], calling `between_chunks` after each chunk of 1000 steps.
+fn start_batch_with(
+    rt: &Runtime,
+    uthreads: usize,
+    stop: &Arc<AtomicBool>,
+    progress: &Arc<AtomicU64>,
+    between_chunks: fn(),
+) {
     for _ in 0..uthreads {
         let stop = stop.clone();
         let progress = progress.clone();
@@ -61,6 +72,7 @@ fn start_batch(rt: &Runtime, uthreads: usize, stop: &Arc<AtomicBool>, progress: 
                     x = x * 1.000_000_1 + 1e-9;
                 }
                 progress.fetch_add(1, Ordering::Relaxed);
+                between_chunks();
             }
             std::hint::black_box(x);
         });
@@ -623,35 +635,59 @@ fn remote_handovers_lose_no_uthread() {
     );
 }
 
-/// A batch uthread that never yields or blocks never reaches its scheduler: with a grace
-/// period, every preemption still happens, by the signal after it.
-#[test]
-fn a_runtime_that_never_yields_is_preempted_after_the_grace_period() {
-    const ROUNDS: u64 = 300;
+/// Rounds in which a latency-critical runtime takes the core from a busy batch runtime.
+const GRACE_ROUNDS: u64 = 300;
+
+/// Runs [`GRACE_ROUNDS`] against one batch uthread that calls `between_chunks` after each chunk
+/// of its loop, under iokerneld with `--cede-grace-us grace_us`; returns the batch runtime's
+/// preemptions: (signalled, ceded).
+fn preemptions_of_a_busy_batch(grace_us: &str, between_chunks: fn()) -> (u64, u64) {
     let _serial = serial();
-    let mut daemon = Daemon::start(&["--cede-grace-us", "100"]);
+    let mut daemon = Daemon::start(&["--cede-grace-us", grace_us]);
     let batch = daemon.runtime("batch", 1);
     let lc = daemon.runtime("lc", 1);
     let stop = Arc::new(AtomicBool::new(false));
     let progress = Arc::new(AtomicU64::new(0));
-    start_batch(&batch, 1, &stop, &progress);
+    start_batch_with(&batch, 1, &stop, &progress, between_chunks);
     wait_until("batch to start", Duration::from_secs(10), || {
         progress.load(Ordering::Relaxed) > 0
     });
     lc.block_on(|| {
-        for _ in 0..ROUNDS {
+        for _ in 0..GRACE_ROUNDS {
             corral::sleep(Duration::from_micros(300));
         }
     });
     stop.store(true, Ordering::Relaxed);
     daemon.assert_alive();
+    assert!(daemon.runtime_stats("lc")["grants"].as_u64().unwrap() >= GRACE_ROUNDS);
     let stats = daemon.runtime_stats("batch");
+    let counter = |key: &str| stats[key].as_u64().unwrap();
+    (counter("preempt_signals"), counter("cedes_cooperative"))
+}
+
+/// A batch uthread that never yields or blocks never reaches its scheduler: with a grace
+/// period, every preemption still happens, by the signal after it.
+#[test]
+fn a_runtime_that_never_yields_is_preempted_after_the_grace_period() {
+    let (signals, ceded) = preemptions_of_a_busy_batch("100", || {});
     // Only a preemption that catches the kthread in its scheduler before the uthread first
     // runs (the first round) can be ceded without the signal.
-    let signals = stats["preempt_signals"].as_u64().unwrap();
-    let ceded = stats["cedes_cooperative"].as_u64().unwrap();
-    assert!(signals >= ROUNDS - 2 && ceded <= 1, "{stats:#}");
-    assert!(daemon.runtime_stats("lc")["grants"].as_u64().unwrap() >= ROUNDS);
+    assert!(
+        signals >= GRACE_ROUNDS - 2 && ceded <= 1,
+        "{signals} signalled, {ceded} ceded"
+    );
+}
+
+/// A compute loop that passes `corral::preemption_point()` every few microseconds gives its
+/// core back by itself: within the grace period, with no signal.
+#[test]
+fn preemption_points_give_the_core_back_without_a_signal() {
+    let (signals, ceded) = preemptions_of_a_busy_batch("5000", corral::preemption_point);
+    // A signal only if the batch kthread lost its CPU to the host for the whole grace period.
+    assert!(
+        ceded >= GRACE_ROUNDS - 5 && signals <= 5,
+        "{signals} signalled, {ceded} ceded"
+    );
 }
 
 /// The helper of the managed core is `SCHED_IDLE`: while a batch kthread keeps the core busy,
@@ -710,47 +746,4 @@ fn the_helper_stays_off_a_busy_core() {
         ran < 20_000_000,
         "the helper ran {ran} ns of 2 s on a busy core"
     );
-}
-
-/// A compute loop that passes `corral::preemption_point()` every few microseconds gives its
-/// core back by itself: within the grace period, with no signal.
-#[test]
-fn preemption_points_give_the_core_back_without_a_signal() {
-    const ROUNDS: u64 = 300;
-    let _serial = serial();
-    let mut daemon = Daemon::start(&["--cede-grace-us", "5000"]);
-    let batch = daemon.runtime("batch", 1);
-    let lc = daemon.runtime("lc", 1);
-    let stop = Arc::new(AtomicBool::new(false));
-    let progress = Arc::new(AtomicU64::new(0));
-    {
-        let (stop, progress) = (stop.clone(), progress.clone());
-        batch.spawn(move || {
-            let mut x = 1.0f64;
-            while !stop.load(Ordering::Relaxed) {
-                for _ in 0..1000 {
-                    x = x * 1.000_000_1 + 1e-9;
-                }
-                progress.fetch_add(1, Ordering::Relaxed);
-                corral::preemption_point();
-            }
-            std::hint::black_box(x);
-        });
-    }
-    wait_until("batch to start", Duration::from_secs(10), || {
-        progress.load(Ordering::Relaxed) > 0
-    });
-    lc.block_on(|| {
-        for _ in 0..ROUNDS {
-            corral::sleep(Duration::from_micros(300));
-        }
-    });
-    stop.store(true, Ordering::Relaxed);
-    daemon.assert_alive();
-    let stats = daemon.runtime_stats("batch");
-    let ceded = stats["cedes_cooperative"].as_u64().unwrap();
-    let signals = stats["preempt_signals"].as_u64().unwrap();
-    // A signal only if the batch kthread lost its CPU to the host for the whole grace period.
-    assert!(ceded >= ROUNDS - 5 && signals <= 5, "{stats:#}");
-    assert!(daemon.runtime_stats("lc")["grants"].as_u64().unwrap() >= ROUNDS);
 }

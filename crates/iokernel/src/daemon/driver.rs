@@ -106,15 +106,12 @@ impl CoreDriver {
     }
 
     /// Sends the preemption signal to every kthread whose grace period ran out, and delivers
-    /// grants that a helper left unclaimed too long. Cheap when there is nothing to do.
-    pub(super) fn chase_handovers(&mut self, registry: &mut Registry) {
+    /// grants that a helper left unclaimed too long, as of the loop's time `now`. Cheap when
+    /// there is nothing to do.
+    pub(super) fn chase_handovers(&mut self, registry: &mut Registry, now: u64) {
         if let Some(h) = &mut self.handoffs {
-            h.deliver_overdue(now_ns());
+            h.deliver_overdue(now);
         }
-        if self.pending_cedes.is_empty() {
-            return;
-        }
-        let now = now_ns();
         let mut i = 0;
         while i < self.pending_cedes.len() {
             let (runtime, kthread, deadline) = self.pending_cedes[i];

@@ -21,9 +21,9 @@ use corral_handoff::{Delivery, HelperState, Mailbox, SpinBudget};
 use crate::sys::{self, now_ns};
 
 /// The shortest spin of a helper whose core idles for long stretches.
-pub(super) const MIN_SPIN_NS: u64 = 5_000;
+const MIN_SPIN_NS: u64 = 5_000;
 /// How long a post may wait for the helper before the loop delivers it itself.
-pub(super) const POST_PATIENCE_NS: u64 = 50_000;
+const POST_PATIENCE_NS: u64 = 50_000;
 /// How long a helper that runs while the loop says a kthread holds its core waits for the loop
 /// to see the kthread park before it yields the CPU. Either the kthread just parked (the loop
 /// sees it within a microsecond or two, and a yield on the then idle core returns at once), or

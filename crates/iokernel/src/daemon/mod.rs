@@ -112,8 +112,8 @@ impl Daemon {
             self.counters.iterations += 1;
             self.driver.drain_commands(&mut self.registry);
             self.execute();
-            self.driver.chase_handovers(&mut self.registry);
             let now = now_ns();
+            self.driver.chase_handovers(&mut self.registry, now);
             let took = now.saturating_sub(last);
             last = now;
             if took > LOOP_STALL_NS {
