@@ -16,6 +16,7 @@
 
 mod control_plane;
 mod driver;
+pub mod faults;
 mod handoff;
 mod jobs;
 mod log_limit;
