@@ -13,7 +13,7 @@ use serde::Deserialize;
 
 use crate::cpus::{Sysfs, format_cpu_list, parse_cpu_list};
 use crate::daemon::faults::{
-    Direction, FaultSpec, MAX_DELAY_US, MAX_HOLD, MAX_REORDER_GAP, MAX_REORDER_US,
+    Direction, FaultSpec, FrameFilter, MAX_DELAY_US, MAX_HOLD, MAX_REORDER_GAP, MAX_REORDER_US,
 };
 
 /// Default control socket.
@@ -125,7 +125,9 @@ pub struct SettingArgs {
     /// `delay_us` is given); `reorder_gap` (a reordered frame is held until this many later
     /// frames passed it [default: 3], 1 to 1000) and `reorder_us` (or this long at most
     /// [default: 1000], 1 to 1000000); `hold` (frames held at most, more are dropped and
-    /// counted [default: 1024], 1 to 65536); `seed` (of the per-frame draws [default: 0]).
+    /// counted [default: 1024], 1 to 65536); `only` (`all`, `ipv4`, `tcp` or `udp`: the frames
+    /// the faults apply to, others pass untouched and unnumbered [default: all]); `seed` (of the
+    /// per-frame draws [default: 0]).
     /// Corruption flips one byte of an IPv4 packet (never ARP). In TOML, a table per direction:
     /// `[faults.rx]` with `loss = 0.01`, `delay_us = "50-200"`. A flag replaces the file's
     /// table for its direction.
@@ -329,7 +331,7 @@ impl FaultsConfig {
 
 /// The keys of a fault spec, as the errors list them.
 const FAULT_KEYS: &str =
-    "loss, dup, corrupt, reorder, delay, delay_us, reorder_gap, reorder_us, hold, seed";
+    "loss, dup, corrupt, reorder, delay, delay_us, reorder_gap, reorder_us, hold, only, seed";
 
 /// `rx`, `tx`, `local` or `all`.
 fn fault_directions(text: &str) -> Option<&'static [Direction]> {
@@ -408,6 +410,11 @@ pub fn parse_fault_spec<'a>(
             }
             "reorder_us" => spec.reorder_us = bounded(key, value, 1, MAX_REORDER_US)?,
             "hold" => spec.hold = bounded(key, value, 1, MAX_HOLD as u64)? as usize,
+            "only" => {
+                spec.only = FrameFilter::parse(value).ok_or_else(|| {
+                    format!("only = {value}: expected one of all, ipv4, tcp, udp")
+                })?;
+            }
             "seed" => {
                 spec.seed = value.parse().map_err(|_| {
                     format!("seed = {value}: must be a whole number from 0 to 2^64-1")
@@ -1049,7 +1056,8 @@ mod tests {
         let mut a = args(sys.path());
         a.faults = vec![
             "rx:loss=0.01,reorder=0.02,dup=0.01,corrupt=0.01,delay_us=100,seed=7".into(),
-            "tx:delay=0.5,delay_us=50-200,reorder=1,reorder_gap=5,reorder_us=300,hold=16".into(),
+            "tx:delay=0.5,delay_us=50-200,reorder=1,reorder_gap=5,reorder_us=300,hold=16,only=tcp"
+                .into(),
         ];
         let faults = Config::merge(&FileConfig::default(), &a).unwrap().faults;
         assert_eq!(
@@ -1077,6 +1085,7 @@ mod tests {
                 reorder_gap: 5,
                 reorder_us: 300,
                 hold: 16,
+                only: FrameFilter::Tcp,
                 ..FaultSpec::default()
             })
         );
@@ -1180,6 +1189,10 @@ mod tests {
             "hold = 0: must be a whole number from 1 to 65536",
         );
         flag(&["rx:seed=-1"], "seed = -1: must be a whole number");
+        flag(
+            &["rx:loss=0.1,only=icmp"],
+            "only = icmp: expected one of all, ipv4, tcp, udp",
+        );
 
         let file = |toml: &str, expected: &str| {
             let err = match parse_file(toml) {

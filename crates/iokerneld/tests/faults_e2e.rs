@@ -124,6 +124,7 @@ struct Received {
     arrivals: AtomicU64,
     foreign: AtomicU64,
     marker: AtomicBool,
+    markers: AtomicU64,
 }
 
 impl Received {
@@ -135,6 +136,7 @@ impl Received {
             arrivals: AtomicU64::new(0),
             foreign: AtomicU64::new(0),
             marker: AtomicBool::new(false),
+            markers: AtomicU64::new(0),
         })
     }
 
@@ -147,6 +149,7 @@ impl Received {
             return;
         };
         if seq == MARKER {
+            self.markers.fetch_add(1, Ordering::Relaxed);
             self.marker.store(true, Ordering::Release);
         } else if seq < self.copies.len() as u64 && datagram == payload(seq, len) {
             self.copies[seq as usize].fetch_add(1, Ordering::Relaxed);
@@ -208,8 +211,14 @@ fn start_receiver(rt: &Runtime, ip: Ipv4Addr, len: usize, into: Arc<Received>) {
 }
 
 /// Sends `count` datagrams of `len` bytes from Linux to `to`, a few at a time, then markers
-/// until one arrives.
-fn send_from_linux(daemon: &Daemon, to: SocketAddrV4, count: u64, len: usize, rx: &Received) {
+/// until one arrives; returns how many markers were sent.
+fn send_from_linux(
+    daemon: &Daemon,
+    to: SocketAddrV4,
+    count: u64,
+    len: usize,
+    rx: &Received,
+) -> u64 {
     let socket = LinuxUdp::bind((daemon.host(), 0)).unwrap();
     for seq in 0..count {
         socket.send_to(&payload(seq, len), to).unwrap();
@@ -219,6 +228,7 @@ fn send_from_linux(daemon: &Daemon, to: SocketAddrV4, count: u64, len: usize, rx
         }
     }
     let start = Instant::now();
+    let mut markers = 0;
     while !rx.marker.load(Ordering::Acquire) {
         assert!(
             start.elapsed() < Duration::from_secs(20),
@@ -226,8 +236,10 @@ fn send_from_linux(daemon: &Daemon, to: SocketAddrV4, count: u64, len: usize, rx
             rx.total()
         );
         socket.send_to(&payload(MARKER, len), to).unwrap();
+        markers += 1;
         std::thread::sleep(Duration::from_millis(2));
     }
+    markers
 }
 
 /// The drops of one reason family counted by iokerneld's steering parse, all runtimes.
@@ -285,13 +297,14 @@ fn help_and_bad_fault_flags() {
 fn rx_loss_drops_about_half_of_a_burst_and_counts_it() {
     const SENT: u64 = 2000;
     let _serial = serial();
-    let mut daemon = Daemon::start(1, &["rx:loss=0.5,seed=7"]);
+    // Only UDP: the frames numbered are exactly the datagrams sent.
+    let mut daemon = Daemon::start(1, &["rx:loss=0.5,only=udp,seed=7"]);
     let ip = daemon.ip(2);
     let rt = daemon.runtime("lossy", 2);
     daemon.pin_neighbour(2);
     let rx = Received::new(SENT);
     start_receiver(&rt, ip, 64, rx.clone());
-    send_from_linux(&daemon, SocketAddrV4::new(ip, PORT), SENT, 64, &rx);
+    let markers = send_from_linux(&daemon, SocketAddrV4::new(ip, PORT), SENT, 64, &rx);
 
     let got = rx.total();
     assert_eq!(got, rx.distinct(), "a datagram arrived twice");
@@ -300,7 +313,12 @@ fn rx_loss_drops_about_half_of_a_burst_and_counts_it() {
     assert!((800..=1200).contains(&got), "{got} of {SENT} arrived");
     let f = daemon.faults("rx");
     let c = f.counters;
-    assert!(c.frames >= SENT, "{f:?}");
+    assert_eq!(c.frames, SENT + markers, "{f:?}");
+    // What arrived is at most what the injector let through.
+    assert!(
+        got + rx.markers.load(Ordering::Relaxed) <= c.emitted,
+        "{f:?}"
+    );
     assert!(
         c.dropped * 10 >= c.frames * 4 && c.dropped * 10 <= c.frames * 6,
         "{f:?}"
@@ -310,10 +328,9 @@ fn rx_loss_drops_about_half_of_a_burst_and_counts_it() {
         (c.duplicated, c.corrupted, c.delayed, c.reordered),
         (0, 0, 0, 0)
     );
-    assert!(
-        f.spec.contains("loss=0.5") && f.spec.contains("seed=7"),
-        "{f:?}"
-    );
+    for setting in ["loss=0.5", "only=udp", "seed=7"] {
+        assert!(f.spec.contains(setting), "{f:?}");
+    }
     assert!(daemon.iokerneld.stats().faults.tx.is_none());
     daemon.iokerneld.assert_alive();
 }

@@ -65,6 +65,59 @@ impl fmt::Display for Direction {
     }
 }
 
+/// Which frames a direction's faults apply to; the others pass untouched and uncounted, and
+/// take no sequence number, so that unrelated traffic (ARP, Linux's IPv6 chatter on the TAP
+/// device) neither suffers the faults nor shifts the fates of the frames under test.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FrameFilter {
+    /// Every frame.
+    #[default]
+    All,
+    /// IPv4 frames (not ARP).
+    Ipv4,
+    /// IPv4 frames carrying TCP.
+    Tcp,
+    /// IPv4 frames carrying UDP.
+    Udp,
+}
+
+impl FrameFilter {
+    pub const ALL: [FrameFilter; 4] = [
+        FrameFilter::All,
+        FrameFilter::Ipv4,
+        FrameFilter::Tcp,
+        FrameFilter::Udp,
+    ];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            FrameFilter::All => "all",
+            FrameFilter::Ipv4 => "ipv4",
+            FrameFilter::Tcp => "tcp",
+            FrameFilter::Udp => "udp",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<FrameFilter> {
+        Self::ALL.into_iter().find(|f| f.as_str() == text)
+    }
+
+    /// Whether `frame` is one of these (from its Ethernet and IPv4 headers, unchecked: a
+    /// malformed frame is judged by the bytes where the fields would be).
+    #[inline]
+    pub fn matches(self, frame: &[u8]) -> bool {
+        let ipv4 =
+            frame.len() >= ETHERNET_HEADER + IPV4_HEADER_MIN && frame[12..14] == ETHERTYPE_IPV4;
+        let protocol = || frame[ETHERNET_HEADER + 9];
+        match self {
+            FrameFilter::All => true,
+            FrameFilter::Ipv4 => ipv4,
+            FrameFilter::Tcp => ipv4 && protocol() == 6,
+            FrameFilter::Udp => ipv4 && protocol() == 17,
+        }
+    }
+}
+
 /// Defaults of the optional settings of a [`FaultSpec`].
 pub const DEFAULT_REORDER_GAP: u32 = 3;
 pub const DEFAULT_REORDER_US: u64 = 1000;
@@ -102,6 +155,8 @@ pub struct FaultSpec {
     /// Frames held at most (delay and reordering together); one more is dropped and counted as
     /// an overflow.
     pub hold: usize,
+    /// The frames the faults apply to.
+    pub only: FrameFilter,
 }
 
 // The probabilities are checked finite when read, so equality is reflexive.
@@ -122,6 +177,7 @@ impl Default for FaultSpec {
             reorder_gap: DEFAULT_REORDER_GAP,
             reorder_us: DEFAULT_REORDER_US,
             hold: DEFAULT_HOLD,
+            only: FrameFilter::All,
         }
     }
 }
@@ -153,8 +209,13 @@ impl fmt::Display for FaultSpec {
         }
         write!(
             f,
-            "reorder={},reorder_gap={},reorder_us={},hold={},seed={}",
-            self.reorder, self.reorder_gap, self.reorder_us, self.hold, self.seed
+            "reorder={},reorder_gap={},reorder_us={},hold={},only={},seed={}",
+            self.reorder,
+            self.reorder_gap,
+            self.reorder_us,
+            self.hold,
+            self.only.as_str(),
+            self.seed
         )
     }
 }
@@ -458,9 +519,10 @@ impl Injector {
     /// Applies the next decision to `frame`, seen at `now` (nanoseconds on any monotonic
     /// clock): `emit` is called for each frame that goes on now, which may be none, the frame,
     /// its duplicate, and held frames that it was the last to overtake. Frames longer than
-    /// [`MAX_FRAME`] go on untouched and uncounted: the switch drops them anyway.
+    /// [`MAX_FRAME`] (which the switch drops anyway) and frames the spec's filter leaves out go
+    /// on untouched and uncounted.
     pub fn inject(&mut self, frame: &[u8], now: u64, emit: &mut impl FnMut(&[u8])) {
-        if frame.len() > MAX_FRAME {
+        if frame.len() > MAX_FRAME || !self.spec.only.matches(frame) {
             emit(frame);
             return;
         }
@@ -710,6 +772,45 @@ mod tests {
     }
 
     #[test]
+    fn a_filter_leaves_other_frames_alone_and_unnumbered() {
+        let s = FaultSpec {
+            loss: 0.5,
+            only: FrameFilter::Udp,
+            ..spec()
+        };
+        let mut udp = ipv4_frame(0, 64);
+        udp[ETHERNET_HEADER + 9] = 17;
+        let mut tcp = udp.clone();
+        tcp[ETHERNET_HEADER + 9] = 6;
+        let mut arp = vec![0u8; 42];
+        arp[12..14].copy_from_slice(&[0x08, 0x06]);
+        assert!(FrameFilter::Udp.matches(&udp) && !FrameFilter::Udp.matches(&tcp));
+        assert!(FrameFilter::Tcp.matches(&tcp) && !FrameFilter::Tcp.matches(&arp));
+        assert!(FrameFilter::Ipv4.matches(&tcp) && !FrameFilter::Ipv4.matches(&arp));
+        assert!(FrameFilter::All.matches(&arp));
+        // The UDP frames' fates are the same with or without TCP and ARP frames between them.
+        let fates = |others: bool| {
+            let mut inj = Injector::new(Direction::Rx, s.clone());
+            let mut fates = Vec::new();
+            for _ in 0..200 {
+                if others {
+                    for f in [&tcp, &arp] {
+                        let mut passed = 0;
+                        inj.inject(f, 0, &mut |_: &[u8]| passed += 1);
+                        assert_eq!(passed, 1);
+                    }
+                }
+                let mut passed = 0;
+                inj.inject(&udp, 0, &mut |_: &[u8]| passed += 1);
+                fates.push(passed);
+            }
+            assert_eq!(inj.counters().frames, 200);
+            fates
+        };
+        assert_eq!(fates(false), fates(true));
+    }
+
+    #[test]
     fn duplicates_follow_their_original() {
         let s = FaultSpec { dup: 1.0, ..spec() };
         let (out, inj) = run(s, 100, 1);
@@ -876,6 +977,7 @@ mod tests {
                             reorder_gap: gap,
                             reorder_us: rus,
                             hold,
+                            only: FrameFilter::All,
                         }
                     },
                 )
