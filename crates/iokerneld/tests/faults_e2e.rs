@@ -258,6 +258,7 @@ fn help_and_bad_fault_flags() {
         "--faults",
         "DIRECTION:KEY=VALUE",
         "reorder_gap",
+        "`only`",
         "[faults.rx]",
     ] {
         assert!(
