@@ -1091,10 +1091,18 @@ mod tests {
         );
         assert_eq!(faults.local, None);
         assert!(faults.is_active());
-        // The canonical form reads back as the same spec.
-        let spec = faults.tx.clone().unwrap();
-        let (_, again) = parse_fault_flag(&format!("tx:{spec}")).unwrap();
-        assert_eq!(again, spec);
+        // The canonical form reads back as the same spec, with or without a delay.
+        for spec in [
+            faults.tx.clone().unwrap(),
+            FaultSpec {
+                loss: 0.125,
+                seed: u64::MAX,
+                ..FaultSpec::default()
+            },
+        ] {
+            let (_, again) = parse_fault_flag(&format!("tx:{spec}")).unwrap();
+            assert_eq!(again, spec);
+        }
 
         // `all` sets every direction; a file's table is replaced by a flag for its direction.
         let file = parse_file("[faults.all]\nloss = 0.25\nseed = 3\n[faults]\n").unwrap();

@@ -195,17 +195,21 @@ impl FaultSpec {
 }
 
 impl fmt::Display for FaultSpec {
-    /// The flag syntax (without the direction), every setting spelt out.
+    /// The flag syntax (without the direction), every setting spelt out (the delay's only
+    /// when frames are delayed).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "loss={},dup={},corrupt={},delay={},",
-            self.loss, self.dup, self.corrupt, self.delay
+            "loss={},dup={},corrupt={},",
+            self.loss, self.dup, self.corrupt
         )?;
-        if self.delay_min_us == self.delay_max_us {
-            write!(f, "delay_us={},", self.delay_min_us)?;
-        } else {
-            write!(f, "delay_us={}-{},", self.delay_min_us, self.delay_max_us)?;
+        if self.delay > 0.0 {
+            write!(f, "delay={},", self.delay)?;
+            if self.delay_min_us == self.delay_max_us {
+                write!(f, "delay_us={},", self.delay_min_us)?;
+            } else {
+                write!(f, "delay_us={}-{},", self.delay_min_us, self.delay_max_us)?;
+            }
         }
         write!(
             f,
