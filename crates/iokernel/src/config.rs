@@ -440,8 +440,10 @@ pub fn parse_fault_spec<'a>(
         }
         (p, Some((min, max))) => {
             spec.delay = p.unwrap_or(1.0);
-            spec.delay_min_us = min;
-            spec.delay_max_us = max;
+            if spec.delay > 0.0 {
+                spec.delay_min_us = min;
+                spec.delay_max_us = max;
+            }
         }
         (_, None) => {}
     }
