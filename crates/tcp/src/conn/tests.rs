@@ -1,0 +1,631 @@
+//! Packet-level tests on a virtual clock: segments are crafted with corral_wire's builder, fed
+//! with `on_segment`, and what `poll_transmit` writes is parsed back and checked field by field.
+
+use core::net::{Ipv4Addr, SocketAddrV4};
+
+use corral_wire::{SackList, TcpFlags, TcpHeader, TcpOption, TcpOptionSet, TcpSegment, Timestamps};
+
+use super::*;
+use crate::stats::TcpDrop;
+
+const LOCAL_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
+const REMOTE_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
+const LOCAL_PORT: u16 = 40_000;
+const REMOTE_PORT: u16 = 80;
+const ISS: u32 = 1_000;
+const IRS: u32 = 5_000_000;
+const MS: Nanos = 1_000_000;
+/// Virtual time the tests start at.
+const T0: Nanos = 1_000 * MS;
+
+const ACK: TcpFlags = TcpFlags::ACK;
+const SYN: TcpFlags = TcpFlags::SYN;
+const FIN: TcpFlags = TcpFlags::FIN;
+const RST: TcpFlags = TcpFlags::RST;
+const PSH: TcpFlags = TcpFlags::PSH;
+
+fn ends() -> Endpoints {
+    Endpoints {
+        local: SocketAddrV4::new(LOCAL_IP, LOCAL_PORT),
+        remote: SocketAddrV4::new(REMOTE_IP, REMOTE_PORT),
+    }
+}
+
+/// A small config without timestamps, so expected segments stay short; tests that need the
+/// options turn them on.
+fn config() -> TcpConfig {
+    TcpConfig {
+        mss: 1000,
+        send_buffer: 64 * 1024,
+        recv_buffer: 64 * 1024,
+        timestamps: false,
+        sack: false,
+        window_scaling: false,
+        rto_initial: 100 * MS,
+        rto_min: 10 * MS,
+        rto_max: 1_000 * MS,
+        delayed_ack: 0,
+        time_wait: 2_000 * MS,
+        nodelay: true,
+        ..TcpConfig::default()
+    }
+}
+
+/// A segment from the peer.
+#[derive(Clone, Debug, Default)]
+struct Seg {
+    seq: u32,
+    ack: u32,
+    flags: TcpFlags,
+    window: u16,
+    options: TcpOptionSet,
+    payload: Vec<u8>,
+}
+
+impl Seg {
+    fn new(seq: u32, ack: u32, flags: TcpFlags) -> Seg {
+        Seg {
+            seq,
+            ack,
+            flags,
+            window: 65535,
+            ..Default::default()
+        }
+    }
+    fn data(mut self, payload: &[u8]) -> Seg {
+        self.payload = payload.to_vec();
+        self
+    }
+    fn window(mut self, w: u16) -> Seg {
+        self.window = w;
+        self
+    }
+    fn ts(mut self, tsval: u32, tsecr: u32) -> Seg {
+        self.options.timestamps = Some(Timestamps { tsval, tsecr });
+        self
+    }
+    fn build(&self) -> Vec<u8> {
+        let h = TcpHeader {
+            src_port: REMOTE_PORT,
+            dst_port: LOCAL_PORT,
+            seq: self.seq,
+            ack: self.ack,
+            flags: self.flags,
+            window: self.window,
+            urgent: 0,
+            options: self.options,
+        };
+        let hl = h.header_len();
+        let mut buf = vec![0u8; hl + self.payload.len()];
+        buf[hl..].copy_from_slice(&self.payload);
+        let n = h
+            .emit(&mut buf, self.payload.len(), REMOTE_IP, LOCAL_IP)
+            .unwrap();
+        assert_eq!(n, buf.len());
+        buf
+    }
+}
+
+/// A segment the connection sent, parsed back (checksum verified).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Sent {
+    seq: u32,
+    ack: u32,
+    flags: TcpFlags,
+    window: u16,
+    payload: Vec<u8>,
+    mss: Option<u16>,
+    wscale: Option<u8>,
+    sack_permitted: bool,
+    ts: Option<Timestamps>,
+    sack: Vec<(u32, u32)>,
+}
+
+fn parse_sent(bytes: &[u8]) -> Sent {
+    let s = TcpSegment::parse(bytes, LOCAL_IP, REMOTE_IP).expect("valid segment and checksum");
+    assert_eq!((s.src_port(), s.dst_port()), (LOCAL_PORT, REMOTE_PORT));
+    let mut out = Sent {
+        seq: s.seq(),
+        ack: s.ack(),
+        flags: s.flags(),
+        window: s.window(),
+        payload: s.payload().to_vec(),
+        mss: None,
+        wscale: None,
+        sack_permitted: false,
+        ts: None,
+        sack: Vec::new(),
+    };
+    for o in s.options() {
+        match o {
+            TcpOption::Mss(m) => out.mss = Some(m),
+            TcpOption::WindowScale(w) => out.wscale = Some(w),
+            TcpOption::SackPermitted => out.sack_permitted = true,
+            TcpOption::Timestamps(t) => out.ts = Some(t),
+            TcpOption::Sack(b) => out.sack.extend(b),
+            TcpOption::Unknown { .. } => panic!("unknown option sent"),
+        }
+    }
+    out
+}
+
+fn feed(c: &mut Connection, now: Nanos, seg: &Seg) -> Events {
+    let bytes = seg.build();
+    let parsed = TcpSegment::parse(&bytes, REMOTE_IP, LOCAL_IP).unwrap();
+    c.on_segment(now, &parsed)
+}
+
+fn drain(c: &mut Connection, now: Nanos) -> Vec<Sent> {
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; MAX_HEADER + usize::from(c.config.mss)];
+    while let Some(n) = c.poll_transmit(now, &mut buf) {
+        out.push(parse_sent(&buf[..n]));
+        assert!(out.len() < 10_000, "poll_transmit never ends");
+    }
+    out
+}
+
+fn one(c: &mut Connection, now: Nanos) -> Sent {
+    let mut v = drain(c, now);
+    assert_eq!(v.len(), 1, "expected one segment, got {v:#?}");
+    v.pop().unwrap()
+}
+
+fn none(c: &mut Connection, now: Nanos) {
+    let v = drain(c, now);
+    assert!(v.is_empty(), "expected nothing, got {v:#?}");
+}
+
+fn assert_ack(s: &Sent, seq: u32, ack: u32) {
+    assert_eq!(
+        (s.seq, s.ack, s.flags, s.payload.len()),
+        (seq, ack, ACK, 0),
+        "{s:?}"
+    );
+}
+
+/// An active open completed against a peer with window 65535 and MSS 1000.
+fn client(cfg: &TcpConfig) -> Connection {
+    let mut c = Connection::connect(cfg, ends(), ISS, T0);
+    let syn = one(&mut c, T0);
+    assert_eq!(syn.flags, SYN);
+    let mut synack = Seg::new(IRS, ISS + 1, SYN | ACK);
+    synack.options.mss = Some(1000);
+    if cfg.timestamps {
+        synack.options.timestamps = Some(Timestamps {
+            tsval: 7,
+            tsecr: syn.ts.unwrap().tsval,
+        });
+    }
+    if cfg.window_scaling {
+        synack.options.window_scale = Some(0);
+    }
+    synack.options.sack_permitted = cfg.sack;
+    let ev = feed(&mut c, T0 + MS, &synack);
+    assert!(ev.contains(Events::ESTABLISHED));
+    let ack = one(&mut c, T0 + MS);
+    assert_ack(&ack, ISS + 1, IRS + 1);
+    c
+}
+
+/// A passive open completed (SYN, SYN-ACK, ACK).
+fn server(cfg: &TcpConfig) -> Connection {
+    let mut syn = Seg::new(IRS, 0, SYN);
+    syn.options.mss = Some(1000);
+    let bytes = syn.build();
+    let parsed = TcpSegment::parse(&bytes, REMOTE_IP, LOCAL_IP).unwrap();
+    let mut c = Connection::accept_syn(cfg, ends(), &parsed, ISS, T0);
+    let synack = one(&mut c, T0);
+    assert_eq!(
+        (synack.flags, synack.seq, synack.ack),
+        (SYN | ACK, ISS, IRS + 1)
+    );
+    let ev = feed(&mut c, T0 + MS, &Seg::new(IRS + 1, ISS + 1, ACK));
+    assert!(ev.contains(Events::ESTABLISHED));
+    assert_eq!(c.state(), State::Established);
+    none(&mut c, T0 + MS);
+    c
+}
+
+fn pattern(n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i * 7 + i / 251) as u8).collect()
+}
+
+#[test]
+fn active_open_negotiates_options() {
+    let cfg = TcpConfig {
+        timestamps: true,
+        sack: true,
+        window_scaling: true,
+        recv_buffer: 1 << 20,
+        ..config()
+    };
+    let mut c = Connection::connect(&cfg, ends(), ISS, T0);
+    assert_eq!(c.state(), State::SynSent);
+    assert_eq!(
+        c.next_deadline(),
+        None,
+        "nothing armed before the SYN leaves"
+    );
+    let syn = one(&mut c, T0);
+    assert_eq!((syn.seq, syn.ack, syn.flags), (ISS, 0, SYN));
+    assert_eq!(syn.mss, Some(1000));
+    assert_eq!(syn.wscale, Some(5), "1 MiB needs a shift of 5");
+    assert!(syn.sack_permitted);
+    assert_eq!(
+        syn.ts,
+        Some(Timestamps {
+            tsval: timestamp_clock(T0),
+            tsecr: 0
+        })
+    );
+    assert_eq!(syn.window, 65535, "a SYN's window is never scaled");
+    assert_eq!(c.next_deadline(), Some(T0 + 100 * MS));
+
+    let mut synack = Seg::new(IRS, ISS + 1, SYN | ACK).window(1000);
+    synack.options = TcpOptionSet {
+        mss: Some(536),
+        window_scale: Some(3),
+        sack_permitted: true,
+        timestamps: Some(Timestamps {
+            tsval: 77,
+            tsecr: timestamp_clock(T0),
+        }),
+        sack: SackList::EMPTY,
+    };
+    let ev = feed(&mut c, T0 + 2 * MS, &synack);
+    assert!(ev.contains(Events::ESTABLISHED | Events::WRITABLE));
+    assert_eq!(c.state(), State::Established);
+    assert_eq!(
+        c.peer_window(),
+        1000,
+        "the SYN-ACK's window is not scaled either"
+    );
+    assert_eq!(c.srtt(), Some(2 * MS), "RTT from the timestamp echo");
+    let ack = one(&mut c, T0 + 2 * MS);
+    assert_ack(&ack, ISS + 1, IRS + 1);
+    assert_eq!(ack.window, ((1 << 20) >> 5) as u16);
+    assert_eq!(
+        ack.ts,
+        Some(Timestamps {
+            tsval: timestamp_clock(T0 + 2 * MS),
+            tsecr: 77
+        })
+    );
+    assert_eq!(c.next_deadline(), None);
+    // The peer's MSS of 536 less 12 bytes of timestamps bounds our segments.
+    c.send(T0 + 3 * MS, &pattern(2000)).unwrap();
+    let sent = drain(&mut c, T0 + 3 * MS);
+    assert_eq!(
+        sent.len(),
+        1,
+        "sender silly window avoidance holds the 476 bytes left"
+    );
+    assert_eq!(sent[0].payload.len(), 524);
+    // From now on the window field is scaled by 2^3: 250 means 2000 bytes.
+    feed(
+        &mut c,
+        T0 + 4 * MS,
+        &Seg::new(IRS + 1, ISS + 525, ACK).window(250).ts(78, 0),
+    );
+    assert_eq!(c.peer_window(), 2000);
+    let sent = drain(&mut c, T0 + 4 * MS);
+    assert_eq!(
+        sent.iter().map(|s| s.payload.len()).collect::<Vec<_>>(),
+        [524, 524, 428]
+    );
+}
+
+#[test]
+fn passive_open_and_data_both_ways() {
+    let mut c = server(&config());
+    let ev = feed(
+        &mut c,
+        T0 + 2 * MS,
+        &Seg::new(IRS + 1, ISS + 1, ACK | PSH).data(b"hello"),
+    );
+    assert!(ev.contains(Events::READABLE));
+    assert_ack(&one(&mut c, T0 + 2 * MS), ISS + 1, IRS + 6);
+    let mut buf = [0u8; 64];
+    assert_eq!(c.recv(T0 + 2 * MS, &mut buf), Ok(5));
+    assert_eq!(&buf[..5], b"hello");
+    assert_eq!(c.recv(T0 + 2 * MS, &mut buf), Err(TcpError::WouldBlock));
+    assert_eq!(c.send(T0 + 3 * MS, b"world"), Ok(5));
+    let s = one(&mut c, T0 + 3 * MS);
+    assert_eq!(
+        (s.seq, s.ack, s.flags, &s.payload[..]),
+        (ISS + 1, IRS + 6, ACK | PSH, &b"world"[..])
+    );
+    // One RTT sample of 1 ms from the handshake: the RTO is rto_min.
+    assert_eq!(c.next_deadline(), Some(T0 + 3 * MS + 10 * MS));
+    let ev = feed(&mut c, T0 + 4 * MS, &Seg::new(IRS + 6, ISS + 6, ACK));
+    assert!(ev.contains(Events::WRITABLE));
+    assert_eq!(c.next_deadline(), None, "all acknowledged: no timer");
+    assert_eq!(c.srtt(), Some(MS), "Karn-timed sample without timestamps");
+    assert_eq!(c.stats().bytes_in, 5);
+    assert_eq!(c.stats().bytes_out, 5);
+}
+
+#[test]
+fn syn_received_answers_a_bad_ack_with_rst_and_a_retransmitted_syn_with_the_syn_ack() {
+    let syn = Seg::new(IRS, 0, SYN).build();
+    let parsed = TcpSegment::parse(&syn, REMOTE_IP, LOCAL_IP).unwrap();
+    let mut c = Connection::accept_syn(&config(), ends(), &parsed, ISS, T0);
+    assert_eq!(one(&mut c, T0).flags, SYN | ACK);
+    feed(&mut c, T0 + MS, &Seg::new(IRS, 0, SYN));
+    let again = one(&mut c, T0 + MS);
+    assert_eq!((again.flags, again.seq), (SYN | ACK, ISS));
+    feed(&mut c, T0 + MS, &Seg::new(IRS + 1, ISS + 50, ACK));
+    let rst = one(&mut c, T0 + MS);
+    assert_eq!((rst.flags, rst.seq), (RST, ISS + 50));
+    assert_eq!(c.state(), State::SynReceived);
+    assert_eq!(c.stats().drops[TcpDrop::AckOfUnsentData as usize], 1);
+}
+
+#[test]
+fn syn_retransmits_back_off_then_the_connect_times_out() {
+    let cfg = TcpConfig {
+        syn_retransmits: 2,
+        ..config()
+    };
+    let mut c = Connection::connect(&cfg, ends(), ISS, T0);
+    one(&mut c, T0);
+    let mut t = T0;
+    for (i, rto) in [100 * MS, 200 * MS].into_iter().enumerate() {
+        assert_eq!(c.next_deadline(), Some(t + rto));
+        t += rto;
+        assert_eq!(c.on_timer(t), Events::NONE);
+        let s = one(&mut c, t);
+        assert_eq!((s.flags, s.seq), (SYN, ISS));
+        assert_eq!(c.stats().syn_retransmits, i as u64 + 1);
+    }
+    t += 400 * MS;
+    assert_eq!(c.next_deadline(), Some(t));
+    let ev = c.on_timer(t);
+    assert!(ev.contains(Events::ERROR | Events::CLOSED));
+    assert_eq!(c.error(), Some(TcpError::TimedOut));
+    none(&mut c, t);
+}
+
+#[test]
+fn rst_in_syn_sent_refuses_only_with_an_acceptable_ack() {
+    let mut c = Connection::connect(&config(), ends(), ISS, T0);
+    one(&mut c, T0);
+    feed(&mut c, T0 + MS, &Seg::new(0, ISS + 5, RST | ACK));
+    assert_eq!(c.state(), State::SynSent);
+    let ev = feed(&mut c, T0 + MS, &Seg::new(0, ISS + 1, RST | ACK));
+    assert!(ev.contains(Events::ERROR));
+    assert_eq!(c.error(), Some(TcpError::Refused));
+    assert_eq!(c.state(), State::Closed);
+}
+
+#[test]
+fn active_close_through_time_wait() {
+    let mut c = client(&config());
+    c.shutdown_write(T0 + 2 * MS).unwrap();
+    assert_eq!(c.state(), State::FinWait1);
+    let fin = one(&mut c, T0 + 2 * MS);
+    assert_eq!((fin.seq, fin.ack, fin.flags), (ISS + 1, IRS + 1, ACK | FIN));
+    assert_eq!(c.send(T0, b"x"), Err(TcpError::BrokenPipe));
+    feed(&mut c, T0 + 3 * MS, &Seg::new(IRS + 1, ISS + 2, ACK));
+    assert_eq!(c.state(), State::FinWait2);
+    assert_eq!(
+        c.next_deadline(),
+        None,
+        "half-closed, still reading: no deadline"
+    );
+    // The peer still sends, then closes.
+    feed(
+        &mut c,
+        T0 + 4 * MS,
+        &Seg::new(IRS + 1, ISS + 2, ACK).data(b"late"),
+    );
+    assert_ack(&one(&mut c, T0 + 4 * MS), ISS + 2, IRS + 5);
+    let ev = feed(&mut c, T0 + 5 * MS, &Seg::new(IRS + 5, ISS + 2, ACK | FIN));
+    assert!(ev.contains(Events::READABLE));
+    assert_eq!(c.state(), State::TimeWait);
+    assert_ack(&one(&mut c, T0 + 5 * MS), ISS + 2, IRS + 6);
+    let mut buf = [0u8; 8];
+    assert_eq!(c.recv(T0, &mut buf), Ok(4));
+    assert_eq!(c.recv(T0, &mut buf), Ok(0));
+    // TIME-WAIT ends exactly 2 MSL later; a retransmitted FIN is acknowledged and restarts it.
+    assert_eq!(c.next_deadline(), Some(T0 + 5 * MS + 2_000 * MS));
+    feed(
+        &mut c,
+        T0 + 1_000 * MS,
+        &Seg::new(IRS + 5, ISS + 2, ACK | FIN),
+    );
+    assert_ack(&one(&mut c, T0 + 1_000 * MS), ISS + 2, IRS + 6);
+    let end = T0 + 3_000 * MS;
+    assert_eq!(c.next_deadline(), Some(end));
+    assert_eq!(c.on_timer(end - 1), Events::NONE);
+    assert_eq!(c.state(), State::TimeWait);
+    assert_eq!(c.on_timer(end), Events::CLOSED);
+    assert_eq!(c.state(), State::Closed);
+    assert_eq!(c.next_deadline(), None);
+}
+
+#[test]
+fn passive_close() {
+    let mut c = server(&config());
+    let ev = feed(&mut c, T0 + 2 * MS, &Seg::new(IRS + 1, ISS + 1, ACK | FIN));
+    assert!(ev.contains(Events::READABLE));
+    assert_eq!(c.state(), State::CloseWait);
+    assert_ack(&one(&mut c, T0 + 2 * MS), ISS + 1, IRS + 2);
+    let mut buf = [0u8; 8];
+    assert_eq!(c.recv(T0, &mut buf), Ok(0), "end of stream");
+    c.send(T0 + 3 * MS, b"bye").unwrap();
+    c.close(T0 + 3 * MS);
+    assert_eq!(c.state(), State::LastAck);
+    let s = one(&mut c, T0 + 3 * MS);
+    assert_eq!(
+        (s.seq, s.flags, &s.payload[..]),
+        (ISS + 1, ACK | PSH | FIN, &b"bye"[..])
+    );
+    feed(&mut c, T0 + 4 * MS, &Seg::new(IRS + 2, ISS + 4, ACK));
+    assert_eq!(c.state(), State::LastAck, "the FIN is not acknowledged yet");
+    let ev = feed(&mut c, T0 + 4 * MS, &Seg::new(IRS + 2, ISS + 5, ACK));
+    assert!(ev.contains(Events::CLOSED));
+    assert_eq!(c.state(), State::Closed);
+    assert_eq!(c.next_deadline(), None);
+}
+
+#[test]
+fn simultaneous_close() {
+    let mut c = client(&config());
+    c.shutdown_write(T0 + 2 * MS).unwrap();
+    let fin = one(&mut c, T0 + 2 * MS);
+    assert_eq!(fin.flags, ACK | FIN);
+    // The peer's FIN crosses ours: it does not acknowledge our FIN.
+    feed(&mut c, T0 + 3 * MS, &Seg::new(IRS + 1, ISS + 1, ACK | FIN));
+    assert_eq!(c.state(), State::Closing);
+    assert_ack(&one(&mut c, T0 + 3 * MS), ISS + 2, IRS + 2);
+    feed(&mut c, T0 + 4 * MS, &Seg::new(IRS + 2, ISS + 2, ACK));
+    assert_eq!(c.state(), State::TimeWait);
+    assert_eq!(c.next_deadline(), Some(T0 + 4 * MS + 2_000 * MS));
+}
+
+#[test]
+fn simultaneous_open() {
+    let mut c = Connection::connect(&config(), ends(), ISS, T0);
+    one(&mut c, T0);
+    // The peer's own SYN crosses ours.
+    let mut syn = Seg::new(IRS, 0, SYN);
+    syn.options.mss = Some(1000);
+    feed(&mut c, T0 + MS, &syn);
+    assert_eq!(c.state(), State::SynReceived);
+    let synack = one(&mut c, T0 + MS);
+    assert_eq!(
+        (synack.flags, synack.seq, synack.ack),
+        (SYN | ACK, ISS, IRS + 1)
+    );
+    // Then its SYN-ACK for our SYN arrives.
+    let ev = feed(&mut c, T0 + 2 * MS, &Seg::new(IRS, ISS + 1, SYN | ACK));
+    assert!(ev.contains(Events::ESTABLISHED));
+    assert_eq!(c.state(), State::Established);
+    assert_ack(&one(&mut c, T0 + 2 * MS), ISS + 1, IRS + 1);
+}
+
+#[test]
+fn rst_validation_rfc5961() {
+    let mut c = client(&config());
+    // Outside the window: dropped silently.
+    feed(&mut c, T0 + 2 * MS, &Seg::new(IRS + 1 + 70_000, 0, RST));
+    assert_eq!(c.state(), State::Established);
+    none(&mut c, T0 + 2 * MS);
+    assert_eq!(c.stats().drops[TcpDrop::RstOutOfWindow as usize], 1);
+    // In the window but not exact: a challenge ACK.
+    feed(&mut c, T0 + 2 * MS, &Seg::new(IRS + 100, 0, RST));
+    assert_eq!(c.state(), State::Established);
+    assert_ack(&one(&mut c, T0 + 2 * MS), ISS + 1, IRS + 1);
+    assert_eq!(c.stats().drops[TcpDrop::RstChallenged as usize], 1);
+    assert_eq!(c.stats().challenge_acks, 1);
+    // Exactly RCV.NXT: the connection is reset.
+    let ev = feed(&mut c, T0 + 3 * MS, &Seg::new(IRS + 1, 0, RST));
+    assert!(ev.contains(Events::ERROR | Events::CLOSED | Events::READABLE));
+    assert_eq!(c.error(), Some(TcpError::Reset));
+    let mut buf = [0u8; 4];
+    assert_eq!(c.recv(T0, &mut buf), Err(TcpError::Reset));
+    assert_eq!(c.send(T0, b"x"), Err(TcpError::Reset));
+    none(&mut c, T0 + 3 * MS);
+}
+
+#[test]
+fn syn_and_bad_acks_on_an_established_connection_get_challenge_acks() {
+    let mut c = client(&config());
+    feed(&mut c, T0 + 2 * MS, &Seg::new(IRS + 10, 0, SYN));
+    assert_ack(&one(&mut c, T0 + 2 * MS), ISS + 1, IRS + 1);
+    assert_eq!(c.stats().drops[TcpDrop::SynChallenged as usize], 1);
+    feed(
+        &mut c,
+        T0 + 2 * MS,
+        &Seg::new(IRS + 1, ISS + 1000, ACK).data(b"abc"),
+    );
+    assert_ack(&one(&mut c, T0 + 2 * MS), ISS + 1, IRS + 1);
+    assert_eq!(c.stats().drops[TcpDrop::AckOfUnsentData as usize], 1);
+    assert_eq!(
+        c.recv_available(),
+        0,
+        "the data of a segment acking unsent data is dropped"
+    );
+    feed(
+        &mut c,
+        T0 + 2 * MS,
+        &Seg::new(IRS + 1, ISS.wrapping_sub(70_000), ACK),
+    );
+    assert_ack(&one(&mut c, T0 + 2 * MS), ISS + 1, IRS + 1);
+    assert_eq!(c.stats().drops[TcpDrop::AckTooOld as usize], 1);
+    assert_eq!(c.stats().challenge_acks, 3);
+    feed(
+        &mut c,
+        T0 + 2 * MS,
+        &Seg::new(IRS + 1, 0, TcpFlags(0)).data(b"abc"),
+    );
+    none(&mut c, T0 + 2 * MS);
+    assert_eq!(c.stats().drops[TcpDrop::NoAckFlag as usize], 1);
+    assert_eq!(c.state(), State::Established);
+}
+
+#[test]
+fn rto_is_exact_doubles_and_caps() {
+    let cfg = TcpConfig {
+        max_retransmits: 6,
+        ..config()
+    };
+    let mut c = client(&cfg);
+    let t = T0 + 10 * MS;
+    c.send(t, b"data").unwrap();
+    one(&mut c, t);
+    // No RTT sample from the handshake? One was taken: SYN at T0, SYN-ACK at T0 + 1 ms.
+    assert_eq!(c.srtt(), Some(MS));
+    // RTO = max(rto_min, srtt + 4 * rttvar) = max(10 ms, 3 ms) = 10 ms.
+    let mut deadline = t + 10 * MS;
+    let mut expected_rto = 10 * MS;
+    for i in 1..=6u64 {
+        assert_eq!(c.next_deadline(), Some(deadline), "expiry {i}");
+        assert_eq!(c.on_timer(deadline - 1), Events::NONE);
+        none(&mut c, deadline - 1);
+        c.on_timer(deadline);
+        let s = one(&mut c, deadline);
+        assert_eq!((s.seq, &s.payload[..]), (ISS + 1, &b"data"[..]));
+        assert_eq!(c.stats().timeouts, i);
+        assert_eq!(c.stats().rto_retransmits, i);
+        expected_rto = (expected_rto * 2).min(cfg.rto_max);
+        deadline += expected_rto;
+    }
+    assert_eq!(expected_rto, 640 * MS);
+    assert_eq!(c.next_deadline(), Some(deadline));
+    let ev = c.on_timer(deadline);
+    assert!(ev.contains(Events::ERROR));
+    assert_eq!(c.error(), Some(TcpError::TimedOut));
+}
+
+#[test]
+fn rto_backoff_is_capped_by_rto_max() {
+    let cfg = TcpConfig {
+        rto_max: 300 * MS,
+        rto_initial: 100 * MS,
+        ..config()
+    };
+    let mut c = client(&cfg);
+    c.send(T0 + 2 * MS, b"x").unwrap();
+    one(&mut c, T0 + 2 * MS);
+    let mut t = T0 + 2 * MS;
+    let mut gaps = Vec::new();
+    for _ in 0..6 {
+        let d = c.next_deadline().unwrap();
+        gaps.push(d - t);
+        t = d;
+        c.on_timer(t);
+        one(&mut c, t);
+    }
+    assert_eq!(
+        gaps,
+        [10 * MS, 20 * MS, 40 * MS, 80 * MS, 160 * MS, 300 * MS]
+    );
+    // An ACK of new data ends the backoff.
+    feed(&mut c, t + MS, &Seg::new(IRS + 1, ISS + 2, ACK));
+    c.send(t + MS, b"y").unwrap();
+    one(&mut c, t + MS);
+    assert!(c.next_deadline().unwrap() - (t + MS) < 300 * MS);
+}
