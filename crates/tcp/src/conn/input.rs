@@ -99,7 +99,6 @@ impl Connection {
         if self.snd_nxt.lt(ack) {
             self.snd_nxt = ack;
         }
-        self.recover = ack;
         self.rexmit_next = ack;
         self.take_rtt_sample(now, ack, opts);
         self.retries = 0;
@@ -430,7 +429,7 @@ impl Connection {
 
     /// Three duplicate ACKs (or SACK evidence of as much): RFC 6582 §3.2 steps 1–2.
     fn enter_recovery(&mut self, now: Nanos) {
-        if !self.snd_una.gt(self.recover) && self.recover != self.iss {
+        if !self.snd_una.gt(self.recover) {
             // Still within the window of a previous recovery or RTO (RFC 6582 §3.2 step 1).
             return;
         }

@@ -429,7 +429,6 @@ impl Connection {
         c.snd_una = c.iss + 1;
         c.snd_nxt = c.snd_una;
         c.snd_max = c.snd_una;
-        c.recover = c.snd_una;
         c.rexmit_next = c.snd_una;
         c.set_send_mss(h.peer_mss, h.ts_recent.is_some() && config.timestamps);
         if let (Some(peer), true) = (h.peer_window_scale, config.window_scaling) {

@@ -6,7 +6,10 @@ use core::net::{Ipv4Addr, SocketAddrV4};
 use corral_wire::{SackList, TcpFlags, TcpHeader, TcpOption, TcpOptionSet, TcpSegment, Timestamps};
 
 use super::*;
+use crate::config::Keepalive;
 use crate::stats::TcpDrop;
+
+const US: Nanos = 1_000;
 
 const LOCAL_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 1);
 const REMOTE_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
@@ -628,4 +631,447 @@ fn rto_backoff_is_capped_by_rto_max() {
     c.send(t + MS, b"y").unwrap();
     one(&mut c, t + MS);
     assert!(c.next_deadline().unwrap() - (t + MS) < 300 * MS);
+}
+
+#[test]
+fn fast_retransmit_on_three_duplicate_acks_then_newreno_recovery() {
+    let mut c = client(&config());
+    let t = T0 + 10 * MS;
+    c.send(t, &pattern(5000)).unwrap();
+    let sent = drain(&mut c, t);
+    assert_eq!(sent.len(), 5);
+    assert_eq!(c.cwnd(), 10_000);
+    // The first segment is lost; the peer acknowledges the others with duplicate ACKs.
+    for i in 1..=2 {
+        feed(&mut c, t + MS, &Seg::new(IRS + 1, ISS + 1, ACK));
+        none(&mut c, t + MS);
+        assert_eq!(c.stats().dup_acks_in, i);
+    }
+    feed(&mut c, t + MS, &Seg::new(IRS + 1, ISS + 1, ACK));
+    let r = one(&mut c, t + MS);
+    assert_eq!((r.seq, r.payload.len()), (ISS + 1, 1000));
+    assert_eq!(&r.payload[..], &pattern(5000)[..1000]);
+    assert_eq!(c.stats().fast_retransmits, 1);
+    assert_eq!(c.stats().recoveries, 1);
+    assert_eq!(c.stats().rto_retransmits, 0);
+    // ssthresh = flight / 2 = 2500; cwnd = ssthresh + 3 SMSS.
+    assert_eq!(c.cwnd(), 5500);
+    // A partial ACK (the third segment was lost too) retransmits the next hole at once.
+    feed(&mut c, t + 2 * MS, &Seg::new(IRS + 1, ISS + 2001, ACK));
+    let r = one(&mut c, t + 2 * MS);
+    assert_eq!((r.seq, r.payload.len()), (ISS + 2001, 1000));
+    assert_eq!(c.stats().fast_retransmits, 2);
+    // The full ACK ends recovery: cwnd = min(ssthresh, flight + SMSS).
+    feed(&mut c, t + 3 * MS, &Seg::new(IRS + 1, ISS + 5001, ACK));
+    assert_eq!(c.cwnd(), 1000);
+    assert_eq!(c.next_deadline(), None);
+    // Further duplicate ACKs of the same point do not start a second recovery.
+    assert_eq!(c.stats().recoveries, 1);
+}
+
+#[test]
+fn sack_recovery_skips_sacked_data() {
+    let cfg = TcpConfig {
+        sack: true,
+        ..config()
+    };
+    let mut c = client(&cfg);
+    let t = T0 + 10 * MS;
+    c.send(t, &pattern(6000)).unwrap();
+    assert_eq!(drain(&mut c, t).len(), 6);
+    // Segments 0 and 2 are lost; 1, 3, 4 and 5 arrive and are SACKed.
+    let dup = |blocks: &[(u32, u32)]| {
+        let mut s = Seg::new(IRS + 1, ISS + 1, ACK);
+        for &(l, r) in blocks {
+            s.options.sack.push(ISS + 1 + l, ISS + 1 + r);
+        }
+        s
+    };
+    feed(&mut c, t + MS, &dup(&[(1000, 2000)]));
+    feed(&mut c, t + MS, &dup(&[(3000, 4000), (1000, 2000)]));
+    none(&mut c, t + MS);
+    feed(&mut c, t + MS, &dup(&[(3000, 5000), (1000, 2000)]));
+    let r = one(&mut c, t + MS);
+    assert_eq!(r.seq, ISS + 1, "the first hole");
+    feed(&mut c, t + MS, &dup(&[(3000, 6000), (1000, 2000)]));
+    let r = one(&mut c, t + MS);
+    assert_eq!(r.seq, ISS + 2001, "the SACKed second segment is skipped");
+    assert_eq!(c.stats().fast_retransmits, 2);
+    feed(&mut c, t + 2 * MS, &Seg::new(IRS + 1, ISS + 6001, ACK));
+    assert_eq!(c.bytes_in_flight(), 0);
+    none(&mut c, t + 2 * MS);
+}
+
+#[test]
+fn sack_blocks_most_recent_first() {
+    let cfg = TcpConfig {
+        sack: true,
+        ..config()
+    };
+    let mut c = client(&cfg);
+    let t = T0 + 5 * MS;
+    let d = pattern(4000);
+    let at = |off: usize| Seg::new(IRS + 1 + off as u32, ISS + 1, ACK).data(&d[off..off + 1000]);
+    feed(&mut c, t, &at(1000));
+    let s = one(&mut c, t);
+    assert_eq!(s.ack, IRS + 1);
+    assert_eq!(s.sack, [(IRS + 1001, IRS + 2001)]);
+    feed(&mut c, t, &at(3000));
+    assert_eq!(
+        one(&mut c, t).sack,
+        [(IRS + 3001, IRS + 4001), (IRS + 1001, IRS + 2001)]
+    );
+    feed(&mut c, t, &at(2000));
+    assert_eq!(one(&mut c, t).sack, [(IRS + 1001, IRS + 4001)]);
+    assert_eq!(c.stats().ooo_segments, 3);
+    let ev = feed(&mut c, t, &at(0));
+    assert!(ev.contains(Events::READABLE));
+    let s = one(&mut c, t);
+    assert_eq!((s.ack, s.sack.len()), (IRS + 4001, 0));
+    let mut buf = vec![0u8; 5000];
+    assert_eq!(c.recv(t, &mut buf), Ok(4000));
+    assert_eq!(&buf[..4000], &d[..]);
+}
+
+#[test]
+fn out_of_order_queue_is_bounded_and_drops_are_counted() {
+    let cfg = TcpConfig {
+        max_ooo_ranges: 2,
+        ..config()
+    };
+    let mut c = client(&cfg);
+    let t = T0 + 5 * MS;
+    for off in [1000u32, 3000, 5000] {
+        feed(
+            &mut c,
+            t,
+            &Seg::new(IRS + 1 + off, ISS + 1, ACK).data(&[1; 500]),
+        );
+        assert_ack(&one(&mut c, t), ISS + 1, IRS + 1);
+    }
+    assert_eq!(c.stats().drops[TcpDrop::OooQueueFull as usize], 1);
+    assert_eq!(c.stats().ooo_segments, 2);
+    // Beyond the window: trimmed and counted.
+    let big = vec![2u8; 1000];
+    feed(
+        &mut c,
+        t,
+        &Seg::new(IRS + 1 + 65_000, ISS + 1, ACK).data(&big),
+    );
+    one(&mut c, t);
+    assert_eq!(c.stats().drops[TcpDrop::BeyondWindow as usize], 1);
+    feed(
+        &mut c,
+        t,
+        &Seg::new(IRS + 1 + 80_000, ISS + 1, ACK).data(&big),
+    );
+    one(&mut c, t);
+    assert_eq!(c.stats().drops[TcpDrop::OutOfWindow as usize], 1);
+    assert!(c.memory() <= 64 * 1024 + 2 * 64 + 256);
+}
+
+#[test]
+fn window_scaling_above_one_mebibyte() {
+    let cfg = TcpConfig {
+        mss: 8960,
+        recv_buffer: 4 << 20,
+        send_buffer: 4 << 20,
+        window_scaling: true,
+        ..config()
+    };
+    let mut c = Connection::connect(&cfg, ends(), ISS, T0);
+    let syn = one(&mut c, T0);
+    assert_eq!(syn.wscale, Some(7), "4 MiB >> 7 fits in 16 bits");
+    let mut synack = Seg::new(IRS, ISS + 1, SYN | ACK);
+    synack.options.mss = Some(8960);
+    synack.options.window_scale = Some(7);
+    feed(&mut c, T0 + MS, &synack);
+    let ack = one(&mut c, T0 + MS);
+    let advertised = u32::from(ack.window) << 7;
+    assert_eq!(advertised, 4 << 20);
+    // The receive side takes 1.5 MiB in flight without a read.
+    let chunk = vec![9u8; 8960];
+    let mut seq = IRS + 1;
+    let mut t = T0 + 2 * MS;
+    while seq - (IRS + 1) < 3 << 19 {
+        feed(
+            &mut c,
+            t,
+            &Seg::new(seq, ISS + 1, ACK).window(16_384).data(&chunk),
+        );
+        seq += 8960;
+        t += US;
+    }
+    assert_eq!(c.recv_available() as u32, seq - (IRS + 1));
+    let s = drain(&mut c, t).pop().unwrap();
+    assert_eq!(s.ack, seq);
+    assert!(u32::from(s.window) << 7 >= (4 << 20) - (3 << 19) - 8960);
+    // The send side fills a 2 MiB window (16384 << 7) once slow start opens cwnd that far.
+    assert_eq!(c.peer_window(), 2 << 20);
+    let data = vec![5u8; 4 << 20];
+    assert_eq!(c.send(t, &data), Ok(4 << 20));
+    let mut acked = ISS + 1;
+    for _ in 0..20 {
+        let sent = drain(&mut c, t);
+        if sent.is_empty() {
+            break;
+        }
+        let last = sent.last().unwrap();
+        let top = last.seq + last.payload.len() as u32;
+        assert!(top - acked <= 2 << 20, "never beyond the peer's window");
+        if top - acked > 1 << 20 {
+            // More than 1 MiB in flight.
+            return;
+        }
+        t += MS;
+        for s in sent {
+            acked = s.seq + s.payload.len() as u32;
+            feed(&mut c, t, &Seg::new(seq, acked, ACK).window(16_384));
+        }
+    }
+    panic!("the sender never had more than 1 MiB in flight");
+}
+
+#[test]
+fn zero_window_probes_back_off_and_never_time_out() {
+    let mut c = client(&config());
+    let t = T0 + 5 * MS;
+    feed(&mut c, t, &Seg::new(IRS + 1, ISS + 1, ACK).window(0));
+    assert_eq!(c.peer_window(), 0);
+    c.send(t, b"blocked").unwrap();
+    none(&mut c, t);
+    let memory = c.memory();
+    // The persist timer starts at the RTO (10 ms here) and doubles up to rto_max.
+    let mut deadline = t + 10 * MS;
+    let mut interval = 10 * MS;
+    for i in 1..=30u64 {
+        assert_eq!(c.next_deadline(), Some(deadline), "probe {i}");
+        c.on_timer(deadline);
+        let p = one(&mut c, deadline);
+        assert_eq!(
+            (p.seq, p.flags, p.payload.len()),
+            (ISS, ACK, 0),
+            "one below SND.UNA"
+        );
+        assert_eq!(c.stats().zero_window_probes, i);
+        // The peer answers every probe, still with a zero window.
+        feed(
+            &mut c,
+            deadline + MS,
+            &Seg::new(IRS + 1, ISS + 1, ACK).window(0),
+        );
+        none(&mut c, deadline + MS);
+        interval = (interval * 2).min(1_000 * MS);
+        deadline += interval;
+    }
+    assert_eq!(c.state(), State::Established);
+    assert_eq!(c.error(), None);
+    assert_eq!(
+        c.memory(),
+        memory,
+        "a peer holding its window shut costs nothing more"
+    );
+    // The window opens: the data goes out and the persist timer stops.
+    let t = deadline - MS;
+    feed(&mut c, t, &Seg::new(IRS + 1, ISS + 1, ACK).window(1000));
+    let s = one(&mut c, t);
+    assert_eq!((s.seq, &s.payload[..]), (ISS + 1, &b"blocked"[..]));
+    assert_eq!(
+        c.next_deadline(),
+        Some(t + 10 * MS),
+        "the RTO, not the persist timer"
+    );
+}
+
+#[test]
+fn unanswered_zero_window_probes_time_out() {
+    let cfg = TcpConfig {
+        max_retransmits: 3,
+        ..config()
+    };
+    let mut c = client(&cfg);
+    feed(
+        &mut c,
+        T0 + 5 * MS,
+        &Seg::new(IRS + 1, ISS + 1, ACK).window(0),
+    );
+    c.send(T0 + 5 * MS, b"x").unwrap();
+    let mut ev = Events::NONE;
+    for _ in 0..4 {
+        let d = c.next_deadline().unwrap();
+        ev = c.on_timer(d);
+        drain(&mut c, d);
+    }
+    assert!(ev.contains(Events::ERROR));
+    assert_eq!(c.error(), Some(TcpError::TimedOut));
+}
+
+#[test]
+fn keepalive_probes_then_gives_up() {
+    let cfg = TcpConfig {
+        keepalive: Some(Keepalive {
+            idle: 1_000 * MS,
+            interval: 100 * MS,
+            probes: 3,
+        }),
+        ..config()
+    };
+    let mut c = client(&cfg);
+    let established = T0 + MS;
+    assert_eq!(c.next_deadline(), Some(established + 1_000 * MS));
+    let t = established + 1_000 * MS;
+    c.on_timer(t);
+    let p = one(&mut c, t);
+    assert_eq!(
+        (p.seq, p.ack, p.flags, p.payload.len()),
+        (ISS, IRS + 1, ACK, 0)
+    );
+    assert_eq!(c.stats().keepalive_probes, 1);
+    // An answer restarts the idle period.
+    feed(&mut c, t + MS, &Seg::new(IRS + 1, ISS + 1, ACK));
+    none(&mut c, t + MS);
+    let mut t = t + MS + 1_000 * MS;
+    assert_eq!(c.next_deadline(), Some(t));
+    for i in 1..=3u64 {
+        c.on_timer(t);
+        one(&mut c, t);
+        assert_eq!(c.stats().keepalive_probes, 1 + i);
+        t += 100 * MS;
+        assert_eq!(c.next_deadline(), Some(t));
+    }
+    let ev = c.on_timer(t);
+    assert!(ev.contains(Events::ERROR | Events::CLOSED));
+    assert_eq!(c.error(), Some(TcpError::TimedOut));
+}
+
+#[test]
+fn paws_rejects_old_timestamps() {
+    let cfg = TcpConfig {
+        timestamps: true,
+        ..config()
+    };
+    let mut c = client(&cfg);
+    let t = T0 + 5 * MS;
+    feed(
+        &mut c,
+        t,
+        &Seg::new(IRS + 1, ISS + 1, ACK).data(b"new").ts(100, 0),
+    );
+    let a = one(&mut c, t);
+    assert_eq!(a.ack, IRS + 4);
+    assert_eq!(a.ts.unwrap().tsecr, 100, "TS.Recent follows the peer");
+    // An old duplicate from an earlier incarnation: its timestamp is older than TS.Recent.
+    feed(
+        &mut c,
+        t,
+        &Seg::new(IRS + 4, ISS + 1, ACK).data(b"old").ts(50, 0),
+    );
+    let a = one(&mut c, t);
+    assert_eq!((a.ack, a.ts.unwrap().tsecr), (IRS + 4, 100));
+    assert_eq!(c.stats().drops[TcpDrop::PawsRejected as usize], 1);
+    assert_eq!(c.recv_available(), 3);
+    // A RST is not subject to PAWS.
+    feed(&mut c, t, &Seg::new(IRS + 4, 0, RST).ts(1, 0));
+    assert_eq!(c.error(), Some(TcpError::Reset));
+}
+
+#[test]
+fn delayed_acks() {
+    let cfg = TcpConfig {
+        delayed_ack: 40 * MS,
+        ..config()
+    };
+    let mut c = client(&cfg);
+    let t = T0 + 5 * MS;
+    let full = vec![3u8; 1000];
+    feed(&mut c, t, &Seg::new(IRS + 1, ISS + 1, ACK).data(&full));
+    none(&mut c, t);
+    assert_eq!(c.next_deadline(), Some(t + 40 * MS));
+    // The second full-sized segment is acknowledged at once.
+    feed(
+        &mut c,
+        t + MS,
+        &Seg::new(IRS + 1001, ISS + 1, ACK).data(&full),
+    );
+    assert_ack(&one(&mut c, t + MS), ISS + 1, IRS + 2001);
+    assert_eq!(c.next_deadline(), None);
+    // A small segment waits for the timer, exactly.
+    feed(
+        &mut c,
+        t + 2 * MS,
+        &Seg::new(IRS + 2001, ISS + 1, ACK).data(b"hi"),
+    );
+    none(&mut c, t + 2 * MS);
+    let d = t + 42 * MS;
+    assert_eq!(c.next_deadline(), Some(d));
+    c.on_timer(d - 1);
+    none(&mut c, d - 1);
+    c.on_timer(d);
+    assert_ack(&one(&mut c, d), ISS + 1, IRS + 2003);
+    assert_eq!(c.stats().delayed_acks, 1);
+    // Out-of-order data is acknowledged at once.
+    feed(
+        &mut c,
+        d,
+        &Seg::new(IRS + 3003, ISS + 1, ACK).data(b"later"),
+    );
+    assert_ack(&one(&mut c, d), ISS + 1, IRS + 2003);
+    // A reply carries the ACK with it.
+    feed(
+        &mut c,
+        d + MS,
+        &Seg::new(IRS + 2003, ISS + 1, ACK).data(b"q"),
+    );
+    c.send(d + MS, b"r").unwrap();
+    let s = one(&mut c, d + MS);
+    assert_eq!((s.ack, &s.payload[..]), (IRS + 2004, &b"r"[..]));
+}
+
+#[test]
+fn nagle_holds_small_segments_while_one_is_unacknowledged() {
+    let cfg = TcpConfig {
+        nodelay: false,
+        ..config()
+    };
+    let mut c = client(&cfg);
+    let t = T0 + 5 * MS;
+    c.send(t, b"a").unwrap();
+    assert_eq!(one(&mut c, t).payload, b"a");
+    c.send(t, b"b").unwrap();
+    c.send(t, b"c").unwrap();
+    none(&mut c, t);
+    feed(&mut c, t + MS, &Seg::new(IRS + 1, ISS + 2, ACK));
+    let s = one(&mut c, t + MS);
+    assert_eq!((s.seq, &s.payload[..]), (ISS + 2, &b"bc"[..]));
+    // A full-sized segment is never held.
+    c.send(t + MS, &[7u8; 1500]).unwrap();
+    let s = one(&mut c, t + MS);
+    assert_eq!(s.payload.len(), 1000);
+    c.set_nodelay(true);
+    assert_eq!(one(&mut c, t + MS).payload.len(), 500);
+}
+
+#[test]
+fn close_with_unread_data_resets() {
+    let mut c = client(&config());
+    feed(
+        &mut c,
+        T0 + 2 * MS,
+        &Seg::new(IRS + 1, ISS + 1, ACK).data(b"unread"),
+    );
+    one(&mut c, T0 + 2 * MS);
+    c.close(T0 + 3 * MS);
+    assert_eq!(c.state(), State::Closed);
+    let r = one(&mut c, T0 + 3 * MS);
+    assert_eq!((r.flags, r.seq, r.ack), (RST | ACK, ISS + 1, IRS + 7));
+}
+
+#[test]
+fn an_idle_connection_holds_no_buffers() {
+    let mut c = client(&config());
+    let idle = c.memory();
+    assert!(idle < 256, "{idle} bytes");
+    c.send(T0 + 2 * MS, &pattern(3000)).unwrap();
+    assert!(c.memory() > idle);
+    assert!(c.memory() <= idle + 64 * 1024);
 }
