@@ -478,7 +478,7 @@ impl Connection {
         if self.app_closed && !payload.is_empty() {
             // Nobody will read it: tell the peer at once, as Linux does.
             self.rst_owed = Some(RstOwed {
-                seq: self.snd_nxt,
+                seq: self.snd_max,
                 ack: Some(self.rcv_nxt),
             });
             return self.enter_closed();

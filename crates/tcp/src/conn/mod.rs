@@ -720,7 +720,7 @@ impl Connection {
             State::SynSent => {}
             _ => {
                 self.rst_owed = Some(RstOwed {
-                    seq: self.snd_nxt,
+                    seq: self.snd_max,
                     ack: Some(self.rcv_nxt),
                 })
             }

@@ -25,7 +25,7 @@ impl Connection {
             State::SynReceived => {
                 if self.ack_now {
                     let opts = self.segment_options(now, false);
-                    self.emit(now, out, self.snd_nxt, TcpFlags::ACK, 0, 0, opts)
+                    self.emit(now, out, self.snd_max, TcpFlags::ACK, 0, 0, opts)
                         .map(|(n, _)| n)
                 } else {
                     None
@@ -68,9 +68,11 @@ impl Connection {
                 .map(|(n, _)| n);
         }
         if self.ack_now {
+            // SND.MAX, not SND.NXT: after an RTO's go-back-N, SND.NXT lies below what the peer
+            // has already received, and a bare segment there would be unacceptable to it.
             let opts = self.segment_options(now, true);
             return self
-                .emit(now, out, self.snd_nxt, TcpFlags::ACK, 0, 0, opts)
+                .emit(now, out, self.snd_max, TcpFlags::ACK, 0, 0, opts)
                 .map(|(n, _)| n);
         }
         None

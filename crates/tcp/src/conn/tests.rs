@@ -1075,3 +1075,363 @@ fn an_idle_connection_holds_no_buffers() {
     assert!(c.memory() > idle);
     assert!(c.memory() <= idle + 64 * 1024);
 }
+
+mod random {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[derive(Clone, Debug)]
+    enum Step {
+        Segment {
+            seq_off: i32,
+            ack_off: i32,
+            flags: u8,
+            window: u16,
+            len: usize,
+            ts: Option<(u32, u32)>,
+            sack: Vec<(i32, u16)>,
+        },
+        Timer,
+        Advance(u32),
+        Send(usize),
+        Recv(usize),
+        Shutdown,
+        Close,
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            6 => (
+                prop_oneof![3 => -2000i32..8000, 1 => -3000i32..70_000],
+                prop_oneof![3 => -100i32..6000, 1 => -3000i32..70_000],
+                any::<u8>(),
+                any::<u16>(),
+                prop_oneof![Just(0usize), 1usize..1200],
+                proptest::option::of(any::<(u32, u32)>()),
+                proptest::collection::vec((-2000i32..70_000, 1u16..5000), 0..4),
+            )
+                .prop_map(|(seq_off, ack_off, flags, window, len, ts, sack)| Step::Segment {
+                    seq_off,
+                    ack_off,
+                    flags,
+                    window,
+                    len,
+                    ts,
+                    sack,
+                }),
+            2 => Just(Step::Timer),
+            2 => (0u32..2_000_000).prop_map(Step::Advance),
+            2 => (0usize..5000).prop_map(Step::Send),
+            2 => (0usize..5000).prop_map(Step::Recv),
+            1 => Just(Step::Shutdown),
+            1 => Just(Step::Close),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 1024, ..ProptestConfig::default() })]
+
+        /// Whatever arrives and whatever the application does, nothing panics, the sequence
+        /// space stays ordered and memory stays within its bounds.
+        #[test]
+        fn random_segments_keep_invariants(
+            passive in any::<bool>(),
+            options in any::<bool>(),
+            steps in proptest::collection::vec(step(), 1..60),
+        ) {
+            let cfg = TcpConfig {
+                timestamps: options,
+                sack: options,
+                window_scaling: options,
+                max_ooo_ranges: 4,
+                keepalive: Some(Keepalive { idle: 50 * MS, interval: 10 * MS, probes: 2 }),
+                delayed_ack: MS,
+                ..config()
+            };
+            let mut c = if passive { server(&cfg) } else { client(&cfg) };
+            let mut now = T0 + 2 * MS;
+            let bound = cfg.send_buffer + cfg.recv_buffer + 4 * 64 + 256;
+            for s in steps {
+                match s {
+                    Step::Segment { seq_off, ack_off, flags, window, len, ts, sack } => {
+                        let seq = c.rcv_nxt.0.wrapping_add(seq_off as u32);
+                        let ack = c.snd_una.0.wrapping_add(ack_off as u32);
+                        let mut seg = Seg::new(seq, ack, TcpFlags(flags & 0x1f)).window(window);
+                        seg.payload = pattern(len);
+                        if let Some((a, b)) = ts {
+                            seg.options.timestamps = Some(Timestamps { tsval: a, tsecr: b });
+                        }
+                        for (l, n) in sack {
+                            let left = c.snd_una.0.wrapping_add(l as u32);
+                            seg.options.sack.push(left, left.wrapping_add(u32::from(n)));
+                        }
+                        feed(&mut c, now, &seg);
+                    }
+                    Step::Timer => {
+                        if let Some(d) = c.next_deadline() {
+                            now = now.max(d);
+                            c.on_timer(now);
+                        }
+                    }
+                    Step::Advance(ns) => now += Nanos::from(ns),
+                    Step::Send(n) => {
+                        let _ = c.send(now, &pattern(n));
+                    }
+                    Step::Recv(n) => {
+                        let mut buf = vec![0u8; n];
+                        let _ = c.recv(now, &mut buf);
+                    }
+                    Step::Shutdown => {
+                        let _ = c.shutdown_write(now);
+                    }
+                    Step::Close => c.close(now),
+                }
+                drain(&mut c, now);
+                prop_assert!(c.snd_una.le(c.snd_nxt) && c.snd_nxt.le(c.snd_max));
+                prop_assert!(c.buf_seq.le(c.snd_una + 1));
+                prop_assert!(c.recv_available() <= cfg.recv_buffer);
+                prop_assert!(c.memory() <= bound, "{} > {}", c.memory(), bound);
+                if let Some(d) = c.next_deadline() {
+                    prop_assert!(d >= now.saturating_sub(2_000 * MS));
+                }
+                if c.state() == State::Closed {
+                    prop_assert_eq!(c.next_deadline(), None);
+                }
+            }
+        }
+    }
+}
+
+/// Two engines connected back to back through a lossy, reordering link: every byte arrives
+/// intact, in order, and both sides close cleanly.
+mod pair {
+    use super::*;
+
+    struct Link {
+        /// (delivery time, bytes, to the server?)
+        queue: Vec<(Nanos, Vec<u8>, bool)>,
+        rng: u64,
+        loss_percent: u64,
+        jitter: Nanos,
+    }
+
+    impl Link {
+        fn next(&mut self) -> u64 {
+            // xorshift64*: deterministic, no dependency.
+            self.rng ^= self.rng >> 12;
+            self.rng ^= self.rng << 25;
+            self.rng ^= self.rng >> 27;
+            self.rng.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+        fn send(&mut self, now: Nanos, bytes: Vec<u8>, to_server: bool) {
+            if self.next() % 100 < self.loss_percent {
+                return;
+            }
+            let delay = 50 * US + self.next() % (self.jitter + 1);
+            if self.loss_percent > 0 && self.next() % 100 < self.loss_percent {
+                // Duplicated, the copy later.
+                self.queue.push((now + 2 * delay, bytes.clone(), to_server));
+            }
+            self.queue.push((now + delay, bytes, to_server));
+        }
+    }
+
+    fn run(
+        cfg: &TcpConfig,
+        loss_percent: u64,
+        jitter: Nanos,
+        seed: u64,
+        size: usize,
+    ) -> (Connection, Connection) {
+        let client_ends = ends();
+        let server_ends = Endpoints {
+            local: client_ends.remote,
+            remote: client_ends.local,
+        };
+        let mut client = Connection::connect(cfg, client_ends, 77, T0);
+        let mut server: Option<Connection> = None;
+        let mut link = Link {
+            queue: Vec::new(),
+            rng: seed | 1,
+            loss_percent,
+            jitter,
+        };
+        let up = pattern(size);
+        let down: Vec<u8> = pattern(size + 13).into_iter().rev().collect();
+        let (mut sent_up, mut sent_down) = (0, 0);
+        let (mut got_up, mut got_down) = (Vec::new(), Vec::new());
+        let (mut closed_up, mut closed_down) = (false, false);
+        let mut now = T0;
+        let mut buf = vec![0u8; MAX_HEADER + usize::from(cfg.mss)];
+        let mut rbuf = vec![0u8; 10_000];
+        for _ in 0..2_000_000 {
+            // Applications.
+            if client.state() == State::Established || client.state() == State::CloseWait {
+                if sent_up < up.len() {
+                    sent_up += client.send(now, &up[sent_up..]).unwrap_or(0);
+                } else if !closed_up {
+                    client.shutdown_write(now).unwrap();
+                    closed_up = true;
+                }
+            }
+            while let Ok(n) = client.recv(now, &mut rbuf) {
+                if n == 0 {
+                    break;
+                }
+                got_down.extend_from_slice(&rbuf[..n]);
+            }
+            if let Some(s) = server.as_mut() {
+                if s.state() == State::Established || s.state() == State::CloseWait {
+                    if sent_down < down.len() {
+                        sent_down += s.send(now, &down[sent_down..]).unwrap_or(0);
+                    } else if !closed_down {
+                        s.shutdown_write(now).unwrap();
+                        closed_down = true;
+                    }
+                }
+                while let Ok(n) = s.recv(now, &mut rbuf) {
+                    if n == 0 {
+                        break;
+                    }
+                    got_up.extend_from_slice(&rbuf[..n]);
+                }
+            }
+            // Output.
+            while let Some(n) = client.poll_transmit(now, &mut buf) {
+                link.send(now, buf[..n].to_vec(), true);
+            }
+            if let Some(s) = server.as_mut() {
+                while let Some(n) = s.poll_transmit(now, &mut buf) {
+                    link.send(now, buf[..n].to_vec(), false);
+                }
+            }
+            let both_closed = client.state() == State::Closed
+                && server.as_ref().is_some_and(|s| s.state() == State::Closed);
+            if both_closed
+                || (client.state() == State::TimeWait
+                    && server.as_ref().is_some_and(|s| s.state() == State::Closed))
+            {
+                break;
+            }
+            // Next event: a delivery or a timer.
+            let next_packet = link.queue.iter().map(|p| p.0).min();
+            let timers = [
+                client.next_deadline(),
+                server.as_ref().and_then(|s| s.next_deadline()),
+                next_packet,
+            ];
+            let Some(t) = timers.into_iter().flatten().min() else {
+                panic!("stalled: {client:?} {server:?}");
+            };
+            now = now.max(t);
+            if next_packet == Some(t) {
+                let i = link.queue.iter().position(|p| p.0 == t).unwrap();
+                let (_, bytes, to_server) = link.queue.remove(i);
+                if to_server {
+                    let seg = TcpSegment::parse(&bytes, LOCAL_IP, REMOTE_IP).unwrap();
+                    match server.as_mut() {
+                        Some(s) => {
+                            s.on_segment(now, &seg);
+                        }
+                        None if seg.flags() == SYN => {
+                            server = Some(Connection::accept_syn(cfg, server_ends, &seg, 9, now));
+                        }
+                        None => {}
+                    }
+                } else {
+                    let seg = TcpSegment::parse(&bytes, REMOTE_IP, LOCAL_IP).unwrap();
+                    client.on_segment(now, &seg);
+                }
+            } else {
+                if client.next_deadline().is_some_and(|d| d <= now) {
+                    client.on_timer(now);
+                }
+                if let Some(s) = server.as_mut()
+                    && s.next_deadline().is_some_and(|d| d <= now)
+                {
+                    s.on_timer(now);
+                }
+            }
+        }
+        assert!(
+            got_up == up,
+            "upstream: {} of {} bytes; {client:?} {:?} {server:?} {:?}",
+            got_up.len(),
+            up.len(),
+            client.error(),
+            server.as_ref().map(|s| s.error())
+        );
+        assert!(
+            got_down == down,
+            "downstream: {} of {} bytes",
+            got_down.len(),
+            down.len()
+        );
+        assert_eq!(client.error(), None);
+        let server = server.unwrap();
+        assert_eq!(server.error(), None);
+        assert_eq!(server.state(), State::Closed);
+        (client, server)
+    }
+
+    #[test]
+    fn clean_link() {
+        let (c, s) = run(&config(), 0, 0, 1, 300_000);
+        for st in [c.stats(), s.stats()] {
+            assert_eq!(
+                (st.rto_retransmits, st.fast_retransmits, st.timeouts),
+                (0, 0, 0)
+            );
+            assert_eq!(st.drops, [0; TcpDrop::COUNT]);
+        }
+    }
+
+    #[test]
+    fn lossy_link_with_every_option() {
+        let cfg = TcpConfig {
+            timestamps: true,
+            sack: true,
+            window_scaling: true,
+            recv_buffer: 256 * 1024,
+            delayed_ack: 200 * US,
+            nodelay: false,
+            ..config()
+        };
+        for (loss, seed) in [(1, 3), (5, 5), (10, 7)] {
+            let (c, s) = run(&cfg, loss, 40 * US, seed, 200_000);
+            let st = [c.stats(), s.stats()];
+            let retransmits: u64 = st
+                .iter()
+                .map(|x| x.rto_retransmits + x.fast_retransmits)
+                .sum();
+            assert!(retransmits > 0, "loss {loss}% must cause retransmissions");
+        }
+    }
+
+    #[test]
+    #[ignore = "a long sweep for debugging"]
+    fn sweep() {
+        let cfg = TcpConfig {
+            timestamps: true,
+            sack: true,
+            window_scaling: true,
+            delayed_ack: 200 * US,
+            nodelay: false,
+            ..config()
+        };
+        for seed in 1..200 {
+            for loss in [3, 10, 20] {
+                eprintln!("seed {seed} loss {loss}");
+                run(&cfg, loss, 100 * US, seed, 100_000);
+                run(&config(), loss, 100 * US, seed, 50_000);
+            }
+        }
+    }
+
+    #[test]
+    fn lossy_link_without_options() {
+        for (loss, seed) in [(2, 11), (10, 13)] {
+            run(&config(), loss, 40 * US, seed, 100_000);
+        }
+    }
+}
