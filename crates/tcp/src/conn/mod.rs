@@ -279,6 +279,8 @@ pub struct Connection {
 
     // Control segments owed.
     rst_owed: Option<RstOwed>,
+    challenge_window_start: Nanos,
+    challenges_in_window: u32,
     probe_owed: bool,
 
     // Retransmission (RFC 6298).
@@ -371,6 +373,8 @@ impl Connection {
             delack_deadline: None,
             full_segments_unacked: 0,
             rst_owed: None,
+            challenge_window_start: now,
+            challenges_in_window: 0,
             probe_owed: false,
             rtt: RttEstimator::new(config.rto_initial, config.rto_min, config.rto_max),
             rto_deadline: None,

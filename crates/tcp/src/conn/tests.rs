@@ -534,6 +534,26 @@ fn rst_validation_rfc5961() {
 }
 
 #[test]
+fn challenge_acks_are_rate_limited() {
+    let mut c = client(&config());
+    let t = T0 + 2 * MS;
+    let limit = input::CHALLENGE_ACKS_PER_SECOND;
+    for _ in 0..limit + 50 {
+        feed(&mut c, t, &Seg::new(IRS + 100, 0, RST));
+        drain(&mut c, t);
+    }
+    assert_eq!(c.stats().challenge_acks, u64::from(limit));
+    assert_eq!(
+        c.stats().drops[TcpDrop::RstChallenged as usize],
+        u64::from(limit) + 50
+    );
+    // A second later the budget is back.
+    feed(&mut c, t + 1_000 * MS, &Seg::new(IRS + 100, 0, RST));
+    assert_ack(&one(&mut c, t + 1_000 * MS), ISS + 1, IRS + 1);
+    assert_eq!(c.state(), State::Established);
+}
+
+#[test]
 fn syn_and_bad_acks_on_an_established_connection_get_challenge_acks() {
     let mut c = client(&config());
     feed(&mut c, T0 + 2 * MS, &Seg::new(IRS + 10, 0, SYN));
