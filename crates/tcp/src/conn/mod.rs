@@ -523,7 +523,6 @@ impl Connection {
         self.ack_now = false;
         self.probe_owed = false;
         self.sbuf.release();
-        self.buf_seq = self.snd_una;
         Events::CLOSED
     }
 
@@ -536,6 +535,12 @@ impl Connection {
 
     fn enter_time_wait(&mut self, now: Nanos) -> Events {
         self.state = State::TimeWait;
+        // Everything sent is acknowledged: TIME-WAIT keeps no send buffer, and no receive
+        // buffer either once nothing is left to read.
+        self.sbuf.release();
+        if self.rbuf.readable() == 0 {
+            self.rbuf.release();
+        }
         self.rto_deadline = None;
         self.persist_deadline = None;
         self.keepalive_deadline = None;

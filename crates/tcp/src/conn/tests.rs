@@ -1455,3 +1455,187 @@ mod pair {
         }
     }
 }
+
+#[test]
+fn fin_wait_2_of_a_closed_connection_is_bounded() {
+    let mut c = client(&config());
+    c.close(T0 + 2 * MS);
+    one(&mut c, T0 + 2 * MS);
+    feed(&mut c, T0 + 3 * MS, &Seg::new(IRS + 1, ISS + 2, ACK));
+    assert_eq!(c.state(), State::FinWait2);
+    let end = T0 + 3 * MS + 2_000 * MS;
+    assert_eq!(c.next_deadline(), Some(end));
+    assert_eq!(c.on_timer(end), Events::CLOSED);
+    // Data arriving for a closed application is answered with a RST.
+    let mut c = client(&config());
+    c.close(T0 + 2 * MS);
+    one(&mut c, T0 + 2 * MS);
+    feed(
+        &mut c,
+        T0 + 3 * MS,
+        &Seg::new(IRS + 1, ISS + 2, ACK).data(b"x"),
+    );
+    assert_eq!(c.state(), State::Closed);
+    assert_eq!(one(&mut c, T0 + 3 * MS).flags, RST | ACK);
+}
+
+#[test]
+fn rst_in_syn_received_removes_the_half_open_connection() {
+    let syn = Seg::new(IRS, 0, SYN).build();
+    let parsed = TcpSegment::parse(&syn, REMOTE_IP, LOCAL_IP).unwrap();
+    let mut c = Connection::accept_syn(&config(), ends(), &parsed, ISS, T0);
+    one(&mut c, T0);
+    feed(&mut c, T0 + MS, &Seg::new(IRS + 5, 0, RST));
+    assert_eq!(c.state(), State::SynReceived, "not exact: challenged");
+    let ev = feed(&mut c, T0 + MS, &Seg::new(IRS + 1, 0, RST));
+    assert!(ev.contains(Events::CLOSED));
+    assert_eq!(c.state(), State::Closed);
+}
+
+#[test]
+fn reading_a_full_buffer_announces_the_window() {
+    let cfg = TcpConfig {
+        recv_buffer: 4000,
+        ..config()
+    };
+    let mut c = client(&cfg);
+    let t = T0 + 2 * MS;
+    for i in 0..4u32 {
+        feed(
+            &mut c,
+            t,
+            &Seg::new(IRS + 1 + i * 1000, ISS + 1, ACK).data(&[1; 1000]),
+        );
+    }
+    let acks = drain(&mut c, t);
+    assert_eq!(acks.last().unwrap().window, 0);
+    // Data beyond a zero window is not accepted, but its ACK is acknowledged.
+    feed(
+        &mut c,
+        t,
+        &Seg::new(IRS + 4001, ISS + 1, ACK).data(&[2; 10]),
+    );
+    let a = one(&mut c, t);
+    assert_eq!((a.ack, a.window), (IRS + 4001, 0));
+    assert_eq!(c.stats().drops[TcpDrop::BeyondWindow as usize], 1);
+    let mut buf = [0u8; 500];
+    c.recv(t, &mut buf).unwrap();
+    none(&mut c, t);
+    c.recv(t, &mut buf).unwrap();
+    let a = one(&mut c, t);
+    assert_eq!((a.ack, a.window), (IRS + 4001, 1000), "the window update");
+}
+
+#[test]
+fn time_wait_holds_no_buffers() {
+    let mut c = client(&config());
+    c.send(T0 + 2 * MS, &pattern(3000)).unwrap();
+    drain(&mut c, T0 + 2 * MS);
+    c.shutdown_write(T0 + 2 * MS).unwrap();
+    drain(&mut c, T0 + 2 * MS);
+    feed(
+        &mut c,
+        T0 + 3 * MS,
+        &Seg::new(IRS + 1, ISS + 3002, ACK | FIN),
+    );
+    assert_eq!(c.state(), State::TimeWait);
+    assert_ack(&one(&mut c, T0 + 3 * MS), ISS + 3002, IRS + 2);
+    assert!(c.memory() < 256);
+    none(&mut c, T0 + 4 * MS);
+}
+
+/// Counts heap allocations made by the current thread, so a test can show the data path does
+/// not allocate once the buffers reached their size.
+mod alloc_count {
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::cell::Cell;
+
+    pub struct Counting;
+
+    std::thread_local! {
+        static COUNT: Cell<u64> = const { Cell::new(0) };
+    }
+
+    // SAFETY: every call is forwarded to the system allocator unchanged; the counter is a
+    // const-initialised thread-local Cell, which itself never allocates.
+    unsafe impl GlobalAlloc for Counting {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            let _ = COUNT.try_with(|c| c.set(c.get() + 1));
+            // SAFETY: forwarded with the caller's layout.
+            unsafe { System.alloc(layout) }
+        }
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            // SAFETY: `ptr` came from `System.alloc` with this layout.
+            unsafe { System.dealloc(ptr, layout) }
+        }
+        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+            let _ = COUNT.try_with(|c| c.set(c.get() + 1));
+            // SAFETY: forwarded unchanged.
+            unsafe { System.realloc(ptr, layout, new_size) }
+        }
+    }
+
+    #[global_allocator]
+    static GLOBAL: Counting = Counting;
+
+    pub fn allocations() -> u64 {
+        COUNT.with(Cell::get)
+    }
+}
+
+#[test]
+fn the_data_path_does_not_allocate_once_warm() {
+    let cfg = TcpConfig {
+        timestamps: true,
+        sack: true,
+        window_scaling: true,
+        delayed_ack: 100 * US,
+        ..config()
+    };
+    let mut client = client(&cfg);
+    let mut buf = vec![0u8; MAX_HEADER + 1000];
+    let mut rbuf = vec![0u8; 8192];
+    let data = pattern(8192);
+    let mut now = T0 + 10 * MS;
+    // Client-side steady state: the peer is scripted (acks everything it gets, sends replies).
+    let mut peer_seq = IRS + 1;
+    let mut allocs_in_engine = 0;
+    // Warm-up: the send ring reaches its bound at once.
+    assert_eq!(client.send(now, &pattern(64 * 1024)), Ok(64 * 1024));
+    for round in 0..2000 {
+        let before = alloc_count::allocations();
+        let _ = client.send(now, &data[..(round * 37) % 4096 + 1]);
+        let mut acked = None;
+        while let Some(n) = client.poll_transmit(now, &mut buf) {
+            let s = TcpSegment::parse(&buf[..n], LOCAL_IP, REMOTE_IP).unwrap();
+            acked = Some(s.seq().wrapping_add(s.payload().len() as u32));
+        }
+        let _ = client.recv(now, &mut rbuf);
+        let during = alloc_count::allocations() - before;
+        if round >= 100 {
+            allocs_in_engine += during;
+        }
+        now += 20 * US;
+        if let Some(a) = acked {
+            let reply = Seg::new(peer_seq, a, ACK)
+                .ts(round as u32 + 100, timestamp_clock(now))
+                .data(&data[..100]);
+            let bytes = reply.build();
+            let parsed = TcpSegment::parse(&bytes, REMOTE_IP, LOCAL_IP).unwrap();
+            let before = alloc_count::allocations();
+            client.on_segment(now, &parsed);
+            if client.next_deadline().is_some_and(|d| d <= now) {
+                client.on_timer(now);
+            }
+            if round >= 100 {
+                allocs_in_engine += alloc_count::allocations() - before;
+            }
+            peer_seq += 100;
+        }
+    }
+    assert_eq!(client.error(), None);
+    assert!(client.stats().bytes_out > 1_000_000);
+    assert!(client.stats().bytes_in >= 190_000);
+    assert_eq!(client.stats().drops, [0; TcpDrop::COUNT]);
+    assert_eq!(allocs_in_engine, 0, "the warm data path allocated");
+}
