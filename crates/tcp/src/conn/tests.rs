@@ -1256,8 +1256,10 @@ mod pair {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn run(
         cfg: &TcpConfig,
+        slow_reader: bool,
         loss_percent: u64,
         jitter: Nanos,
         seed: u64,
@@ -1294,7 +1296,8 @@ mod pair {
                     closed_up = true;
                 }
             }
-            while let Ok(n) = client.recv(now, &mut rbuf) {
+            let read_now = !slow_reader || link.next() % 8 == 0;
+            while read_now && let Ok(n) = client.recv(now, &mut rbuf) {
                 if n == 0 {
                     break;
                 }
@@ -1309,7 +1312,7 @@ mod pair {
                         closed_down = true;
                     }
                 }
-                while let Ok(n) = s.recv(now, &mut rbuf) {
+                while read_now && let Ok(n) = s.recv(now, &mut rbuf) {
                     if n == 0 {
                         break;
                     }
@@ -1373,6 +1376,19 @@ mod pair {
                 }
             }
         }
+        // What a slow reader left behind is still readable after the close.
+        while let Ok(n) = client.recv(now, &mut rbuf)
+            && n > 0
+        {
+            got_down.extend_from_slice(&rbuf[..n]);
+        }
+        if let Some(s) = server.as_mut() {
+            while let Ok(n) = s.recv(now, &mut rbuf)
+                && n > 0
+            {
+                got_up.extend_from_slice(&rbuf[..n]);
+            }
+        }
         assert!(
             got_up == up,
             "upstream: {} of {} bytes; {client:?} {:?} {server:?} {:?}",
@@ -1396,7 +1412,7 @@ mod pair {
 
     #[test]
     fn clean_link() {
-        let (c, s) = run(&config(), 0, 0, 1, 300_000);
+        let (c, s) = run(&config(), false, 0, 0, 1, 300_000);
         for st in [c.stats(), s.stats()] {
             assert_eq!(
                 (st.rto_retransmits, st.fast_retransmits, st.timeouts),
@@ -1418,7 +1434,7 @@ mod pair {
             ..config()
         };
         for (loss, seed) in [(1, 3), (5, 5), (10, 7)] {
-            let (c, s) = run(&cfg, loss, 40 * US, seed, 200_000);
+            let (c, s) = run(&cfg, false, loss, 40 * US, seed, 200_000);
             let st = [c.stats(), s.stats()];
             let retransmits: u64 = st
                 .iter()
@@ -1439,19 +1455,57 @@ mod pair {
             nodelay: false,
             ..config()
         };
+        let small = TcpConfig {
+            recv_buffer: 4000,
+            send_buffer: 4000,
+            ..cfg.clone()
+        };
         for seed in 1..200 {
-            for loss in [3, 10, 20] {
+            for loss in [0, 3, 10, 20] {
                 eprintln!("seed {seed} loss {loss}");
-                run(&cfg, loss, 100 * US, seed, 100_000);
-                run(&config(), loss, 100 * US, seed, 50_000);
+                run(&cfg, false, loss, 100 * US, seed, 100_000);
+                run(&config(), false, loss, 100 * US, seed, 50_000);
+                run(&small, true, loss, 100 * US, seed, 50_000);
             }
+        }
+    }
+
+    #[test]
+    fn slow_readers_behind_small_windows() {
+        let cfg = TcpConfig {
+            timestamps: true,
+            sack: true,
+            recv_buffer: 4000,
+            send_buffer: 4000,
+            delayed_ack: 200 * US,
+            nodelay: false,
+            ..config()
+        };
+        for (loss, seed) in [(0, 17), (5, 19), (10, 23)] {
+            run(&cfg, true, loss, 40 * US, seed, 60_000);
+        }
+    }
+
+    #[test]
+    fn many_seeds() {
+        let cfg = TcpConfig {
+            timestamps: true,
+            sack: true,
+            window_scaling: true,
+            delayed_ack: 200 * US,
+            nodelay: false,
+            ..config()
+        };
+        for seed in 100..120 {
+            run(&cfg, false, 8, 100 * US, seed, 30_000);
+            run(&config(), false, 8, 100 * US, seed, 30_000);
         }
     }
 
     #[test]
     fn lossy_link_without_options() {
         for (loss, seed) in [(2, 11), (10, 13)] {
-            run(&config(), loss, 40 * US, seed, 100_000);
+            run(&config(), false, loss, 40 * US, seed, 100_000);
         }
     }
 }
