@@ -1296,7 +1296,7 @@ mod pair {
                     closed_up = true;
                 }
             }
-            let read_now = !slow_reader || link.next() % 8 == 0;
+            let read_now = !slow_reader || link.next().is_multiple_of(8);
             while read_now && let Ok(n) = client.recv(now, &mut rbuf) {
                 if n == 0 {
                     break;
