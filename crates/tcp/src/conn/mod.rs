@@ -434,7 +434,7 @@ impl Connection {
         c.snd_nxt = c.snd_una;
         c.snd_max = c.snd_una;
         c.rexmit_next = c.snd_una;
-        c.set_send_mss(h.peer_mss, h.ts_recent.is_some() && config.timestamps);
+        c.set_send_mss(h.peer_mss);
         if let (Some(peer), true) = (h.peer_window_scale, config.window_scaling) {
             c.snd_wscale = peer.min(MAX_WSCALE);
             c.rcv_wscale = h.local_window_scale.min(MAX_WSCALE);
@@ -444,6 +444,7 @@ impl Connection {
             c.ts_recent = ts;
         }
         c.sack_enabled = h.sack_permitted && config.sack;
+        c.size_congestion_control();
         c.snd_wnd = u32::from(h.peer_window) << c.snd_wscale;
         c.max_snd_wnd = c.snd_wnd;
         c.snd_wl1 = c.rcv_nxt;
@@ -471,7 +472,8 @@ impl Connection {
             self.offered_wscale = None;
         }
         self.sack_enabled = self.config.sack && opts.sack_permitted;
-        self.set_send_mss(opts.mss.unwrap_or(DEFAULT_MSS), ts.is_some());
+        self.set_send_mss(opts.mss.unwrap_or(DEFAULT_MSS));
+        self.size_congestion_control();
         // The window of a SYN is never scaled (RFC 7323 §2.2).
         self.snd_wnd = u32::from(syn.window());
         self.max_snd_wnd = self.snd_wnd;
@@ -479,8 +481,20 @@ impl Connection {
         self.snd_wl2 = Seq(syn.ack());
     }
 
-    fn set_send_mss(&mut self, peer_mss: u16, _timestamps: bool) {
+    fn set_send_mss(&mut self, peer_mss: u16) {
         self.send_mss = u32::from(peer_mss.clamp(64, self.config.mss));
+    }
+
+    /// Once the handshake fixed the segment size: congestion control counts in the segments
+    /// actually sent (RFC 5681's SMSS), not in our own MSS.
+    fn size_congestion_control(&mut self) {
+        let smss = self.data_mss();
+        if smss != u32::from(self.config.mss) {
+            self.cc = self
+                .config
+                .congestion_control
+                .build(smss, smss * self.config.initial_window_segments);
+        }
     }
 
     /// Payload of a full-sized data segment after the options every segment carries.
@@ -544,9 +558,7 @@ impl Connection {
         self.rto_deadline = None;
         self.persist_deadline = None;
         self.keepalive_deadline = None;
-        if self.config.time_wait == 0 {
-            return self.enter_closed();
-        }
+        // With `time_wait` = 0 the deadline is now: the last ACK still leaves first.
         self.close_deadline = Some(now + self.config.time_wait);
         Events::NONE
     }

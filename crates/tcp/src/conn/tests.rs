@@ -1693,3 +1693,65 @@ fn the_data_path_does_not_allocate_once_warm() {
     assert_eq!(client.stats().drops, [0; TcpDrop::COUNT]);
     assert_eq!(allocs_in_engine, 0, "the warm data path allocated");
 }
+
+#[test]
+fn from_handshake_is_established_with_the_agreed_options() {
+    let cfg = TcpConfig {
+        timestamps: true,
+        sack: true,
+        window_scaling: true,
+        recv_buffer: 1 << 20,
+        ..config()
+    };
+    let h = Handshake {
+        ends: ends(),
+        iss: ISS,
+        irs: IRS,
+        peer_mss: 1000,
+        peer_window_scale: Some(2),
+        local_window_scale: window_scale_for(cfg.recv_buffer),
+        sack_permitted: true,
+        ts_recent: Some(4242),
+        peer_window: 1000,
+    };
+    let t = T0 + 5 * MS;
+    let mut c = Connection::from_handshake(&cfg, &h, t);
+    assert_eq!(c.state(), State::Established);
+    assert_eq!(c.peer_window(), 4000);
+    none(&mut c, t);
+    c.send(t, &pattern(5000)).unwrap();
+    let sent = drain(&mut c, t);
+    assert_eq!(
+        sent.len(),
+        4,
+        "988 bytes each (1000 less timestamps); the 48 left of the 4000-byte window wait (SWS)"
+    );
+    let s = &sent[0];
+    assert_eq!((s.seq, s.ack, s.payload.len()), (ISS + 1, IRS + 1, 988));
+    assert_eq!(u32::from(s.window) << 5, 1 << 20);
+    assert_eq!(
+        s.ts,
+        Some(Timestamps {
+            tsval: timestamp_clock(t),
+            tsecr: 4242
+        })
+    );
+    assert_eq!(c.cwnd(), 9880, "ten segments of the size actually sent");
+}
+
+#[test]
+fn time_wait_of_zero_closes_at_once() {
+    let cfg = TcpConfig {
+        time_wait: 0,
+        ..config()
+    };
+    let mut c = client(&cfg);
+    c.shutdown_write(T0 + 2 * MS).unwrap();
+    one(&mut c, T0 + 2 * MS);
+    feed(&mut c, T0 + 3 * MS, &Seg::new(IRS + 1, ISS + 2, ACK | FIN));
+    // The last ACK still goes out, then the connection is gone.
+    assert_ack(&one(&mut c, T0 + 3 * MS), ISS + 2, IRS + 2);
+    assert_eq!(c.next_deadline(), Some(T0 + 3 * MS));
+    assert_eq!(c.on_timer(T0 + 3 * MS), Events::CLOSED);
+    assert_eq!(c.state(), State::Closed);
+}
