@@ -131,9 +131,23 @@ impl Connection {
     /// Data (and the FIN) from SND.NXT, within the send and congestion windows.
     fn transmit_new(&mut self, now: Nanos, out: &mut [u8]) -> Option<usize> {
         let data_end = self.buf_seq + self.sbuf.len() as u32;
+        // Resending after an RTO (go-back-N): what the peer SACKed is skipped.
+        let mut hole = u32::MAX;
+        if self.snd_nxt.lt(self.snd_max) && !self.scoreboard.is_empty() {
+            match self
+                .scoreboard
+                .next_hole(self.snd_nxt, self.snd_max, u32::MAX)
+            {
+                Some((seq, len)) => {
+                    self.snd_nxt = seq;
+                    hole = len;
+                }
+                None => self.snd_nxt = self.snd_max,
+            }
+        }
         let fin_pending = self.fin_queued && self.snd_nxt.le(data_end);
         let avail = if self.snd_nxt.lt(data_end) {
-            data_end - self.snd_nxt
+            (data_end - self.snd_nxt).min(hole)
         } else {
             0
         };
@@ -148,8 +162,18 @@ impl Connection {
             // RFC 5681 §4.1: after an idle period the old window says nothing about the path.
             self.cc.on_idle_restart(now);
         }
-        let wnd = self.snd_wnd.min(self.cwnd());
-        let usable = wnd.saturating_sub(flight);
+        // SACKed bytes still fill the peer's buffer but have left the network: they count
+        // against its window, not against cwnd (outside recovery, whose inflation already
+        // counts them).
+        let in_network = if self.in_recovery {
+            flight
+        } else {
+            flight - self.scoreboard.sacked_below(self.snd_nxt)
+        };
+        let usable = self
+            .snd_wnd
+            .saturating_sub(flight)
+            .min(self.cwnd().saturating_sub(in_network));
         let opts = self.segment_options(now, true);
         let header = 20 + opts.len();
         let max_payload = self

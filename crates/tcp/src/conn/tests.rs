@@ -1755,3 +1755,38 @@ fn time_wait_of_zero_closes_at_once() {
     assert_eq!(c.on_timer(T0 + 3 * MS), Events::CLOSED);
     assert_eq!(c.state(), State::Closed);
 }
+
+#[test]
+fn resending_after_an_rto_skips_sacked_data() {
+    let cfg = TcpConfig {
+        sack: true,
+        ..config()
+    };
+    let mut c = client(&cfg);
+    let t = T0 + 10 * MS;
+    c.send(t, &pattern(4000)).unwrap();
+    assert_eq!(drain(&mut c, t).len(), 4);
+    // Segments 0 and 2 are lost; one duplicate ACK reports 1 and 3.
+    let mut dup = Seg::new(IRS + 1, ISS + 1, ACK);
+    dup.options.sack.push(ISS + 3001, ISS + 4001);
+    dup.options.sack.push(ISS + 1001, ISS + 2001);
+    feed(&mut c, t + MS, &dup);
+    none(&mut c, t + MS);
+    let d = c.next_deadline().unwrap();
+    c.on_timer(d);
+    let r = one(&mut c, d);
+    assert_eq!((r.seq, r.payload.len()), (ISS + 1, 1000));
+    let mut ack = Seg::new(IRS + 1, ISS + 2001, ACK);
+    ack.options.sack.push(ISS + 3001, ISS + 4001);
+    feed(&mut c, d + MS, &ack);
+    let r = one(&mut c, d + MS);
+    assert_eq!(
+        (r.seq, r.payload.len()),
+        (ISS + 2001, 1000),
+        "only the hole"
+    );
+    assert_eq!(c.stats().rto_retransmits, 2);
+    feed(&mut c, d + 2 * MS, &Seg::new(IRS + 1, ISS + 4001, ACK));
+    assert_eq!(c.bytes_in_flight(), 0);
+    assert_eq!(c.next_deadline(), None);
+}
