@@ -1790,3 +1790,59 @@ fn resending_after_an_rto_skips_sacked_data() {
     assert_eq!(c.bytes_in_flight(), 0);
     assert_eq!(c.next_deadline(), None);
 }
+
+/// Prints what one 64-byte request/response exchange costs in the engine alone (both ends:
+/// send, segment out, segment in, read, and back). A measurement, not a pass/fail test:
+/// `cargo test -p corral-tcp --profile ci --lib -- --ignored --nocapture engine_round_trip`.
+#[test]
+#[ignore = "a measurement"]
+fn engine_round_trip_cost() {
+    let cfg = TcpConfig {
+        timestamps: true,
+        sack: true,
+        window_scaling: true,
+        nodelay: true,
+        ..TcpConfig::default()
+    };
+    let client_ends = ends();
+    let server_ends = Endpoints {
+        local: client_ends.remote,
+        remote: client_ends.local,
+    };
+    let mut now = T0;
+    let mut client = Connection::connect(&cfg, client_ends, 1, now);
+    let mut buf = vec![0u8; MAX_HEADER + usize::from(cfg.mss)];
+    let n = client.poll_transmit(now, &mut buf).unwrap();
+    let syn = TcpSegment::parse(&buf[..n], LOCAL_IP, REMOTE_IP).unwrap();
+    let mut server = Connection::accept_syn(&cfg, server_ends, &syn, 2, now);
+    let mut deliver = |from: &mut Connection, to: &mut Connection, now: Nanos, buf: &mut [u8]| {
+        while let Some(n) = from.poll_transmit(now, buf) {
+            let (src, dst) = (*from.ends().local.ip(), *from.ends().remote.ip());
+            let seg = TcpSegment::parse(&buf[..n], src, dst).unwrap();
+            to.on_segment(now, &seg);
+        }
+    };
+    deliver(&mut server, &mut client, now, &mut buf);
+    deliver(&mut client, &mut server, now, &mut buf);
+    assert_eq!(server.state(), State::Established);
+    let request = [7u8; 64];
+    let mut rbuf = [0u8; 256];
+    let rounds = 1_000_000u32;
+    let start = std::time::Instant::now();
+    for _ in 0..rounds {
+        now += 10 * US;
+        client.send(now, &request).unwrap();
+        deliver(&mut client, &mut server, now, &mut buf);
+        assert_eq!(server.recv(now, &mut rbuf), Ok(64));
+        server.send(now, &rbuf[..64]).unwrap();
+        deliver(&mut server, &mut client, now, &mut buf);
+        assert_eq!(client.recv(now, &mut rbuf), Ok(64));
+    }
+    let per = start.elapsed().as_nanos() / u128::from(rounds);
+    eprintln!(
+        "engine: {per} ns per 64-byte request/response (both ends, checksums included); \
+         segments out {} + {}",
+        client.stats().segments_out,
+        server.stats().segments_out
+    );
+}
