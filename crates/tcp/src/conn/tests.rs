@@ -1815,7 +1815,7 @@ fn engine_round_trip_cost() {
     let n = client.poll_transmit(now, &mut buf).unwrap();
     let syn = TcpSegment::parse(&buf[..n], LOCAL_IP, REMOTE_IP).unwrap();
     let mut server = Connection::accept_syn(&cfg, server_ends, &syn, 2, now);
-    let mut deliver = |from: &mut Connection, to: &mut Connection, now: Nanos, buf: &mut [u8]| {
+    let deliver = |from: &mut Connection, to: &mut Connection, now: Nanos, buf: &mut [u8]| {
         while let Some(n) = from.poll_transmit(now, buf) {
             let (src, dst) = (*from.ends().local.ip(), *from.ends().remote.ip());
             let seg = TcpSegment::parse(&buf[..n], src, dst).unwrap();
