@@ -86,7 +86,6 @@ impl Connection {
         let mut ev = Events::ESTABLISHED | Events::WRITABLE;
         self.state = State::Established;
         self.ack_now = true;
-        self.rcv_adv = self.rcv_nxt;
         self.arm_keepalive(now);
         self.take_ack_of_syn(now, ack, opts);
         let payload = seg.payload();

@@ -459,6 +459,8 @@ impl Connection {
         self.irs = Seq(syn.seq());
         self.rcv_nxt = self.irs + 1;
         self.last_ack_sent = self.rcv_nxt;
+        // A SYN's window is unscaled and at most 64 KiB: the edge it advertises.
+        self.rcv_adv = self.rcv_nxt + self.rbuf.window().min(usize::from(u16::MAX)) as u32;
         let ts = opts.timestamps.filter(|_| self.config.timestamps);
         if let Some(ts) = ts {
             self.ts_enabled = true;
