@@ -1846,3 +1846,14 @@ fn engine_round_trip_cost() {
         server.stats().segments_out
     );
 }
+
+#[test]
+#[ignore = "a measurement"]
+fn idle_connection_size() {
+    let c = client(&TcpConfig::default());
+    eprintln!(
+        "Connection: {} bytes inline + {} bytes of heap when idle (NewReno)",
+        core::mem::size_of::<Connection>(),
+        c.memory()
+    );
+}
