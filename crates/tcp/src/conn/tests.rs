@@ -1270,7 +1270,12 @@ mod pair {
             local: client_ends.remote,
             remote: client_ends.local,
         };
-        let mut client = Connection::connect(cfg, client_ends, 77, T0);
+        let mut client = Connection::connect(
+            cfg,
+            client_ends,
+            u32::MAX - 20_000 + seed as u32 % 10_000,
+            T0,
+        );
         let mut server: Option<Connection> = None;
         let mut link = Link {
             queue: Vec::new(),
@@ -1357,7 +1362,13 @@ mod pair {
                             s.on_segment(now, &seg);
                         }
                         None if seg.flags() == SYN => {
-                            server = Some(Connection::accept_syn(cfg, server_ends, &seg, 9, now));
+                            server = Some(Connection::accept_syn(
+                                cfg,
+                                server_ends,
+                                &seg,
+                                u32::MAX - (seed as u32 % 300_000),
+                                now,
+                            ));
                         }
                         None => {}
                     }
