@@ -58,15 +58,6 @@ impl Connection {
         if let Some(n) = self.transmit_new(now, out) {
             return Some(n);
         }
-        if self.probe_owed {
-            // A segment the peer must answer with an ACK (RFC 9293 §3.8.6.1, §3.8.4): one
-            // sequence number below what it expects, and no data.
-            self.probe_owed = false;
-            let opts = self.segment_options(now, true);
-            return self
-                .emit(now, out, self.snd_una + u32::MAX, TcpFlags::ACK, 0, 0, opts)
-                .map(|(n, _)| n);
-        }
         if self.ack_now {
             // SND.MAX, not SND.NXT: after an RTO's go-back-N, SND.NXT lies below what the peer
             // has already received, and a bare segment there would be unacceptable to it.
@@ -74,6 +65,19 @@ impl Connection {
             return self
                 .emit(now, out, self.snd_max, TcpFlags::ACK, 0, 0, opts)
                 .map(|(n, _)| n);
+        }
+        if self.probe_owed {
+            // A segment the peer must answer with an ACK (RFC 9293 §3.8.6.1, §3.8.4): one
+            // sequence number below what it expects, and no data. Being unacceptable, it
+            // acknowledges nothing, so a delayed ACK still owed stays owed.
+            self.probe_owed = false;
+            let opts = self.segment_options(now, true);
+            let owed = (self.delack_deadline, self.full_segments_unacked);
+            let sent = self
+                .emit(now, out, self.snd_una + u32::MAX, TcpFlags::ACK, 0, 0, opts)
+                .map(|(n, _)| n);
+            (self.delack_deadline, self.full_segments_unacked) = owed;
+            return sent;
         }
         None
     }

@@ -1868,3 +1868,35 @@ fn idle_connection_size() {
         c.memory()
     );
 }
+
+#[test]
+fn a_probe_does_not_stand_in_for_an_owed_ack() {
+    let cfg = TcpConfig {
+        delayed_ack: 40 * MS,
+        ..config()
+    };
+    let mut c = client(&cfg);
+    let t = T0 + 5 * MS;
+    feed(&mut c, t, &Seg::new(IRS + 1, ISS + 1, ACK).window(0));
+    c.send(t, b"waiting").unwrap();
+    let probe_at = c.next_deadline().unwrap();
+    assert_eq!(probe_at, t + 10 * MS);
+    // Data arrives just before the probe: its ACK is delayed.
+    feed(
+        &mut c,
+        probe_at - US,
+        &Seg::new(IRS + 1, ISS + 1, ACK).window(0).data(b"q"),
+    );
+    none(&mut c, probe_at - US);
+    c.on_timer(probe_at);
+    let p = one(&mut c, probe_at);
+    assert_eq!(p.seq, ISS, "the probe");
+    // The delayed ACK still comes, on its own deadline.
+    let delack = probe_at - US + 40 * MS;
+    assert_eq!(c.next_deadline(), Some(probe_at + 20 * MS));
+    c.on_timer(probe_at + 20 * MS);
+    assert_eq!(one(&mut c, probe_at + 20 * MS).seq, ISS);
+    assert_eq!(c.next_deadline(), Some(delack));
+    c.on_timer(delack);
+    assert_ack(&one(&mut c, delack), ISS + 1, IRS + 2);
+}
