@@ -9,6 +9,9 @@ use crate::Nanos;
 use crate::seq::Seq;
 use crate::stats::TcpDrop;
 
+/// Most challenge ACKs one connection sends per second (RFC 5961 §7).
+pub(super) const CHALLENGE_ACKS_PER_SECOND: u32 = 100;
+
 /// TS.Recent is not trusted for PAWS after this long without an update (RFC 7323 §5.5).
 const PAWS_IDLE: Nanos = 24 * 24 * 3600 * 1_000_000_000;
 
@@ -83,7 +86,6 @@ impl Connection {
         let mut ev = Events::ESTABLISHED | Events::WRITABLE;
         self.state = State::Established;
         self.ack_now = true;
-        self.rcv_adv = self.rcv_nxt;
         self.arm_keepalive(now);
         self.take_ack_of_syn(now, ack, opts);
         let payload = seg.payload();
@@ -202,7 +204,7 @@ impl Connection {
         if rst {
             if seq != self.rcv_nxt {
                 self.stats.drop(TcpDrop::RstChallenged);
-                self.challenge_ack();
+                self.challenge_ack(now);
                 return Events::NONE;
             }
             return match self.state {
@@ -219,7 +221,7 @@ impl Connection {
         // SYN on a synchronized connection (RFC 5961 §4).
         if syn {
             self.stats.drop(TcpDrop::SynChallenged);
-            self.challenge_ack();
+            self.challenge_ack(now);
             return Events::NONE;
         }
 
@@ -246,12 +248,12 @@ impl Connection {
             // RFC 5961 §5: ACKs outside [SND.UNA - MAX.SND.WND, SND.MAX].
             if ack.gt(self.snd_max) {
                 self.stats.drop(TcpDrop::AckOfUnsentData);
-                self.challenge_ack();
+                self.challenge_ack(now);
                 return Events::NONE;
             }
             if ack.lt(self.snd_una + self.max_snd_wnd.wrapping_neg()) {
                 self.stats.drop(TcpDrop::AckTooOld);
-                self.challenge_ack();
+                self.challenge_ack(now);
                 return Events::NONE;
             }
             ev |= self.take_ack(
@@ -287,7 +289,17 @@ impl Connection {
         ev
     }
 
-    fn challenge_ack(&mut self) {
+    /// RFC 5961's challenge ACK, at most [`CHALLENGE_ACKS_PER_SECOND`] a second (§7), so
+    /// that a flood of forged segments is not reflected one for one.
+    fn challenge_ack(&mut self, now: Nanos) {
+        if now.saturating_sub(self.challenge_window_start) >= 1_000_000_000 {
+            self.challenge_window_start = now;
+            self.challenges_in_window = 0;
+        }
+        if self.challenges_in_window >= CHALLENGE_ACKS_PER_SECOND {
+            return;
+        }
+        self.challenges_in_window += 1;
         self.stats.challenge_acks += 1;
         self.ack_now = true;
     }

@@ -279,6 +279,8 @@ pub struct Connection {
 
     // Control segments owed.
     rst_owed: Option<RstOwed>,
+    challenge_window_start: Nanos,
+    challenges_in_window: u32,
     probe_owed: bool,
 
     // Retransmission (RFC 6298).
@@ -371,6 +373,8 @@ impl Connection {
             delack_deadline: None,
             full_segments_unacked: 0,
             rst_owed: None,
+            challenge_window_start: now,
+            challenges_in_window: 0,
             probe_owed: false,
             rtt: RttEstimator::new(config.rto_initial, config.rto_min, config.rto_max),
             rto_deadline: None,
@@ -430,7 +434,7 @@ impl Connection {
         c.snd_nxt = c.snd_una;
         c.snd_max = c.snd_una;
         c.rexmit_next = c.snd_una;
-        c.set_send_mss(h.peer_mss, h.ts_recent.is_some() && config.timestamps);
+        c.set_send_mss(h.peer_mss);
         if let (Some(peer), true) = (h.peer_window_scale, config.window_scaling) {
             c.snd_wscale = peer.min(MAX_WSCALE);
             c.rcv_wscale = h.local_window_scale.min(MAX_WSCALE);
@@ -440,6 +444,7 @@ impl Connection {
             c.ts_recent = ts;
         }
         c.sack_enabled = h.sack_permitted && config.sack;
+        c.size_congestion_control();
         c.snd_wnd = u32::from(h.peer_window) << c.snd_wscale;
         c.max_snd_wnd = c.snd_wnd;
         c.snd_wl1 = c.rcv_nxt;
@@ -454,6 +459,8 @@ impl Connection {
         self.irs = Seq(syn.seq());
         self.rcv_nxt = self.irs + 1;
         self.last_ack_sent = self.rcv_nxt;
+        // A SYN's window is unscaled and at most 64 KiB: the edge it advertises.
+        self.rcv_adv = self.rcv_nxt + self.rbuf.window().min(usize::from(u16::MAX)) as u32;
         let ts = opts.timestamps.filter(|_| self.config.timestamps);
         if let Some(ts) = ts {
             self.ts_enabled = true;
@@ -467,7 +474,8 @@ impl Connection {
             self.offered_wscale = None;
         }
         self.sack_enabled = self.config.sack && opts.sack_permitted;
-        self.set_send_mss(opts.mss.unwrap_or(DEFAULT_MSS), ts.is_some());
+        self.set_send_mss(opts.mss.unwrap_or(DEFAULT_MSS));
+        self.size_congestion_control();
         // The window of a SYN is never scaled (RFC 7323 §2.2).
         self.snd_wnd = u32::from(syn.window());
         self.max_snd_wnd = self.snd_wnd;
@@ -475,8 +483,20 @@ impl Connection {
         self.snd_wl2 = Seq(syn.ack());
     }
 
-    fn set_send_mss(&mut self, peer_mss: u16, _timestamps: bool) {
+    fn set_send_mss(&mut self, peer_mss: u16) {
         self.send_mss = u32::from(peer_mss.clamp(64, self.config.mss));
+    }
+
+    /// Once the handshake fixed the segment size: congestion control counts in the segments
+    /// actually sent (RFC 5681's SMSS), not in our own MSS.
+    fn size_congestion_control(&mut self) {
+        let smss = self.data_mss();
+        if smss != u32::from(self.config.mss) {
+            self.cc = self
+                .config
+                .congestion_control
+                .build(smss, smss * self.config.initial_window_segments);
+        }
     }
 
     /// Payload of a full-sized data segment after the options every segment carries.
@@ -519,7 +539,6 @@ impl Connection {
         self.ack_now = false;
         self.probe_owed = false;
         self.sbuf.release();
-        self.buf_seq = self.snd_una;
         Events::CLOSED
     }
 
@@ -532,12 +551,16 @@ impl Connection {
 
     fn enter_time_wait(&mut self, now: Nanos) -> Events {
         self.state = State::TimeWait;
+        // Everything sent is acknowledged: TIME-WAIT keeps no send buffer, and no receive
+        // buffer either once nothing is left to read.
+        self.sbuf.release();
+        if self.rbuf.readable() == 0 {
+            self.rbuf.release();
+        }
         self.rto_deadline = None;
         self.persist_deadline = None;
         self.keepalive_deadline = None;
-        if self.config.time_wait == 0 {
-            return self.enter_closed();
-        }
+        // With `time_wait` = 0 the deadline is now: the last ACK still leaves first.
         self.close_deadline = Some(now + self.config.time_wait);
         Events::NONE
     }

@@ -58,15 +58,6 @@ impl Connection {
         if let Some(n) = self.transmit_new(now, out) {
             return Some(n);
         }
-        if self.probe_owed {
-            // A segment the peer must answer with an ACK (RFC 9293 §3.8.6.1, §3.8.4): one
-            // sequence number below what it expects, and no data.
-            self.probe_owed = false;
-            let opts = self.segment_options(now, true);
-            return self
-                .emit(now, out, self.snd_una + u32::MAX, TcpFlags::ACK, 0, 0, opts)
-                .map(|(n, _)| n);
-        }
         if self.ack_now {
             // SND.MAX, not SND.NXT: after an RTO's go-back-N, SND.NXT lies below what the peer
             // has already received, and a bare segment there would be unacceptable to it.
@@ -74,6 +65,19 @@ impl Connection {
             return self
                 .emit(now, out, self.snd_max, TcpFlags::ACK, 0, 0, opts)
                 .map(|(n, _)| n);
+        }
+        if self.probe_owed {
+            // A segment the peer must answer with an ACK (RFC 9293 §3.8.6.1, §3.8.4): one
+            // sequence number below what it expects, and no data. Being unacceptable, it
+            // acknowledges nothing, so a delayed ACK still owed stays owed.
+            self.probe_owed = false;
+            let opts = self.segment_options(now, true);
+            let owed = (self.delack_deadline, self.full_segments_unacked);
+            let sent = self
+                .emit(now, out, self.snd_una + u32::MAX, TcpFlags::ACK, 0, 0, opts)
+                .map(|(n, _)| n);
+            (self.delack_deadline, self.full_segments_unacked) = owed;
+            return sent;
         }
         None
     }
@@ -131,9 +135,23 @@ impl Connection {
     /// Data (and the FIN) from SND.NXT, within the send and congestion windows.
     fn transmit_new(&mut self, now: Nanos, out: &mut [u8]) -> Option<usize> {
         let data_end = self.buf_seq + self.sbuf.len() as u32;
+        // Resending after an RTO (go-back-N): what the peer SACKed is skipped.
+        let mut hole = u32::MAX;
+        if self.snd_nxt.lt(self.snd_max) && !self.scoreboard.is_empty() {
+            match self
+                .scoreboard
+                .next_hole(self.snd_nxt, self.snd_max, u32::MAX)
+            {
+                Some((seq, len)) => {
+                    self.snd_nxt = seq;
+                    hole = len;
+                }
+                None => self.snd_nxt = self.snd_max,
+            }
+        }
         let fin_pending = self.fin_queued && self.snd_nxt.le(data_end);
         let avail = if self.snd_nxt.lt(data_end) {
-            data_end - self.snd_nxt
+            (data_end - self.snd_nxt).min(hole)
         } else {
             0
         };
@@ -148,8 +166,18 @@ impl Connection {
             // RFC 5681 §4.1: after an idle period the old window says nothing about the path.
             self.cc.on_idle_restart(now);
         }
-        let wnd = self.snd_wnd.min(self.cwnd());
-        let usable = wnd.saturating_sub(flight);
+        // SACKed bytes still fill the peer's buffer but have left the network: they count
+        // against its window, not against cwnd (outside recovery, whose inflation already
+        // counts them).
+        let in_network = if self.in_recovery {
+            flight
+        } else {
+            flight - self.scoreboard.sacked_below(self.snd_nxt)
+        };
+        let usable = self
+            .snd_wnd
+            .saturating_sub(flight)
+            .min(self.cwnd().saturating_sub(in_network));
         let opts = self.segment_options(now, true);
         let header = 20 + opts.len();
         let max_payload = self

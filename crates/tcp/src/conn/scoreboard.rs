@@ -97,6 +97,15 @@ impl Scoreboard {
         seq.lt(limit).then(|| (seq, (limit - seq).min(max)))
     }
 
+    /// SACKed bytes below `seq`.
+    pub(super) fn sacked_below(&self, seq: Seq) -> u32 {
+        self.as_slice()
+            .iter()
+            .take_while(|r| r.0.lt(seq))
+            .map(|r| r.1.min(seq) - r.0)
+            .sum()
+    }
+
     pub(super) fn sacked_bytes(&self) -> u32 {
         self.as_slice().iter().map(|r| r.1 - r.0).sum()
     }
@@ -120,6 +129,9 @@ mod tests {
             [(Seq(3000), Seq(5000)), (Seq(6000), Seq(7000))]
         );
         assert_eq!(s.sacked_bytes(), 3000);
+        assert_eq!(s.sacked_below(Seq(4500)), 1500);
+        assert_eq!(s.sacked_below(Seq(9000)), 3000);
+        assert_eq!(s.sacked_below(Seq(3000)), 0);
         let hi = s.highest().unwrap();
         assert_eq!(s.next_hole(una, hi, 1460), Some((Seq(1000), 1460)));
         assert_eq!(s.next_hole(Seq(2460), hi, 1460), Some((Seq(2460), 540)));

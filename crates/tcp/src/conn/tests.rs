@@ -534,6 +534,26 @@ fn rst_validation_rfc5961() {
 }
 
 #[test]
+fn challenge_acks_are_rate_limited() {
+    let mut c = client(&config());
+    let t = T0 + 2 * MS;
+    let limit = input::CHALLENGE_ACKS_PER_SECOND;
+    for _ in 0..limit + 50 {
+        feed(&mut c, t, &Seg::new(IRS + 100, 0, RST));
+        drain(&mut c, t);
+    }
+    assert_eq!(c.stats().challenge_acks, u64::from(limit));
+    assert_eq!(
+        c.stats().drops[TcpDrop::RstChallenged as usize],
+        u64::from(limit) + 50
+    );
+    // A second later the budget is back.
+    feed(&mut c, t + 1_000 * MS, &Seg::new(IRS + 100, 0, RST));
+    assert_ack(&one(&mut c, t + 1_000 * MS), ISS + 1, IRS + 1);
+    assert_eq!(c.state(), State::Established);
+}
+
+#[test]
 fn syn_and_bad_acks_on_an_established_connection_get_challenge_acks() {
     let mut c = client(&config());
     feed(&mut c, T0 + 2 * MS, &Seg::new(IRS + 10, 0, SYN));
@@ -1236,8 +1256,10 @@ mod pair {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn run(
         cfg: &TcpConfig,
+        slow_reader: bool,
         loss_percent: u64,
         jitter: Nanos,
         seed: u64,
@@ -1248,7 +1270,12 @@ mod pair {
             local: client_ends.remote,
             remote: client_ends.local,
         };
-        let mut client = Connection::connect(cfg, client_ends, 77, T0);
+        let mut client = Connection::connect(
+            cfg,
+            client_ends,
+            u32::MAX - 20_000 + seed as u32 % 10_000,
+            T0,
+        );
         let mut server: Option<Connection> = None;
         let mut link = Link {
             queue: Vec::new(),
@@ -1274,7 +1301,8 @@ mod pair {
                     closed_up = true;
                 }
             }
-            while let Ok(n) = client.recv(now, &mut rbuf) {
+            let read_now = !slow_reader || link.next().is_multiple_of(8);
+            while read_now && let Ok(n) = client.recv(now, &mut rbuf) {
                 if n == 0 {
                     break;
                 }
@@ -1289,7 +1317,7 @@ mod pair {
                         closed_down = true;
                     }
                 }
-                while let Ok(n) = s.recv(now, &mut rbuf) {
+                while read_now && let Ok(n) = s.recv(now, &mut rbuf) {
                     if n == 0 {
                         break;
                     }
@@ -1334,7 +1362,13 @@ mod pair {
                             s.on_segment(now, &seg);
                         }
                         None if seg.flags() == SYN => {
-                            server = Some(Connection::accept_syn(cfg, server_ends, &seg, 9, now));
+                            server = Some(Connection::accept_syn(
+                                cfg,
+                                server_ends,
+                                &seg,
+                                u32::MAX - (seed as u32 % 300_000),
+                                now,
+                            ));
                         }
                         None => {}
                     }
@@ -1351,6 +1385,19 @@ mod pair {
                 {
                     s.on_timer(now);
                 }
+            }
+        }
+        // What a slow reader left behind is still readable after the close.
+        while let Ok(n) = client.recv(now, &mut rbuf)
+            && n > 0
+        {
+            got_down.extend_from_slice(&rbuf[..n]);
+        }
+        if let Some(s) = server.as_mut() {
+            while let Ok(n) = s.recv(now, &mut rbuf)
+                && n > 0
+            {
+                got_up.extend_from_slice(&rbuf[..n]);
             }
         }
         assert!(
@@ -1376,7 +1423,7 @@ mod pair {
 
     #[test]
     fn clean_link() {
-        let (c, s) = run(&config(), 0, 0, 1, 300_000);
+        let (c, s) = run(&config(), false, 0, 0, 1, 300_000);
         for st in [c.stats(), s.stats()] {
             assert_eq!(
                 (st.rto_retransmits, st.fast_retransmits, st.timeouts),
@@ -1398,7 +1445,7 @@ mod pair {
             ..config()
         };
         for (loss, seed) in [(1, 3), (5, 5), (10, 7)] {
-            let (c, s) = run(&cfg, loss, 40 * US, seed, 200_000);
+            let (c, s) = run(&cfg, false, loss, 40 * US, seed, 200_000);
             let st = [c.stats(), s.stats()];
             let retransmits: u64 = st
                 .iter()
@@ -1419,19 +1466,437 @@ mod pair {
             nodelay: false,
             ..config()
         };
+        let small = TcpConfig {
+            recv_buffer: 4000,
+            send_buffer: 4000,
+            ..cfg.clone()
+        };
         for seed in 1..200 {
-            for loss in [3, 10, 20] {
+            for loss in [0, 3, 10, 20] {
                 eprintln!("seed {seed} loss {loss}");
-                run(&cfg, loss, 100 * US, seed, 100_000);
-                run(&config(), loss, 100 * US, seed, 50_000);
+                run(&cfg, false, loss, 100 * US, seed, 100_000);
+                run(&config(), false, loss, 100 * US, seed, 50_000);
+                run(&small, true, loss, 100 * US, seed, 50_000);
             }
+        }
+    }
+
+    #[test]
+    fn slow_readers_behind_small_windows() {
+        let cfg = TcpConfig {
+            timestamps: true,
+            sack: true,
+            recv_buffer: 4000,
+            send_buffer: 4000,
+            delayed_ack: 200 * US,
+            nodelay: false,
+            ..config()
+        };
+        for (loss, seed) in [(0, 17), (5, 19), (10, 23)] {
+            run(&cfg, true, loss, 40 * US, seed, 60_000);
+        }
+    }
+
+    #[test]
+    fn many_seeds() {
+        let cfg = TcpConfig {
+            timestamps: true,
+            sack: true,
+            window_scaling: true,
+            delayed_ack: 200 * US,
+            nodelay: false,
+            ..config()
+        };
+        for seed in 100..120 {
+            run(&cfg, false, 8, 100 * US, seed, 30_000);
+            run(&config(), false, 8, 100 * US, seed, 30_000);
         }
     }
 
     #[test]
     fn lossy_link_without_options() {
         for (loss, seed) in [(2, 11), (10, 13)] {
-            run(&config(), loss, 40 * US, seed, 100_000);
+            run(&config(), false, loss, 40 * US, seed, 100_000);
         }
     }
+}
+
+#[test]
+fn fin_wait_2_of_a_closed_connection_is_bounded() {
+    let mut c = client(&config());
+    c.close(T0 + 2 * MS);
+    one(&mut c, T0 + 2 * MS);
+    feed(&mut c, T0 + 3 * MS, &Seg::new(IRS + 1, ISS + 2, ACK));
+    assert_eq!(c.state(), State::FinWait2);
+    let end = T0 + 3 * MS + 2_000 * MS;
+    assert_eq!(c.next_deadline(), Some(end));
+    assert_eq!(c.on_timer(end), Events::CLOSED);
+    // Data arriving for a closed application is answered with a RST.
+    let mut c = client(&config());
+    c.close(T0 + 2 * MS);
+    one(&mut c, T0 + 2 * MS);
+    feed(
+        &mut c,
+        T0 + 3 * MS,
+        &Seg::new(IRS + 1, ISS + 2, ACK).data(b"x"),
+    );
+    assert_eq!(c.state(), State::Closed);
+    assert_eq!(one(&mut c, T0 + 3 * MS).flags, RST | ACK);
+}
+
+#[test]
+fn rst_in_syn_received_removes_the_half_open_connection() {
+    let syn = Seg::new(IRS, 0, SYN).build();
+    let parsed = TcpSegment::parse(&syn, REMOTE_IP, LOCAL_IP).unwrap();
+    let mut c = Connection::accept_syn(&config(), ends(), &parsed, ISS, T0);
+    one(&mut c, T0);
+    feed(&mut c, T0 + MS, &Seg::new(IRS + 5, 0, RST));
+    assert_eq!(c.state(), State::SynReceived, "not exact: challenged");
+    let ev = feed(&mut c, T0 + MS, &Seg::new(IRS + 1, 0, RST));
+    assert!(ev.contains(Events::CLOSED));
+    assert_eq!(c.state(), State::Closed);
+}
+
+#[test]
+fn reading_a_full_buffer_announces_the_window() {
+    let cfg = TcpConfig {
+        recv_buffer: 4000,
+        ..config()
+    };
+    let mut c = client(&cfg);
+    let t = T0 + 2 * MS;
+    for i in 0..4u32 {
+        feed(
+            &mut c,
+            t,
+            &Seg::new(IRS + 1 + i * 1000, ISS + 1, ACK).data(&[1; 1000]),
+        );
+    }
+    let acks = drain(&mut c, t);
+    assert_eq!(acks.last().unwrap().window, 0);
+    // Data beyond a zero window is not accepted, but its ACK is acknowledged.
+    feed(
+        &mut c,
+        t,
+        &Seg::new(IRS + 4001, ISS + 1, ACK).data(&[2; 10]),
+    );
+    let a = one(&mut c, t);
+    assert_eq!((a.ack, a.window), (IRS + 4001, 0));
+    assert_eq!(c.stats().drops[TcpDrop::BeyondWindow as usize], 1);
+    let mut buf = [0u8; 500];
+    c.recv(t, &mut buf).unwrap();
+    none(&mut c, t);
+    c.recv(t, &mut buf).unwrap();
+    let a = one(&mut c, t);
+    assert_eq!((a.ack, a.window), (IRS + 4001, 1000), "the window update");
+}
+
+#[test]
+fn time_wait_holds_no_buffers() {
+    let mut c = client(&config());
+    c.send(T0 + 2 * MS, &pattern(3000)).unwrap();
+    drain(&mut c, T0 + 2 * MS);
+    c.shutdown_write(T0 + 2 * MS).unwrap();
+    drain(&mut c, T0 + 2 * MS);
+    feed(
+        &mut c,
+        T0 + 3 * MS,
+        &Seg::new(IRS + 1, ISS + 3002, ACK | FIN),
+    );
+    assert_eq!(c.state(), State::TimeWait);
+    assert_ack(&one(&mut c, T0 + 3 * MS), ISS + 3002, IRS + 2);
+    assert!(c.memory() < 256);
+    none(&mut c, T0 + 4 * MS);
+}
+
+/// Counts heap allocations made by the current thread, so a test can show the data path does
+/// not allocate once the buffers reached their size.
+mod alloc_count {
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::cell::Cell;
+
+    pub struct Counting;
+
+    std::thread_local! {
+        static COUNT: Cell<u64> = const { Cell::new(0) };
+    }
+
+    // SAFETY: every call is forwarded to the system allocator unchanged; the counter is a
+    // const-initialised thread-local Cell, which itself never allocates.
+    unsafe impl GlobalAlloc for Counting {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            let _ = COUNT.try_with(|c| c.set(c.get() + 1));
+            // SAFETY: forwarded with the caller's layout.
+            unsafe { System.alloc(layout) }
+        }
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            // SAFETY: `ptr` came from `System.alloc` with this layout.
+            unsafe { System.dealloc(ptr, layout) }
+        }
+        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+            let _ = COUNT.try_with(|c| c.set(c.get() + 1));
+            // SAFETY: forwarded unchanged.
+            unsafe { System.realloc(ptr, layout, new_size) }
+        }
+    }
+
+    #[global_allocator]
+    static GLOBAL: Counting = Counting;
+
+    pub fn allocations() -> u64 {
+        COUNT.with(Cell::get)
+    }
+}
+
+#[test]
+fn the_data_path_does_not_allocate_once_warm() {
+    let cfg = TcpConfig {
+        timestamps: true,
+        sack: true,
+        window_scaling: true,
+        delayed_ack: 100 * US,
+        ..config()
+    };
+    let mut client = client(&cfg);
+    let mut buf = vec![0u8; MAX_HEADER + 1000];
+    let mut rbuf = vec![0u8; 8192];
+    let data = pattern(8192);
+    let mut now = T0 + 10 * MS;
+    // Client-side steady state: the peer is scripted (acks everything it gets, sends replies).
+    let mut peer_seq = IRS + 1;
+    let mut allocs_in_engine = 0;
+    // Warm-up: the send ring reaches its bound at once.
+    assert_eq!(client.send(now, &pattern(64 * 1024)), Ok(64 * 1024));
+    for round in 0..2000 {
+        let before = alloc_count::allocations();
+        let _ = client.send(now, &data[..(round * 37) % 4096 + 1]);
+        let mut acked = None;
+        while let Some(n) = client.poll_transmit(now, &mut buf) {
+            let s = TcpSegment::parse(&buf[..n], LOCAL_IP, REMOTE_IP).unwrap();
+            acked = Some(s.seq().wrapping_add(s.payload().len() as u32));
+        }
+        let _ = client.recv(now, &mut rbuf);
+        let during = alloc_count::allocations() - before;
+        if round >= 100 {
+            allocs_in_engine += during;
+        }
+        now += 20 * US;
+        if let Some(a) = acked {
+            let reply = Seg::new(peer_seq, a, ACK)
+                .ts(round as u32 + 100, timestamp_clock(now))
+                .data(&data[..100]);
+            let bytes = reply.build();
+            let parsed = TcpSegment::parse(&bytes, REMOTE_IP, LOCAL_IP).unwrap();
+            let before = alloc_count::allocations();
+            client.on_segment(now, &parsed);
+            if client.next_deadline().is_some_and(|d| d <= now) {
+                client.on_timer(now);
+            }
+            if round >= 100 {
+                allocs_in_engine += alloc_count::allocations() - before;
+            }
+            peer_seq += 100;
+        }
+    }
+    assert_eq!(client.error(), None);
+    assert!(client.stats().bytes_out > 1_000_000);
+    assert!(client.stats().bytes_in >= 190_000);
+    assert_eq!(client.stats().drops, [0; TcpDrop::COUNT]);
+    assert_eq!(allocs_in_engine, 0, "the warm data path allocated");
+}
+
+#[test]
+fn from_handshake_is_established_with_the_agreed_options() {
+    let cfg = TcpConfig {
+        timestamps: true,
+        sack: true,
+        window_scaling: true,
+        recv_buffer: 1 << 20,
+        ..config()
+    };
+    let h = Handshake {
+        ends: ends(),
+        iss: ISS,
+        irs: IRS,
+        peer_mss: 1000,
+        peer_window_scale: Some(2),
+        local_window_scale: window_scale_for(cfg.recv_buffer),
+        sack_permitted: true,
+        ts_recent: Some(4242),
+        peer_window: 1000,
+    };
+    let t = T0 + 5 * MS;
+    let mut c = Connection::from_handshake(&cfg, &h, t);
+    assert_eq!(c.state(), State::Established);
+    assert_eq!(c.peer_window(), 4000);
+    none(&mut c, t);
+    c.send(t, &pattern(5000)).unwrap();
+    let sent = drain(&mut c, t);
+    assert_eq!(
+        sent.len(),
+        4,
+        "988 bytes each (1000 less timestamps); the 48 left of the 4000-byte window wait (SWS)"
+    );
+    let s = &sent[0];
+    assert_eq!((s.seq, s.ack, s.payload.len()), (ISS + 1, IRS + 1, 988));
+    assert_eq!(u32::from(s.window) << 5, 1 << 20);
+    assert_eq!(
+        s.ts,
+        Some(Timestamps {
+            tsval: timestamp_clock(t),
+            tsecr: 4242
+        })
+    );
+    assert_eq!(c.cwnd(), 9880, "ten segments of the size actually sent");
+}
+
+#[test]
+fn time_wait_of_zero_closes_at_once() {
+    let cfg = TcpConfig {
+        time_wait: 0,
+        ..config()
+    };
+    let mut c = client(&cfg);
+    c.shutdown_write(T0 + 2 * MS).unwrap();
+    one(&mut c, T0 + 2 * MS);
+    feed(&mut c, T0 + 3 * MS, &Seg::new(IRS + 1, ISS + 2, ACK | FIN));
+    // The last ACK still goes out, then the connection is gone.
+    assert_ack(&one(&mut c, T0 + 3 * MS), ISS + 2, IRS + 2);
+    assert_eq!(c.next_deadline(), Some(T0 + 3 * MS));
+    assert_eq!(c.on_timer(T0 + 3 * MS), Events::CLOSED);
+    assert_eq!(c.state(), State::Closed);
+}
+
+#[test]
+fn resending_after_an_rto_skips_sacked_data() {
+    let cfg = TcpConfig {
+        sack: true,
+        ..config()
+    };
+    let mut c = client(&cfg);
+    let t = T0 + 10 * MS;
+    c.send(t, &pattern(4000)).unwrap();
+    assert_eq!(drain(&mut c, t).len(), 4);
+    // Segments 0 and 2 are lost; one duplicate ACK reports 1 and 3.
+    let mut dup = Seg::new(IRS + 1, ISS + 1, ACK);
+    dup.options.sack.push(ISS + 3001, ISS + 4001);
+    dup.options.sack.push(ISS + 1001, ISS + 2001);
+    feed(&mut c, t + MS, &dup);
+    none(&mut c, t + MS);
+    let d = c.next_deadline().unwrap();
+    c.on_timer(d);
+    let r = one(&mut c, d);
+    assert_eq!((r.seq, r.payload.len()), (ISS + 1, 1000));
+    let mut ack = Seg::new(IRS + 1, ISS + 2001, ACK);
+    ack.options.sack.push(ISS + 3001, ISS + 4001);
+    feed(&mut c, d + MS, &ack);
+    let r = one(&mut c, d + MS);
+    assert_eq!(
+        (r.seq, r.payload.len()),
+        (ISS + 2001, 1000),
+        "only the hole"
+    );
+    assert_eq!(c.stats().rto_retransmits, 2);
+    feed(&mut c, d + 2 * MS, &Seg::new(IRS + 1, ISS + 4001, ACK));
+    assert_eq!(c.bytes_in_flight(), 0);
+    assert_eq!(c.next_deadline(), None);
+}
+
+/// Prints what one 64-byte request/response exchange costs in the engine alone (both ends:
+/// send, segment out, segment in, read, and back). A measurement, not a pass/fail test:
+/// `cargo test -p corral-tcp --profile ci --lib -- --ignored --nocapture engine_round_trip`.
+#[test]
+#[ignore = "a measurement"]
+fn engine_round_trip_cost() {
+    let cfg = TcpConfig {
+        timestamps: true,
+        sack: true,
+        window_scaling: true,
+        nodelay: true,
+        ..TcpConfig::default()
+    };
+    let client_ends = ends();
+    let server_ends = Endpoints {
+        local: client_ends.remote,
+        remote: client_ends.local,
+    };
+    let mut now = T0;
+    let mut client = Connection::connect(&cfg, client_ends, 1, now);
+    let mut buf = vec![0u8; MAX_HEADER + usize::from(cfg.mss)];
+    let n = client.poll_transmit(now, &mut buf).unwrap();
+    let syn = TcpSegment::parse(&buf[..n], LOCAL_IP, REMOTE_IP).unwrap();
+    let mut server = Connection::accept_syn(&cfg, server_ends, &syn, 2, now);
+    let deliver = |from: &mut Connection, to: &mut Connection, now: Nanos, buf: &mut [u8]| {
+        while let Some(n) = from.poll_transmit(now, buf) {
+            let (src, dst) = (*from.ends().local.ip(), *from.ends().remote.ip());
+            let seg = TcpSegment::parse(&buf[..n], src, dst).unwrap();
+            to.on_segment(now, &seg);
+        }
+    };
+    deliver(&mut server, &mut client, now, &mut buf);
+    deliver(&mut client, &mut server, now, &mut buf);
+    assert_eq!(server.state(), State::Established);
+    let request = [7u8; 64];
+    let mut rbuf = [0u8; 256];
+    let rounds = 1_000_000u32;
+    let start = std::time::Instant::now();
+    for _ in 0..rounds {
+        now += 10 * US;
+        client.send(now, &request).unwrap();
+        deliver(&mut client, &mut server, now, &mut buf);
+        assert_eq!(server.recv(now, &mut rbuf), Ok(64));
+        server.send(now, &rbuf[..64]).unwrap();
+        deliver(&mut server, &mut client, now, &mut buf);
+        assert_eq!(client.recv(now, &mut rbuf), Ok(64));
+    }
+    let per = start.elapsed().as_nanos() / u128::from(rounds);
+    eprintln!(
+        "engine: {per} ns per 64-byte request/response (both ends, checksums included); \
+         segments out {} + {}",
+        client.stats().segments_out,
+        server.stats().segments_out
+    );
+}
+
+#[test]
+#[ignore = "a measurement"]
+fn idle_connection_size() {
+    let c = client(&TcpConfig::default());
+    eprintln!(
+        "Connection: {} bytes inline + {} bytes of heap when idle (NewReno)",
+        core::mem::size_of::<Connection>(),
+        c.memory()
+    );
+}
+
+#[test]
+fn a_probe_does_not_stand_in_for_an_owed_ack() {
+    let cfg = TcpConfig {
+        delayed_ack: 40 * MS,
+        ..config()
+    };
+    let mut c = client(&cfg);
+    let t = T0 + 5 * MS;
+    feed(&mut c, t, &Seg::new(IRS + 1, ISS + 1, ACK).window(0));
+    c.send(t, b"waiting").unwrap();
+    let probe_at = c.next_deadline().unwrap();
+    assert_eq!(probe_at, t + 10 * MS);
+    // Data arrives just before the probe: its ACK is delayed.
+    feed(
+        &mut c,
+        probe_at - US,
+        &Seg::new(IRS + 1, ISS + 1, ACK).window(0).data(b"q"),
+    );
+    none(&mut c, probe_at - US);
+    c.on_timer(probe_at);
+    let p = one(&mut c, probe_at);
+    assert_eq!(p.seq, ISS, "the probe");
+    // The delayed ACK still comes, on its own deadline.
+    let delack = probe_at - US + 40 * MS;
+    assert_eq!(c.next_deadline(), Some(probe_at + 20 * MS));
+    c.on_timer(probe_at + 20 * MS);
+    assert_eq!(one(&mut c, probe_at + 20 * MS).seq, ISS);
+    assert_eq!(c.next_deadline(), Some(delack));
+    c.on_timer(delack);
+    assert_ack(&one(&mut c, delack), ISS + 1, IRS + 2);
 }

@@ -102,9 +102,13 @@ impl Connection {
         self.rexmit_budget = 0;
         self.dup_acks = 0;
         // No fast retransmit for losses of what was in flight when the timer fired (RFC 6582
-        // §4.1); SACK information is not trusted after a timeout (RFC 2018 §8).
+        // §4.1).
         self.recover = self.snd_max;
-        self.scoreboard.clear();
+        // The resend skips SACKed data (as Linux does), unless a second timeout without
+        // progress hints that the peer reneged on it (RFC 2018 §8): then everything goes again.
+        if self.retries > 1 {
+            self.scoreboard.clear();
+        }
         self.snd_nxt = self.snd_una;
         if self.snd_wnd == 0 {
             // The peer's window is closed: nothing can be retransmitted, and the persist timer,
