@@ -206,9 +206,10 @@ fn connecting_to_a_closed_port_is_refused() {
 #[test]
 fn connect_times_out_when_nobody_answers() {
     // A full accept queue makes the listener drop SYNs (as Linux does), so nobody answers.
-    let mut s = TcpSettings::default();
-    s.syn_cookies = false;
-    let rt = runtime_with(s);
+    let rt = runtime_with(TcpSettings {
+        syn_cookies: false,
+        ..TcpSettings::default()
+    });
     rt.block_on(|| {
         let listener = TcpListener::bind_with_backlog((IP, 7002), 1).unwrap();
         let first = TcpStream::connect((IP, 7002)).unwrap();

@@ -522,9 +522,9 @@ impl TcpLayer {
         let remote = *conn.ends().remote.ip();
         loop {
             match self.send_segment(stack, remote, now, &mut |out| conn.poll_transmit(now, out)) {
-                Sent::Sent => {}
-                Sent::Nothing => return true,
-                Sent::Blocked => return false,
+                SendOutcome::Went => {}
+                SendOutcome::Nothing => return true,
+                SendOutcome::Blocked => return false,
             }
         }
     }
@@ -537,7 +537,7 @@ impl TcpLayer {
         remote: Ipv4Addr,
         now: u64,
         write: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
-    ) -> Sent {
+    ) -> SendOutcome {
         let spec = |dst_mac: MacAddr| Ipv4FrameSpec {
             src_mac: stack.mac(),
             dst_mac,
@@ -551,7 +551,7 @@ impl TcpLayer {
             let mut frame = self.loopback_buffer();
             let Some(n) = write(&mut frame[L4_OFFSET..MAX_FRAME]) else {
                 self.recycle(frame);
-                return Sent::Nothing;
+                return SendOutcome::Nothing;
             };
             let len = spec(stack.mac())
                 .wrap_tcp_segment(&mut frame, n)
@@ -561,7 +561,7 @@ impl TcpLayer {
             let mut lb = self.loopback.lock();
             lb.frames.push_back((frame, len));
             self.loopback_queued.store(true, Relaxed);
-            return Sent::Sent;
+            return SendOutcome::Went;
         }
         let Some(next_hop) = stack.next_hop(remote) else {
             return self.discard(stack, write, StackDrop::NoLink);
@@ -580,20 +580,20 @@ impl TcpLayer {
                     len
                 });
                 match r {
-                    Ok(()) if len == 0 => Sent::Nothing,
+                    Ok(()) if len == 0 => SendOutcome::Nothing,
                     Ok(()) => {
                         stack.count_tx(len);
-                        Sent::Sent
+                        SendOutcome::Went
                     }
                     Err(reason) => {
                         stack.count(reason);
                         if !wrote {
-                            Sent::Blocked
+                            SendOutcome::Blocked
                         } else if len == 0 {
-                            Sent::Nothing
+                            SendOutcome::Nothing
                         } else {
                             // Lost like a full NIC queue: the engine retransmits it.
-                            Sent::Sent
+                            SendOutcome::Went
                         }
                     }
                 }
@@ -601,7 +601,7 @@ impl TcpLayer {
             Lookup::Queued { send_request } => {
                 let mut frame = vec![0u8; FRAME_CAPACITY];
                 let Some(n) = write(&mut frame[L4_OFFSET..MAX_FRAME]) else {
-                    return Sent::Nothing;
+                    return SendOutcome::Nothing;
                 };
                 let len = spec(MacAddr::ZERO)
                     .wrap_tcp_segment(&mut frame, n)
@@ -613,7 +613,7 @@ impl TcpLayer {
                 if send_request {
                     stack.send_arp_request(next_hop, false);
                 }
-                Sent::Sent
+                SendOutcome::Went
             }
             Lookup::Full => self.discard(stack, write, StackDrop::ArpQueueFull),
         }
@@ -625,14 +625,14 @@ impl TcpLayer {
         stack: &NetStack,
         write: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
         why: StackDrop,
-    ) -> Sent {
+    ) -> SendOutcome {
         let mut scratch = [0u8; MAX_FRAME - L4_OFFSET];
         match write(&mut scratch) {
             Some(_) => {
                 stack.count(why);
-                Sent::Sent
+                SendOutcome::Went
             }
-            None => Sent::Nothing,
+            None => SendOutcome::Nothing,
         }
     }
 
@@ -739,8 +739,8 @@ impl TcpLayer {
 }
 
 /// What [`TcpLayer::send_segment`] did.
-enum Sent {
-    Sent,
+enum SendOutcome {
+    Went,
     Nothing,
     /// No transmit buffer: `write` was not called.
     Blocked,
