@@ -299,9 +299,12 @@ impl TcpLayer {
     // Listeners
 
     /// Adds a listener on `local` (port 0: a free ephemeral port); `EADDRINUSE` if taken.
+    /// `ip` is the address bound (unspecified or ours); `ours` the runtime's address, which
+    /// the listener's cookies and ISNs are computed over.
     pub fn listen(
         &self,
         ip: Ipv4Addr,
+        ours: Ipv4Addr,
         port: u16,
         backlog: usize,
     ) -> std::io::Result<Arc<ListenerCell>> {
@@ -323,7 +326,11 @@ impl TcpLayer {
             tcp: s.tcp.clone(),
             ..ListenerConfig::new(self.secret)
         };
-        let cell = Arc::new(ListenerCell::new(SocketAddrV4::new(ip, port), config));
+        let cell = Arc::new(ListenerCell::new(
+            SocketAddrV4::new(ip, port),
+            SocketAddrV4::new(ours, port),
+            config,
+        ));
         table.insert(port, cell.clone());
         Ok(cell)
     }
