@@ -74,7 +74,9 @@ const FNV_START: u64 = 0xcbf2_9ce4_8422_2325;
 
 fn pattern(offset: usize, buf: &mut [u8]) {
     for (i, b) in buf.iter_mut().enumerate() {
-        *b = ((offset + i) as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15).to_be_bytes()[0];
+        *b = ((offset + i) as u64)
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            .to_be_bytes()[0];
     }
 }
 
