@@ -25,6 +25,10 @@ struct Daemon {
 
 impl Daemon {
     fn start(test: u8) -> Daemon {
+        Self::start_with(test, &[])
+    }
+
+    fn start_with(test: u8, extra: &[&str]) -> Daemon {
         let pid = std::process::id();
         let tap = format!("crt{}t{test}", pid % 100_000);
         let subnet = [10, 170 + (pid % 50) as u8, test];
@@ -41,7 +45,7 @@ impl Daemon {
                 &cidr,
             ],
             socket: "iokerneld.sock",
-            extra: &[],
+            extra,
             log: false,
         });
         Daemon { iokerneld, subnet }
@@ -125,14 +129,24 @@ fn a_linux_client_gets_echoes_and_10_mb_back_intact() {
         assert_eq!(back, msg.as_bytes());
     }
 
-    // 10 MB through the echo: a thread writes while this one reads and hashes.
+    echo_through(c, TOTAL);
+
+    let tcp = rt.net_stats().unwrap().tcp;
+    assert_eq!(tcp.counters.passive_opens, 1);
+    assert!(tcp.counters.conns.bytes_in >= TOTAL as u64, "{tcp:?}");
+    assert_eq!(tcp.drop_count("bad_checksum"), 0);
+}
+
+/// Sends `total` bytes through an echo server from `c` (a thread writes while this one reads
+/// and hashes) and checks that they all came back intact.
+fn echo_through(mut c: LinuxStream, total: usize) {
     let mut writer = c.try_clone().unwrap();
     let sender = std::thread::spawn(move || {
         let mut hash = FNV_START;
         let mut chunk = vec![0u8; 64 * 1024];
         let mut sent = 0;
-        while sent < TOTAL {
-            let n = chunk.len().min(TOTAL - sent);
+        while sent < total {
+            let n = chunk.len().min(total - sent);
             pattern(sent, &mut chunk[..n]);
             fnv(&mut hash, &chunk[..n]);
             writer.write_all(&chunk[..n]).unwrap();
@@ -153,13 +167,38 @@ fn a_linux_client_gets_echoes_and_10_mb_back_intact() {
         got += n;
     }
     let sent_hash = sender.join().unwrap();
-    assert_eq!(got, TOTAL);
+    assert_eq!(got, total);
     assert_eq!(hash, sent_hash, "the echo came back intact");
+}
 
+#[test]
+fn a_transfer_survives_loss_reordering_duplication_and_corruption() {
+    const TOTAL: usize = 4 << 20;
+    let _serial = serial();
+    let daemon = Daemon::start_with(
+        3,
+        &[
+            "--faults",
+            "all:loss=0.05,reorder=0.05,dup=0.02,corrupt=0.01,only=tcp,seed=7",
+        ],
+    );
+    let server = daemon.ip(2);
+    let rt = daemon.runtime("tcplossy", 2);
+    start_echo(&rt, server);
+    let c = LinuxStream::connect_timeout(&(server, PORT).into(), Duration::from_secs(20))
+        .expect("Linux connects through the faults");
+    c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    echo_through(c, TOTAL);
     let tcp = rt.net_stats().unwrap().tcp;
-    assert_eq!(tcp.counters.passive_opens, 1);
-    assert!(tcp.counters.conns.bytes_in >= TOTAL as u64, "{tcp:?}");
-    assert_eq!(tcp.drop_count("bad_checksum"), 0);
+    let c = &tcp.counters.conns;
+    assert!(
+        c.rto_retransmits + c.fast_retransmits > 0,
+        "the runtime's side retransmitted: {c:?}"
+    );
+    assert!(
+        tcp.drop_count("bad_checksum") > 0,
+        "corruption was caught: {tcp:?}"
+    );
 }
 
 #[test]
