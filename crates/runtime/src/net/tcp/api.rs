@@ -59,13 +59,25 @@ fn wait(
     ready: impl Fn(&Connection) -> bool,
 ) -> bool {
     let register = |w: WaitRef| {
-        let mut held = Held::enter(stack, cell);
-        if ready(held.conn()) {
-            return false;
+        let mut w = Some(w);
+        loop {
+            // Deliver what this uthread looped back before it may be queued: delivering it
+            // afterwards could wake the uthread itself.
+            stack.tcp.flush_loopback(stack);
+            let mut held = Held::enter(stack, cell);
+            if ready(held.conn()) {
+                return false;
+            }
+            let enqueue = || {
+                let w = w.take().expect("enqueued once");
+                queue.with(|l| l.push(w));
+            };
+            match held.leave_enqueued(enqueue) {
+                Ok(()) => return true,
+                // Segments arrived meanwhile: process them (releasing) and check again.
+                Err(held) => held.release(),
+            }
         }
-        queue.with(|l| l.push(w));
-        held.release();
-        true
     };
     match deadline {
         None => {

@@ -302,6 +302,28 @@ impl<'a> Held<'a> {
         true
     }
 
+    /// For a uthread about to block: runs `enqueue` (which puts it on one of the connection's
+    /// wait queues) and gives ownership up in one step, unless segments are pending; then it
+    /// returns false and the caller releases (processing them) and checks again. Processing
+    /// anything after enqueueing could wake the caller itself before it has switched away, which
+    /// the scheduler does not allow on its own kthread. The caller must have made no engine call
+    /// through this `Held` (nothing to send or wake).
+    pub fn leave_enqueued(mut self, enqueue: impl FnOnce()) -> Result<(), Held<'a>> {
+        debug_assert!(self.wake.is_empty(), "an engine call was made");
+        {
+            let mut g = self.cell.gate.lock();
+            if !g.pending.is_empty() {
+                drop(g);
+                return Err(self);
+            }
+            enqueue();
+            g.busy = false;
+        }
+        self.released = true;
+        crate::preempt::enable();
+        Ok(())
+    }
+
     /// Processes queued segments and gives ownership up; then wakes waiters and sends looped-back
     /// frames.
     pub fn release(mut self) {
