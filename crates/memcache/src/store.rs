@@ -313,7 +313,12 @@ impl Store {
     }
 
     /// `flush_all [delay]` as memcached 1.6.18 does it, with CAS in use.
+    ///
+    /// Flushed items are reaped here rather than left to be found dead later: a later delayed
+    /// flush moves `oldest_live` into the future, which would otherwise revive them (memcached's
+    /// LRU crawler reaps them in the background).
     pub fn flush_all(&self, delay: i32, now: u32) {
+        self.reap_flushed(now);
         let new_oldest = if delay > 0 {
             self.realtime(i64::from(delay), now)
         } else {
@@ -324,6 +329,22 @@ impl Store {
         if oldest_live <= now {
             let cas = self.next_cas();
             self.oldest_cas.store(cas, Ordering::Relaxed);
+            self.reap_flushed(now);
+        }
+    }
+
+    fn reap_flushed(&self, now: u32) {
+        for shard in self.shards.iter() {
+            let mut shard = shard.lock().unwrap_or_else(|e| e.into_inner());
+            let mut slot = shard.head;
+            while slot != NIL {
+                let next = shard.node(slot).next;
+                if self.is_flushed(&shard.node(slot).item, now) {
+                    let node = shard.remove(slot);
+                    self.forget(&node, false);
+                }
+                slot = next;
+            }
         }
     }
 

@@ -216,7 +216,13 @@ fn start_get(
         None => line.len(),
     };
     let keys = &line[keys_at..];
-    if keys.split(|&b| b == b' ').any(|k| k.len() > KEY_MAX_LENGTH) {
+    let mut words = keys.split(|&b| b == b' ').filter(|k| !k.is_empty());
+    if let Some(bad) = words.clone().position(|k| k.len() > KEY_MAX_LENGTH) {
+        // memcached has already fetched (and touched) the keys before the bad one when it
+        // notices; it then drops their replies.
+        for key in words.by_ref().take(bad) {
+            lookup(store, now, key, touch);
+        }
         out_line(out, false, b"CLIENT_ERROR bad command line format");
         return;
     }
@@ -229,6 +235,48 @@ fn start_get(
     continue_get(sess, store, now, g, out);
 }
 
+/// One key of a get: the hit's value, flags and CAS, with the side effects memcached has
+/// (touch, fetched mark, LRU bump, counters).
+fn lookup(
+    store: &Store,
+    now: u32,
+    key: &[u8],
+    touch: Option<u32>,
+) -> Option<(Arc<[u8]>, u32, u64)> {
+    let c = &store.counters;
+    let mut guard = store.lock(key, now);
+    let found = guard.get().map(|item| {
+        if let Some(exp) = touch {
+            item.exptime = exp;
+        }
+        item.fetched = true;
+        (item.value.clone(), item.flags, item.cas)
+    });
+    if found.is_some() {
+        guard.bump();
+    }
+    drop(guard);
+    match (found.is_some(), touch.is_some()) {
+        (true, true) => {
+            bump(&c.cmd_touch);
+            bump(&c.touch_hits);
+        }
+        (false, true) => {
+            bump(&c.cmd_touch);
+            bump(&c.touch_misses);
+        }
+        (true, false) => {
+            bump(&c.cmd_get);
+            bump(&c.get_hits);
+        }
+        (false, false) => {
+            bump(&c.cmd_get);
+            bump(&c.get_misses);
+        }
+    }
+    found
+}
+
 /// Answers keys of a multi-get until done or the output is full; then `END`.
 pub(crate) fn continue_get(
     sess: &mut Session,
@@ -237,7 +285,6 @@ pub(crate) fn continue_get(
     mut g: PendingGet,
     out: &mut Vec<u8>,
 ) {
-    let c = &store.counters;
     while g.next < g.keys.len() {
         if out.len() >= sess.limits.output_high_water {
             sess.state = State::Get(g);
@@ -250,36 +297,7 @@ pub(crate) fn continue_get(
         if key.is_empty() {
             continue;
         }
-        let mut guard = store.lock(key, now);
-        let found = guard.get().map(|item| {
-            if let Some(exp) = g.touch {
-                item.exptime = exp;
-            }
-            item.fetched = true;
-            (item.value.clone(), item.flags, item.cas)
-        });
-        if found.is_some() {
-            guard.bump();
-        }
-        drop(guard);
-        match (&found, g.touch.is_some()) {
-            (Some(_), true) => {
-                bump(&c.cmd_touch);
-                bump(&c.touch_hits);
-            }
-            (None, true) => {
-                bump(&c.cmd_touch);
-                bump(&c.touch_misses);
-            }
-            (Some(_), false) => {
-                bump(&c.cmd_get);
-                bump(&c.get_hits);
-            }
-            (None, false) => {
-                bump(&c.cmd_get);
-                bump(&c.get_misses);
-            }
-        }
+        let found = lookup(store, now, key, g.touch);
         if let Some((value, flags, cas)) = found {
             out.extend_from_slice(b"VALUE ");
             out.extend_from_slice(key);
