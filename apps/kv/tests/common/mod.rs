@@ -5,6 +5,7 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// A server process, killed when dropped.
@@ -40,13 +41,20 @@ impl Running {
     }
 }
 
-/// A TCP port nobody listens on now (the kernel's pick, so parallel tests do not collide).
+/// A TCP port nobody listens on now: the kernel's pick, and never one this test process handed
+/// out before (the kernel may offer a just-released port again, and two tests must not both
+/// start a server on it).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static HANDED_OUT: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    let mut handed_out = HANDED_OUT.lock().unwrap();
+    loop {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        if !handed_out.contains(&port) {
+            handed_out.push(port);
+            return port;
+        }
+    }
 }
 
 fn wait_listening(mut child: Child, port: u16, what: &str) -> Running {
