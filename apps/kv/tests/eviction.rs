@@ -10,7 +10,10 @@ use common::{roundtrip, start_kv};
 fn stat(reply: &[u8], name: &str) -> u64 {
     let text = String::from_utf8_lossy(reply);
     let prefix = format!("STAT {name} ");
-    let line = text.lines().find(|l| l.starts_with(&prefix)).unwrap_or_else(|| panic!("no {name} in {text}"));
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(&prefix))
+        .unwrap_or_else(|| panic!("no {name} in {text}"));
     line[prefix.len()..].trim().parse().unwrap()
 }
 
@@ -31,7 +34,9 @@ fn small_memory_limit_evicts_least_recently_used() {
         batch.extend_from_slice(b"\r\n");
         if i % 100 == 0 {
             // Keep one key in use throughout: it must never be the least recently used.
-            batch.extend_from_slice(format!("set {hot} 0 0 1 noreply\r\nh\r\nget {hot}\r\n").as_bytes());
+            batch.extend_from_slice(
+                format!("set {hot} 0 0 1 noreply\r\nh\r\nget {hot}\r\n").as_bytes(),
+            );
         }
         if batch.len() > 256 << 10 {
             let reply = roundtrip(&mut c, &batch);
@@ -43,7 +48,11 @@ fn small_memory_limit_evicts_least_recently_used() {
     let stats = roundtrip(&mut c, b"stats\r\n");
     let limit = (LIMIT_MB << 20) as u64;
     assert_eq!(stat(&stats, "limit_maxbytes"), limit);
-    assert!(stat(&stats, "bytes") <= limit, "bytes {} over the {limit} limit", stat(&stats, "bytes"));
+    assert!(
+        stat(&stats, "bytes") <= limit,
+        "bytes {} over the {limit} limit",
+        stat(&stats, "bytes")
+    );
     assert!(stat(&stats, "evictions") > 0);
     let items = stat(&stats, "curr_items");
     assert!(items > 100 && items < total_keys as u64, "{items} items");
@@ -54,7 +63,10 @@ fn small_memory_limit_evicts_least_recently_used() {
     let recent = items / 4;
     for i in (total_keys as u64 - recent)..total_keys as u64 {
         let reply = roundtrip(&mut c, format!("get key{i}\r\n").as_bytes());
-        assert!(reply.starts_with(format!("VALUE key{i} 0 4000\r\n").as_bytes()), "recent key{i} was evicted");
+        assert!(
+            reply.starts_with(format!("VALUE key{i} 0 4000\r\n").as_bytes()),
+            "recent key{i} was evicted"
+        );
     }
     for i in 0..100 {
         let reply = roundtrip(&mut c, format!("get key{i}\r\n").as_bytes());
@@ -63,5 +75,8 @@ fn small_memory_limit_evicts_least_recently_used() {
 
     // Resident memory: the 4 MB of items plus a bounded overhead, not the 64 MB written.
     let grown = kv.rss_bytes().saturating_sub(baseline_rss);
-    assert!(grown < 3 * (LIMIT_MB << 20), "RSS grew by {grown} bytes under a {LIMIT_MB} MB limit");
+    assert!(
+        grown < 3 * (LIMIT_MB << 20),
+        "RSS grew by {grown} bytes under a {LIMIT_MB} MB limit"
+    );
 }
