@@ -4,7 +4,7 @@ use crate::KEY_MAX_LENGTH;
 use crate::number::{parse_i32, parse_u32, parse_u64};
 use crate::session::{PendingStore, Session, State};
 use crate::store::{Item, Store, bump};
-use crate::text::{Delta, StoreKind, Stored, Tokens, add_delta, out_line, store_item};
+use crate::text::{Delta, StoreKind, StoreOutcome, Tokens, add_delta, out_line, store_item};
 
 const MAX_OPT_TOKENS: usize = 20;
 const MAX_OPAQUE_LENGTH: usize = 32;
@@ -193,10 +193,8 @@ pub(crate) fn mget(store: &Store, now: u32, t: &Tokens, out: &mut Vec<u8>) {
     bump(&store.counters.meta_cmds);
     let mut g = store.lock(&key, now);
     let mut created = false;
-    if g.get().is_none() && of.vivify {
-        if g.link(Item::new(Vec::new().into(), 0, 0), false).is_ok() {
-            created = true;
-        }
+    if g.get().is_none() && of.vivify && g.link(Item::new(Vec::new().into(), 0, 0), false).is_ok() {
+        created = true;
     }
     let c = &store.counters;
     let Some(item) = g.get() else {
@@ -224,20 +222,16 @@ pub(crate) fn mget(store: &Store, now: u32, t: &Tokens, out: &mut Vec<u8>) {
                 ttl_set = true;
                 item.exptime = of.exptime;
             }
-            b'N' => {
-                if created {
-                    item.exptime = of.autoviv_exptime;
-                    won = true;
-                }
+            b'N' if created => {
+                item.exptime = of.autoviv_exptime;
+                won = true;
             }
-            b'R' => {
-                if !item.token_sent
-                    && !created
-                    && item.exptime != 0
-                    && item.exptime < of.recache_time
-                {
-                    won = true;
-                }
+            b'R' if !item.token_sent
+                && !created
+                && item.exptime != 0
+                && item.exptime < of.recache_time =>
+            {
+                won = true;
             }
             b's' => push_num(&mut line, b's', item.value.len()),
             b't' => {
@@ -397,15 +391,15 @@ pub(crate) fn finish_set(
     m: SetReply,
     key: &[u8],
     noreply: bool,
-    result: Stored,
+    result: StoreOutcome,
     out: &mut Vec<u8>,
 ) {
     let (status, cas): (&[u8], u64) = match result {
-        Stored::Stored(cas) => (b"HD", cas),
-        Stored::Exists => (b"EX", 0),
-        Stored::NotFound => (b"NF", 0),
-        Stored::NotStored => (b"NS", 0),
-        Stored::OutOfMemory => {
+        StoreOutcome::Stored(cas) => (b"HD", cas),
+        StoreOutcome::Exists => (b"EX", 0),
+        StoreOutcome::NotFound => (b"NF", 0),
+        StoreOutcome::NotStored => (b"NS", 0),
+        StoreOutcome::OutOfMemory => {
             out_line(out, false, b"SERVER_ERROR out of memory storing object");
             return;
         }
@@ -421,7 +415,11 @@ pub(crate) fn finish_set(
             Echo::Cas => push_num(&mut line, b'c', cas),
         }
     }
-    out_line(out, noreply && matches!(result, Stored::Stored(_)), &line);
+    out_line(
+        out,
+        noreply && matches!(result, StoreOutcome::Stored(_)),
+        &line,
+    );
 }
 
 pub(crate) fn mdelete(store: &Store, now: u32, t: &Tokens, out: &mut Vec<u8>) {
@@ -530,8 +528,8 @@ pub(crate) fn marith(store: &Store, now: u32, t: &Tokens, out: &mut Vec<u8>) {
             digits = of.initial.to_string();
             let item = Item::new(digits.as_bytes().into(), 0, 0);
             match store_item(store, now, StoreKind::Add, &key, item, false) {
-                Stored::Stored(_) => created = true,
-                Stored::OutOfMemory => {
+                StoreOutcome::Stored(_) => created = true,
+                StoreOutcome::OutOfMemory => {
                     out_line(
                         out,
                         false,
@@ -586,11 +584,7 @@ pub(crate) fn marith(store: &Store, now: u32, t: &Tokens, out: &mut Vec<u8>) {
                 }
             }
             b'T' => item.exptime = of.exptime,
-            b'N' => {
-                if created {
-                    item.exptime = of.autoviv_exptime;
-                }
-            }
+            b'N' if created => item.exptime = of.autoviv_exptime,
             b'O' => {
                 if tok.len() > MAX_OPAQUE_LENGTH {
                     out_line(out, false, b"CLIENT_ERROR opaque token too long");
@@ -679,7 +673,7 @@ fn base64_encode(data: &[u8]) -> Vec<u8> {
 }
 
 fn base64_decode(text: &[u8]) -> Option<Vec<u8>> {
-    if text.len() % 4 != 0 {
+    if !text.len().is_multiple_of(4) {
         return None;
     }
     let mut out = Vec::with_capacity(text.len() / 4 * 3);

@@ -401,14 +401,14 @@ impl Store {
                 continue;
             }
             // try_lock: another thread may hold that shard while it evicts from ours.
-            if let Ok(mut shard) = self.shards[ix].try_lock() {
-                if shard.tail != NIL {
-                    let tail = shard.tail;
-                    let node = shard.remove(tail);
-                    self.forget(&node, true);
-                    idle_rounds = 0;
-                    continue;
-                }
+            if let Ok(mut shard) = self.shards[ix].try_lock()
+                && shard.tail != NIL
+            {
+                let tail = shard.tail;
+                let node = shard.remove(tail);
+                self.forget(&node, true);
+                idle_rounds = 0;
+                continue;
             }
             ix = (ix + 1) % n;
         }
@@ -535,7 +535,7 @@ mod tests {
     fn store(max: usize) -> Store {
         Store::new(StoreConfig {
             shards: 4,
-            ..StoreConfig::new(max, 1 << 20, 1_000_000)
+            ..StoreConfig::new(max, 1 << 20, 1_700_000_000)
         })
     }
 
@@ -560,9 +560,10 @@ mod tests {
         let rel = s.expiry_from_wire(5, 100);
         assert_eq!(rel, 105);
         assert_eq!(s.expiry_from_wire(-1, 100), 1);
-        assert_eq!(s.realtime(1_000_050, 100), 50);
+        assert_eq!(s.realtime(1_700_000_050, 100), 50);
         assert_eq!(s.realtime(999_000, 100), 999_100);
-        assert_eq!(s.realtime(3_000_000, 100), 2_000_000);
+        assert_eq!(s.realtime(1_800_000_000, 100), 100_000_000);
+        assert_eq!(s.realtime(1_600_000_000, 100), 1);
         s.lock(b"k", 100)
             .link(Item::new(b"v"[..].into(), 0, rel), false)
             .unwrap();

@@ -78,7 +78,7 @@ pub(crate) enum StoreKind {
 
 /// How a storage command ended: memcached's `store_item_type`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Stored {
+pub(crate) enum StoreOutcome {
     Stored(u64),
     Exists,
     NotFound,
@@ -380,7 +380,7 @@ pub(crate) fn store_item(
     key: &[u8],
     mut item: Item,
     set_stale: bool,
-) -> Stored {
+) -> StoreOutcome {
     let c = &store.counters;
     let mut g = store.lock(key, now);
     let req_cas = item.cas;
@@ -388,9 +388,9 @@ pub(crate) fn store_item(
         .get()
         .map(|o| (o.cas, o.value.clone(), o.flags, o.exptime, o.token_sent));
     let link = |g: &mut crate::store::KeyGuard, item: Item| match g.link(item, false) {
-        Ok(cas) => Stored::Stored(cas),
-        Err(LinkError::TooLarge) => Stored::NotStored,
-        Err(LinkError::OutOfMemory) => Stored::OutOfMemory,
+        Ok(cas) => StoreOutcome::Stored(cas),
+        Err(LinkError::TooLarge) => StoreOutcome::NotStored,
+        Err(LinkError::OutOfMemory) => StoreOutcome::OutOfMemory,
     };
     match old {
         Some((old_cas, old_value, old_flags, old_exptime, old_token)) => {
@@ -413,7 +413,7 @@ pub(crate) fn store_item(
             match kind {
                 StoreKind::Add => {
                     g.bump();
-                    Stored::NotStored
+                    StoreOutcome::NotStored
                 }
                 StoreKind::Cas => match res {
                     CasRes::Match => {
@@ -429,12 +429,12 @@ pub(crate) fn store_item(
                     }
                     _ => {
                         bump(&c.cas_badval);
-                        Stored::Exists
+                        StoreOutcome::Exists
                     }
                 },
                 StoreKind::Append | StoreKind::Prepend => {
                     if res != CasRes::None && res != CasRes::Match {
-                        return Stored::Exists;
+                        return StoreOutcome::Exists;
                     }
                     let mut v = Vec::with_capacity(old_value.len() + item.value.len());
                     if kind == StoreKind::Append {
@@ -453,9 +453,9 @@ pub(crate) fn store_item(
             StoreKind::Add | StoreKind::Set => link(&mut g, item),
             StoreKind::Cas => {
                 bump(&c.cas_misses);
-                Stored::NotFound
+                StoreOutcome::NotFound
             }
-            _ => Stored::NotStored,
+            _ => StoreOutcome::NotStored,
         },
     }
 }
@@ -487,11 +487,11 @@ pub(crate) fn complete_store(
         return;
     }
     let reply: &[u8] = match result {
-        Stored::Stored(_) => b"STORED",
-        Stored::Exists => b"EXISTS",
-        Stored::NotFound => b"NOT_FOUND",
-        Stored::NotStored => b"NOT_STORED",
-        Stored::OutOfMemory => b"SERVER_ERROR out of memory storing object",
+        StoreOutcome::Stored(_) => b"STORED",
+        StoreOutcome::Exists => b"EXISTS",
+        StoreOutcome::NotFound => b"NOT_FOUND",
+        StoreOutcome::NotStored => b"NOT_STORED",
+        StoreOutcome::OutOfMemory => b"SERVER_ERROR out of memory storing object",
     };
     out_line(out, p.noreply, reply);
 }
