@@ -31,7 +31,9 @@ fn key(r: &mut Rng) -> String {
 fn value(r: &mut Rng) -> Vec<u8> {
     match r.below(6) {
         0 => r.below(1000).to_string().into_bytes(),
-        1 => u64::MAX.to_string().into_bytes(),
+        // Numbers stay below 2^63: for larger ones memcached's `safe_strtoull` looks for a '-'
+        // past the end of the (unterminated) item data, so its incr/decr on them fails at random.
+        1 => u32::MAX.to_string().into_bytes(),
         2 => Vec::new(),
         3 => format!(" {}", r.below(100)).into_bytes(),
         _ => {
@@ -140,15 +142,7 @@ fn command(r: &mut Rng) -> Vec<u8> {
         }
         9 | 10 => {
             let cmd = r.pick(&["incr", "decr"]);
-            let delta = r.pick(&[
-                "1",
-                "5",
-                "1000",
-                "18446744073709551615",
-                "18446744073709551616",
-                "-1",
-                "x",
-            ]);
+            let delta = r.pick(&["1", "5", "1000", "18446744073709551616", "-1", "x"]);
             format!("{cmd} {} {delta}{}\r\n", key(r), noreply(r)).into_bytes()
         }
         11 => {
@@ -233,22 +227,8 @@ fn command(r: &mut Rng) -> Vec<u8> {
             let f = meta_flags(
                 r,
                 &[
-                    "N0",
-                    "J13",
-                    "D2",
-                    "D18446744073709551615",
-                    "MI",
-                    "MD",
-                    "M+",
-                    "M-",
-                    "MX",
-                    "q",
-                    "v",
-                    "c",
-                    "k",
-                    "O5",
-                    "C1",
-                    "Dx",
+                    "N0", "J13", "D2", "D1000", "MI", "MD", "M+", "M-", "MX", "q", "v", "c", "k",
+                    "O5", "C1", "Dx",
                 ],
             );
             format!("ma {}{f}\r\n", key(r)).into_bytes()
