@@ -12,13 +12,14 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use corral_memcache::{Limits, Session, Status, Store, StoreConfig};
 
 /// Seconds since the server started, as memcached's `current_time`; relative time 0 is
-/// `process_started`, two seconds before the real start so that no item is stamped 0.
+/// `process_started`, 62 s before the real start as in memcached, so that no item is stamped 0
+/// and a fresh item already counts as bumped within the last minute.
 pub struct Clock {
     started: Instant,
     process_started: i64,
 }
 
-const CLOCK_HEADROOM_S: i64 = 2;
+const CLOCK_HEADROOM_S: i64 = 62;
 
 impl Clock {
     pub fn start() -> Self {

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, RwLock, RwLockWriteGuard};
 
 /// memcached's boundary between relative and absolute expiry times: 30 days.
 pub const REALTIME_MAXDELTA: i64 = 60 * 60 * 24 * 30;
@@ -237,7 +237,7 @@ pub fn bump(counter: &AtomicU64) {
 /// The table. Shareable across threads (`&Store` is all a connection needs).
 pub struct Store {
     cfg: StoreConfig,
-    shards: Box<[Mutex<Shard>]>,
+    shards: Box<[RwLock<Shard>]>,
     /// Sum of the charges of every linked item.
     used: AtomicUsize,
     /// The last CAS handed out; memcached's `get_cas_id`.
@@ -259,7 +259,7 @@ pub enum LinkError {
 impl Store {
     pub fn new(cfg: StoreConfig) -> Self {
         let shards = (0..cfg.shards.max(1))
-            .map(|_| Mutex::new(Shard::new()))
+            .map(|_| RwLock::new(Shard::new()))
             .collect();
         Store {
             cfg,
@@ -335,7 +335,7 @@ impl Store {
 
     fn reap_flushed(&self, now: u32) {
         for shard in self.shards.iter() {
-            let mut shard = shard.lock().unwrap_or_else(|e| e.into_inner());
+            let mut shard = shard.write().unwrap_or_else(|e| e.into_inner());
             let mut slot = shard.head;
             while slot != NIL {
                 let next = shard.node(slot).next;
@@ -366,11 +366,31 @@ impl Store {
         (h % self.shards.len() as u64) as usize
     }
 
+    /// The read-mostly path of a plain get: under the shard's read lock, a live item that is
+    /// already marked fetched and was bumped within [`BUMP_INTERVAL`] needs no write, so
+    /// concurrent gets of it share the lock. `Peek::NeedsWrite` sends the caller to [`lock`].
+    ///
+    /// [`lock`]: Store::lock
+    pub fn peek(&self, key: &[u8], now: u32) -> Peek {
+        let shard = self.shards[self.shard_of(key)]
+            .read()
+            .unwrap_or_else(|e| e.into_inner());
+        let Some(&slot) = shard.index.get(key) else {
+            return Peek::Miss;
+        };
+        let item = &shard.node(slot).item;
+        let dead = (item.exptime != 0 && item.exptime <= now) || self.is_flushed(item, now);
+        if dead || !item.fetched || needs_bump(item, now) {
+            return Peek::NeedsWrite;
+        }
+        Peek::Hit(item.value.clone(), item.flags, item.cas)
+    }
+
     /// Locks the shard holding `key` for a read-modify-write on that key.
     pub fn lock<'a>(&'a self, key: &'a [u8], now: u32) -> KeyGuard<'a> {
         let shard_ix = self.shard_of(key);
         let shard = self.shards[shard_ix]
-            .lock()
+            .write()
             .unwrap_or_else(|e| e.into_inner());
         KeyGuard {
             store: self,
@@ -401,7 +421,7 @@ impl Store {
                 continue;
             }
             // try_lock: another thread may hold that shard while it evicts from ours.
-            if let Ok(mut shard) = self.shards[ix].try_lock()
+            if let Ok(mut shard) = self.shards[ix].try_write()
                 && shard.tail != NIL
             {
                 let tail = shard.tail;
@@ -426,10 +446,27 @@ impl Store {
     }
 }
 
+/// What [`Store::peek`] found.
+pub enum Peek {
+    /// Value, flags and CAS of a live item.
+    Hit(Arc<[u8]>, u32, u64),
+    Miss,
+    /// The item must be reaped, marked fetched or bumped: take the write path.
+    NeedsWrite,
+}
+
+/// memcached's `ITEM_UPDATE_INTERVAL`: an item is moved to the LRU front (and its access time
+/// stamped) at most this often, which keeps repeated gets of hot items read-only.
+pub const BUMP_INTERVAL: u32 = 60;
+
+fn needs_bump(item: &Item, now: u32) -> bool {
+    item.time < now.saturating_sub(BUMP_INTERVAL)
+}
+
 /// A locked shard, focused on one key.
 pub struct KeyGuard<'a> {
     store: &'a Store,
-    shard: MutexGuard<'a, Shard>,
+    shard: RwLockWriteGuard<'a, Shard>,
     shard_ix: usize,
     key: &'a [u8],
     now: u32,
@@ -467,13 +504,17 @@ impl KeyGuard<'_> {
         Some(&mut self.shard.node_mut(slot).item)
     }
 
-    /// Marks the item most recently used and stamps its access time.
+    /// Marks the item most recently used and stamps its access time, unless that was done
+    /// within [`BUMP_INTERVAL`] (memcached's `do_item_bump`/`do_item_update` rule).
     pub fn bump(&mut self) {
         if let Some(slot) = self.slot() {
             let now = self.now;
-            self.shard.node_mut(slot).item.time = now;
-            self.shard.detach(slot);
-            self.shard.push_front(slot);
+            let item = &mut self.shard.node_mut(slot).item;
+            if needs_bump(item, now) {
+                item.time = now;
+                self.shard.detach(slot);
+                self.shard.push_front(slot);
+            }
         }
     }
 
@@ -573,6 +614,25 @@ mod tests {
     }
 
     #[test]
+    fn repeated_gets_take_the_read_path() {
+        let s = store(1 << 20);
+        put(&s, b"k", b"v", 100);
+        assert!(
+            matches!(s.peek(b"k", 100), Peek::NeedsWrite),
+            "not yet fetched"
+        );
+        s.lock(b"k", 100).get().unwrap().fetched = true;
+        assert!(matches!(s.peek(b"k", 159), Peek::Hit(..)));
+        assert!(
+            matches!(s.peek(b"k", 161), Peek::NeedsWrite),
+            "due for an LRU bump"
+        );
+        s.lock(b"k", 161).bump();
+        assert!(matches!(s.peek(b"k", 161), Peek::Hit(..)));
+        assert!(matches!(s.peek(b"nope", 161), Peek::Miss));
+    }
+
+    #[test]
     fn flush_now_and_later() {
         let s = store(1 << 20);
         put(&s, b"a", b"1", 100);
@@ -597,12 +657,12 @@ mod tests {
                 .link(Item::new(vec![0u8; 100].into(), 0, 0), false)
                 .unwrap();
         }
-        s.lock(&[b'k', 0], 2).bump();
-        s.lock(&[b'k', 10], 2)
+        s.lock(&[b'k', 0], 100).bump();
+        s.lock(&[b'k', 10], 100)
             .link(Item::new(vec![0u8; 100].into(), 0, 0), false)
             .unwrap();
-        assert!(s.lock(&[b'k', 0], 2).get().is_some());
-        assert!(s.lock(&[b'k', 1], 2).get().is_none());
+        assert!(s.lock(&[b'k', 0], 100).get().is_some());
+        assert!(s.lock(&[b'k', 1], 100).get().is_none());
         assert!(s.used_bytes() <= per_item * 10);
     }
 }

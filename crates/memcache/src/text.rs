@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 
 use crate::number::{parse_i32, parse_u32, parse_u64};
 use crate::session::{PendingGet, PendingStore, Session, State};
-use crate::store::{Item, LinkError, Store, bump};
+use crate::store::{Item, LinkError, Peek, Store, bump};
 use crate::{KEY_MAX_LENGTH, meta};
 
 /// memcached's `MAX_TOKENS`: a line is cut into at most 23 tokens plus the unparsed rest.
@@ -244,6 +244,21 @@ fn lookup(
     touch: Option<u32>,
 ) -> Option<(Arc<[u8]>, u32, u64)> {
     let c = &store.counters;
+    if touch.is_none() {
+        match store.peek(key, now) {
+            Peek::Hit(value, flags, cas) => {
+                bump(&c.cmd_get);
+                bump(&c.get_hits);
+                return Some((value, flags, cas));
+            }
+            Peek::Miss => {
+                bump(&c.cmd_get);
+                bump(&c.get_misses);
+                return None;
+            }
+            Peek::NeedsWrite => {}
+        }
+    }
     let mut guard = store.lock(key, now);
     let found = guard.get().map(|item| {
         if let Some(exp) = touch {
