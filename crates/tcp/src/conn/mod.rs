@@ -735,6 +735,28 @@ impl Connection {
         }
     }
 
+    /// In TIME-WAIT, whether a new SYN (without ACK) from the same peer may start a new
+    /// incarnation (RFC 6191, RFC 9293 §3.10.7.4): its timestamp is newer than the last one
+    /// seen or, without timestamps on either, its sequence number lies beyond RCV.NXT. The caller
+    /// then removes this connection and hands the SYN to its listener; otherwise the SYN is fed
+    /// to [`Connection::on_segment`], which answers it with a challenge ACK.
+    pub fn time_wait_accepts_syn(&self, syn: &TcpSegment<'_>) -> bool {
+        let flags = syn.flags();
+        if self.state != State::TimeWait
+            || !flags.contains(corral_wire::TcpFlags::SYN)
+            || flags.contains(corral_wire::TcpFlags::ACK)
+            || flags.contains(corral_wire::TcpFlags::RST)
+        {
+            return false;
+        }
+        let ts = SegOptions::parse(syn).timestamps;
+        match (self.ts_enabled, ts) {
+            (true, Some(ts)) => (ts.tsval.wrapping_sub(self.ts_recent) as i32) > 0,
+            (true, None) => false,
+            (false, _) => Seq(syn.seq()).gt(self.rcv_nxt),
+        }
+    }
+
     /// Sends a RST and moves to CLOSED at once.
     pub fn abort(&mut self, now: Nanos) {
         let _ = now;

@@ -1900,3 +1900,46 @@ fn a_probe_does_not_stand_in_for_an_owed_ack() {
     c.on_timer(delack);
     assert_ack(&one(&mut c, delack), ISS + 1, IRS + 2);
 }
+
+#[test]
+fn time_wait_lets_a_newer_syn_start_a_new_incarnation() {
+    for timestamps in [false, true] {
+        let cfg = TcpConfig {
+            timestamps,
+            ..config()
+        };
+        let mut c = client(&cfg);
+        c.shutdown_write(T0 + 2 * MS).unwrap();
+        drain(&mut c, T0 + 2 * MS);
+        let fin = Seg::new(IRS + 1, ISS + 2, ACK | FIN);
+        let fin = if timestamps { fin.ts(100, 0) } else { fin };
+        feed(&mut c, T0 + 3 * MS, &fin);
+        drain(&mut c, T0 + 3 * MS);
+        assert_eq!(c.state(), State::TimeWait);
+        let check = |seq: u32, ts: Option<u32>| {
+            let mut syn = Seg::new(seq, 0, SYN);
+            if let Some(v) = ts {
+                syn = syn.ts(v, 0);
+            }
+            let bytes = syn.build();
+            let parsed = TcpSegment::parse(&bytes, REMOTE_IP, LOCAL_IP).unwrap();
+            c.time_wait_accepts_syn(&parsed)
+        };
+        if timestamps {
+            assert!(
+                check(IRS, Some(101)),
+                "newer timestamp, whatever the sequence number"
+            );
+            assert!(!check(IRS + 100_000, Some(99)));
+            assert!(!check(IRS + 100_000, None));
+        } else {
+            assert!(check(IRS + 100_000, None));
+            assert!(!check(IRS + 1, None), "not beyond RCV.NXT");
+        }
+        // Not accepted: the SYN gets a challenge ACK and TIME-WAIT goes on.
+        let syn = Seg::new(IRS, 0, SYN);
+        feed(&mut c, T0 + 4 * MS, &syn);
+        assert_eq!(one(&mut c, T0 + 4 * MS).ack, IRS + 2);
+        assert_eq!(c.state(), State::TimeWait);
+    }
+}
