@@ -406,3 +406,61 @@ fn a_syn_flood_with_cookies_keeps_memory_bounded_and_lets_newcomers_in() {
 fn a_syn_flood_without_cookies_keeps_memory_bounded() {
     syn_flood(false);
 }
+
+#[test]
+fn a_full_accept_queue_refuses_and_counts_and_frees_up_when_accepted() {
+    let cfg = tcp_config(CcAlgorithm::NewReno);
+    let listener = ListenerConfig {
+        accept_backlog: 4,
+        ..listener_config(&cfg)
+    };
+    let mut sim = Sim::new(21, LinkConfig::clean());
+    let server = sim.add_stack(SERVER_IP, cfg.clone());
+    sim.stack_mut(server).listen(PORT, listener);
+    let client = sim.add_stack(CLIENT_IP, cfg.clone());
+    let now = sim.now;
+    let clients: Vec<Endpoints> = (0..10)
+        .map(|i| {
+            sim.stack_mut(client)
+                .connect(now, 41_000 + i, SocketAddrV4::new(SERVER_IP, PORT))
+        })
+        .collect();
+    // Nobody accepts: four connections fill the queue, every other one is refused (its
+    // handshake completed into a full queue) or its SYN is dropped.
+    sim.tick = 10 * MS;
+    let end = sim.now + 100 * MS;
+    while sim.now < end {
+        sim.step();
+    }
+    let s = sim.stack(server);
+    assert_eq!(s.listener().unwrap().accept_queued(), 4);
+    let refused = s.counters().conns.drops[TcpDrop::AcceptQueueFull as usize];
+    let established = clients
+        .iter()
+        .filter(|&&e| {
+            sim.stack(client)
+                .conn(e)
+                .is_some_and(|c| c.state() == State::Established)
+        })
+        .count();
+    assert_eq!(established, 4);
+    // All ten SYNs arrived together, so all ten handshakes completed: the six that found the
+    // queue full were reset, and the clients dropped them.
+    assert_eq!(refused, 6);
+    assert_eq!(sim.stack(client).removed, 6);
+    assert_eq!(sim.stack(client).table_len(), 4);
+
+    // Accepting frees the queue: a new connection gets in.
+    let accepted: Vec<_> = std::iter::from_fn(|| sim.stack_mut(server).accept()).collect();
+    assert_eq!(accepted.len(), 4);
+    let now = sim.now;
+    let late = sim
+        .stack_mut(client)
+        .connect(now, 42_000, SocketAddrV4::new(SERVER_IP, PORT));
+    let mut got = None;
+    sim.run_until(5 * S, |sim| {
+        got = got.or_else(|| sim.stack_mut(server).accept());
+        got.is_some()
+    });
+    assert_eq!(got, Some(flip(late)));
+}
