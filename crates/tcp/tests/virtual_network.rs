@@ -64,8 +64,13 @@ fn connected(
 }
 
 /// Moves `len` bytes each way, closes both ends and waits until both tables are empty; returns
-/// the retransmissions both sides counted.
-fn bulk_both_ways(seed: u64, link: LinkConfig, cc: CcAlgorithm, len: usize) -> u64 {
+/// the retransmissions both sides counted and what the link did.
+fn bulk_both_ways(
+    seed: u64,
+    link: LinkConfig,
+    cc: CcAlgorithm,
+    len: usize,
+) -> (u64, common::LinkStats) {
     let cfg = tcp_config(cc);
     let mut sim = Sim::new(seed, link.clone());
     let (server, client, s_ends, c_ends) = connected(&mut sim, &cfg, listener_config(&cfg));
@@ -104,20 +109,24 @@ fn bulk_both_ways(seed: u64, link: LinkConfig, cc: CcAlgorithm, len: usize) -> u
     // Each corrupted segment delivered failed its checksum (the link asserts it on arrival),
     // and the engine never saw one.
     assert!(stats.corrupt_rejected <= stats.corrupted);
-    assert_eq!(link.corrupt > 0.0, stats.corrupt_rejected > 0, "{stats:?}");
     let rejected = sim.stack(server).totals.conns.drops[TcpDrop::BadChecksum as usize]
         + sim.stack(client).totals.conns.drops[TcpDrop::BadChecksum as usize];
     assert_eq!(rejected, stats.corrupt_rejected);
-    [s, c]
+    let retransmits = [s, c]
         .iter()
         .map(|t| t.conns.rto_retransmits + t.conns.fast_retransmits)
-        .sum()
+        .sum();
+    (retransmits, sim.link_stats.clone())
 }
 
 fn lossy(loss: f64, cc: CcAlgorithm) {
     let link = LinkConfig::faulty(loss);
-    let retransmits = bulk_both_ways(0x5eed + (loss * 1000.0) as u64, link, cc, 4 * MB);
+    let (retransmits, stats) = bulk_both_ways(0x5eed + (loss * 1000.0) as u64, link, cc, 4 * MB);
     assert!(retransmits > 0, "loss without retransmissions");
+    assert!(
+        stats.corrupt_rejected > 0 && stats.duplicated > 0 && stats.reordered > 0,
+        "{stats:?}"
+    );
 }
 
 /// No faults, but a bottleneck queue that overflows once cwnd outgrows it: losses come from
@@ -463,4 +472,27 @@ fn a_full_accept_queue_refuses_and_counts_and_frees_up_when_accepted() {
         got.is_some()
     });
     assert_eq!(got, Some(flip(late)));
+}
+
+/// Many seeds of the faulty transfers, smaller; run by hand (`-- --ignored sweep`).
+#[test]
+#[ignore]
+fn sweep() {
+    for seed in 0..40 {
+        for loss in [0.01, 0.05, 0.10] {
+            for cc in [CcAlgorithm::NewReno, CcAlgorithm::Cubic] {
+                eprintln!("sweep: seed {seed} loss {loss} {cc:?}");
+                bulk_both_ways(seed, LinkConfig::faulty(loss), cc, MB);
+            }
+        }
+    }
+}
+
+/// Ignored: at 20% loss, a handshake whose SYN-ACK was retransmitted leaves SRTT at seconds and
+/// the transfer crawls past 600 s of virtual time (see /work/notes/requests.md, "for
+/// tcpengine", RTT after a lossy handshake).
+#[test]
+#[ignore]
+fn twenty_percent_loss_after_a_lossy_handshake() {
+    bulk_both_ways(5, LinkConfig::faulty(0.20), CcAlgorithm::Cubic, MB);
 }
