@@ -72,8 +72,20 @@ fn bulk_both_ways(
     len: usize,
 ) -> (u64, common::LinkStats) {
     let cfg = tcp_config(cc);
+    let listener = listener_config(&cfg);
+    bulk_both_ways_with(seed, link, &cfg, listener, len)
+}
+
+fn bulk_both_ways_with(
+    seed: u64,
+    link: LinkConfig,
+    cfg: &TcpConfig,
+    listener: ListenerConfig,
+    len: usize,
+) -> (u64, common::LinkStats) {
+    let cc = cfg.congestion_control;
     let mut sim = Sim::new(seed, link.clone());
-    let (server, client, s_ends, c_ends) = connected(&mut sim, &cfg, listener_config(&cfg));
+    let (server, client, s_ends, c_ends) = connected(&mut sim, cfg, listener);
     let mut up = Transfer::new(len, 1);
     let mut down = Transfer::new(len, 2);
     sim.run_until(600 * S, |sim| {
@@ -282,6 +294,25 @@ fn a_connection_idle_for_an_hour_still_carries_data() {
         up.done()
     });
     assert!(up.received == up.data);
+}
+
+/// Every connection opened by a SYN cookie (a backlog of zero), with and without timestamps
+/// (without them the cookie loses window scaling and SACK), under 5% faults.
+#[test]
+fn cookie_connections_carry_data_under_faults() {
+    for timestamps in [true, false] {
+        let cfg = TcpConfig {
+            timestamps,
+            ..tcp_config(CcAlgorithm::Cubic)
+        };
+        let listener = ListenerConfig {
+            syn_backlog: 0,
+            ..listener_config(&cfg)
+        };
+        let (retransmits, _) =
+            bulk_both_ways_with(31, LinkConfig::faulty(0.05), &cfg, listener, MB);
+        assert!(retransmits > 0);
+    }
 }
 
 /// A SYN from a spoofed address that will never answer.
