@@ -1,0 +1,183 @@
+//! Starting servers on free ports and talking raw memcached protocol to them.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// A server process, killed when dropped.
+pub struct Running {
+    pub child: Child,
+    pub port: u16,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Running {
+    pub fn connect(&self) -> TcpStream {
+        let s = TcpStream::connect(("127.0.0.1", self.port)).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        s.set_nodelay(true).unwrap();
+        s
+    }
+
+    /// Resident memory of the process, from /proc.
+    pub fn rss_bytes(&self) -> usize {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let line = status
+            .lines()
+            .find(|l| l.starts_with("VmRSS:"))
+            .expect("VmRSS line");
+        let kb: usize = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+        kb * 1024
+    }
+}
+
+/// A TCP port nobody listens on now: the kernel's pick, and never one this test process handed
+/// out before (the kernel may offer a just-released port again, and two tests must not both
+/// start a server on it).
+pub fn free_port() -> u16 {
+    static HANDED_OUT: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    let mut handed_out = HANDED_OUT.lock().unwrap();
+    loop {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        if !handed_out.contains(&port) {
+            handed_out.push(port);
+            return port;
+        }
+    }
+}
+
+fn wait_listening(mut child: Child, port: u16, what: &str) -> Running {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return Running { child, port };
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("{what} exited before listening: {status}");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what} did not listen on port {port}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Starts `corral-kv` on a free port with extra flags.
+pub fn start_kv(extra: &[&str]) -> Running {
+    let port = free_port();
+    let child = Command::new(env!("CARGO_BIN_EXE_corral-kv"))
+        .args(["-l", "127.0.0.1", "-p", &port.to_string()])
+        .args(extra)
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("start corral-kv");
+    wait_listening(child, port, "corral-kv")
+}
+
+pub fn memcached_path() -> &'static str {
+    let p = "/usr/bin/memcached";
+    assert!(
+        Path::new(p).exists(),
+        "memcached 1.6.18 is not installed (scripts/setup.sh installs it)"
+    );
+    p
+}
+
+/// Starts the real memcached on a free port.
+pub fn start_memcached(extra: &[&str]) -> Running {
+    let port = free_port();
+    let child = Command::new(memcached_path())
+        .args([
+            "-l",
+            "127.0.0.1",
+            "-U",
+            "0",
+            "-u",
+            "root",
+            "-p",
+            &port.to_string(),
+        ])
+        .args(extra)
+        .stdin(Stdio::null())
+        // `verbosity` in a test stream makes memcached log every command.
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start memcached");
+    wait_listening(child, port, "memcached")
+}
+
+/// Sends `request`, then `mn`, and returns every byte the server answered before its `MN`.
+pub fn roundtrip(stream: &mut TcpStream, request: &[u8]) -> Vec<u8> {
+    let mut req = request.to_vec();
+    req.extend_from_slice(b"mn\r\n");
+    stream.write_all(&req).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 65536];
+    loop {
+        if got.ends_with(b"MN\r\n") && (got.len() == 4 || got[..got.len() - 4].ends_with(b"\r\n")) {
+            got.truncate(got.len() - 4);
+            return got;
+        }
+        let n = stream.read(&mut buf).expect("reply before timeout");
+        assert!(
+            n > 0,
+            "server closed the connection; got so far {:?}",
+            String::from_utf8_lossy(&got)
+        );
+        got.extend_from_slice(&buf[..n]);
+    }
+}
+
+/// Reads until the server closes the connection (or 20 s pass); returns what it sent.
+pub fn read_to_close(stream: &mut TcpStream) -> (Vec<u8>, bool) {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 65536];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return (got, true),
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return (got, true),
+            Err(_) => return (got, false),
+        }
+    }
+}
+
+/// A small seeded generator (xorshift64*), so a failing stream can be replayed from its seed.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0x9E3779B97F4A7C15) | 1)
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545F4914F6CDD1D)
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+
+    pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len() as u64) as usize]
+    }
+}
