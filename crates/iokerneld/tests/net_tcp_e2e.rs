@@ -257,3 +257,48 @@ fn a_corral_client_talks_to_a_linux_listener() {
     let tcp = rt.net_stats().unwrap().tcp;
     assert_eq!(tcp.counters.active_opens, 1);
 }
+
+#[test]
+fn two_corral_runtimes_talk_through_the_local_switch() {
+    const TOTAL: usize = 4 << 20;
+    let _serial = serial();
+    let daemon = Daemon::start(4);
+    let server_ip = daemon.ip(2);
+    let server = daemon.runtime("tcpserver", 2);
+    start_echo(&server, server_ip);
+    let client = daemon.runtime("tcpclient2", 3);
+    let (got, hash, sent_hash) = client.block_on(move || {
+        let c = TcpStream::connect((server_ip, PORT)).expect("connect runtime to runtime");
+        let reader_side = c.try_clone().unwrap();
+        let reader = corral::spawn(move || {
+            let mut s = reader_side;
+            let mut buf = vec![0u8; 64 * 1024];
+            let (mut got, mut hash) = (0, FNV_START);
+            loop {
+                let n = s.read(&mut buf).unwrap();
+                if n == 0 {
+                    return (got, hash);
+                }
+                fnv(&mut hash, &buf[..n]);
+                got += n;
+            }
+        });
+        let mut sent_hash = FNV_START;
+        let mut chunk = vec![0u8; 64 * 1024];
+        let mut sent = 0;
+        while sent < TOTAL {
+            let n = chunk.len().min(TOTAL - sent);
+            pattern(sent, &mut chunk[..n]);
+            fnv(&mut sent_hash, &chunk[..n]);
+            (&c).write_all(&chunk[..n]).unwrap();
+            sent += n;
+        }
+        c.shutdown(Shutdown::Write).unwrap();
+        let (got, hash) = reader.join().unwrap();
+        (got, hash, sent_hash)
+    });
+    assert_eq!(got, TOTAL);
+    assert_eq!(hash, sent_hash);
+    assert_eq!(client.net_stats().unwrap().tcp.counters.active_opens, 1);
+    assert_eq!(server.net_stats().unwrap().tcp.counters.passive_opens, 1);
+}
