@@ -72,6 +72,14 @@ fn connect_accept_and_echo() {
     rt.block_on(|| {
         let listener = TcpListener::bind("0.0.0.0:7000").unwrap();
         assert_eq!(listener.local_addr().unwrap().port(), 7000);
+        assert_eq!(
+            TcpListener::bind((IP, 7000)).unwrap_err().kind(),
+            ErrorKind::AddrInUse
+        );
+        assert_eq!(
+            TcpListener::bind("10.9.1.3:7000").unwrap_err().kind(),
+            ErrorKind::AddrNotAvailable
+        );
         let server = corral::spawn(move || {
             let (mut s, peer) = listener.accept().unwrap();
             assert_eq!(s.peer_addr().unwrap(), peer);

@@ -318,3 +318,25 @@ fn a_closed_connection_leaves_the_table() {
     );
     assert_eq!(tcp.drop_count(TcpDrop::TableFull.as_str()), 0);
 }
+
+/// What an idle connection costs: `cargo test --profile ci -p corral --lib -- --ignored
+/// --nocapture idle_connection_memory`.
+#[test]
+#[ignore = "measurement"]
+fn idle_connection_memory() {
+    let (s, cap) = stack_with(TcpSettings::default());
+    let l = s.tcp.listen(Ipv4Addr::UNSPECIFIED, OUR_IP, 80, 8).unwrap();
+    let _peer = handshake(&s, &cap, 40000, 80);
+    let conn = l.state.lock().queue.pop_front().unwrap();
+    let engine_heap = Held::enter(&s, &conn).conn().memory();
+    let cell = core::mem::size_of::<super::conn::ConnCell>();
+    // An Arc's two counts, and the table entry (key + Arc pointer) with hashbrown's control byte.
+    let arc = 2 * core::mem::size_of::<usize>();
+    let entry = core::mem::size_of::<(Endpoints, Arc<super::conn::ConnCell>)>() + 1;
+    println!(
+        "idle established connection: ConnCell {cell} B (engine Connection {} B inline) + Arc \
+         {arc} B + table entry {entry} B + engine heap {engine_heap} B = {} B",
+        core::mem::size_of::<Connection>(),
+        cell + arc + entry + engine_heap
+    );
+}
