@@ -30,8 +30,11 @@ impl Daemon {
 
     fn start_with(test: u8, extra: &[&str]) -> Daemon {
         let pid = std::process::id();
-        let tap = format!("crt{}t{test}", pid % 100_000);
-        let subnet = [10, 170 + (pid % 50) as u8, test];
+        // A prefix and a subnet range (10.60-99.x) no other test binary uses: tests of other
+        // binaries may run at the same time, and two TAP devices with one subnet would route
+        // this test's packets to the other's runtime.
+        let tap = format!("ctrt{}t{test}", pid % 100_000);
+        let subnet = [10, 60 + (pid % 40) as u8, test];
         let cidr = format!("{}.{}.{}.1/24", subnet[0], subnet[1], subnet[2]);
         let iokerneld = common::Daemon::launch(Launch {
             args: &[
