@@ -545,3 +545,29 @@ fn round_trip_64_bytes() {
         corral_ns as f64 / linux_ns as f64
     );
 }
+
+#[test]
+fn connect_errors_follow_std() {
+    let rt = runtime_with(TcpSettings {
+        max_connections: 2,
+        ..quick_settings()
+    });
+    rt.block_on(|| {
+        // Off the subnet with no gateway.
+        let e = TcpStream::connect("192.0.2.1:80").unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENETUNREACH));
+        let e = TcpStream::connect((IP, 0)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidInput);
+        // 127.0.0.1 is the runtime itself; a full table refuses further connections.
+        let listener = TcpListener::bind((IP, 7010)).unwrap();
+        let c = TcpStream::connect("127.0.0.1:7010").unwrap();
+        assert_eq!(c.peer_addr().unwrap(), SocketAddrV4::new(IP, 7010));
+        let e = TcpStream::connect((IP, 7010)).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENOBUFS));
+        drop(c);
+        drop(listener);
+    });
+    let tcp = rt.net_stats().unwrap().tcp;
+    assert!(tcp.drop_count("table_full") >= 1);
+    wait_for_empty_table(&rt);
+}
