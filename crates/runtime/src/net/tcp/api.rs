@@ -474,7 +474,11 @@ impl TcpStream {
     /// Shuts down reading (later reads return 0), writing (a FIN after the queued data), or both.
     pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {
         if matches!(how, Shutdown::Read | Shutdown::Both) {
+            // Under ownership: a reader checks the flag and enqueues itself under ownership too,
+            // so it either sees the flag or is in the queue for the wake-up below.
+            let held = Held::enter(self.stack(), self.cell());
             self.inner.read_shut.store(true, Relaxed);
+            held.release();
             if self.cell().readers.maybe_waiters() {
                 self.cell().readers.wake_all();
             }
