@@ -571,3 +571,75 @@ fn connect_errors_follow_std() {
     assert!(tcp.drop_count("table_full") >= 1);
     wait_for_empty_table(&rt);
 }
+
+#[test]
+fn concurrent_bulk_transfers_on_many_kthreads_stay_intact() {
+    const CONNS: usize = 16;
+    const EACH: usize = 1 << 20;
+    let rt = Runtime::new(
+        Config::default()
+            .kthreads(4)
+            .net(NetConfig::new(IP, 24).tcp(quick_settings())),
+    )
+    .unwrap();
+    rt.block_on(|| {
+        let listener = TcpListener::bind((IP, 7011)).unwrap();
+        // Echo servers: one uthread per connection, reading and writing through clones.
+        let server = corral::spawn(move || {
+            let mut handlers = Vec::new();
+            for _ in 0..CONNS {
+                let (s, _) = listener.accept().unwrap();
+                handlers.push(corral::spawn(move || {
+                    let mut buf = vec![0u8; 32 * 1024];
+                    loop {
+                        let n = (&s).read(&mut buf).unwrap();
+                        if n == 0 {
+                            return;
+                        }
+                        (&s).write_all(&buf[..n]).unwrap();
+                    }
+                }));
+            }
+            for h in handlers {
+                h.join().unwrap();
+            }
+        });
+        let clients: Vec<_> = (0..CONNS)
+            .map(|k| {
+                corral::spawn(move || {
+                    let c = TcpStream::connect((IP, 7011)).unwrap();
+                    let r = c.try_clone().unwrap();
+                    let reader = corral::spawn(move || {
+                        let mut buf = vec![0u8; 32 * 1024];
+                        let mut want = vec![0u8; 32 * 1024];
+                        let mut got = 0;
+                        loop {
+                            let n = (&r).read(&mut buf).unwrap();
+                            if n == 0 {
+                                return got;
+                            }
+                            pattern(got + k * 7, &mut want[..n]);
+                            assert!(buf[..n] == want[..n], "connection {k}: corrupt at {got}");
+                            got += n;
+                        }
+                    });
+                    let mut chunk = vec![0u8; 20_000];
+                    let mut sent = 0;
+                    while sent < EACH {
+                        let n = chunk.len().min(EACH - sent);
+                        pattern(sent + k * 7, &mut chunk[..n]);
+                        (&c).write_all(&chunk[..n]).unwrap();
+                        sent += n;
+                    }
+                    c.shutdown(Shutdown::Write).unwrap();
+                    assert_eq!(reader.join().unwrap(), EACH);
+                })
+            })
+            .collect();
+        for c in clients {
+            c.join().unwrap();
+        }
+        server.join().unwrap();
+    });
+    wait_for_empty_table(&rt);
+}
