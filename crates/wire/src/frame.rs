@@ -432,6 +432,35 @@ mod tests {
     }
 
     #[test]
+    fn a_segment_written_in_place_is_wrapped_into_the_same_frame() {
+        let h = TcpHeader {
+            src_port: 5000,
+            dst_port: 80,
+            seq: 7,
+            ack: 9,
+            flags: TcpFlags::ACK | TcpFlags::PSH,
+            window: 100,
+            ..Default::default()
+        };
+        let mut built = [0u8; 128];
+        let n = SPEC.build_tcp(&mut built, &h, b"payload").unwrap();
+        // As an engine does: the segment first, at the L4 offset, then the headers around it.
+        let mut wrapped = [0u8; 128];
+        let at = L4_OFFSET + h.header_len();
+        wrapped[at..at + 7].copy_from_slice(b"payload");
+        let seg = h
+            .emit(&mut wrapped[L4_OFFSET..], 7, SPEC.src_ip, SPEC.dst_ip)
+            .unwrap();
+        assert_eq!(SPEC.wrap_tcp_segment(&mut wrapped, seg).unwrap(), n);
+        assert_eq!(wrapped[..n], built[..n]);
+        assert!(parse_frame(&wrapped[..n]).is_ok());
+        assert!(matches!(
+            SPEC.wrap_tcp_segment(&mut wrapped[..40], seg),
+            Err(BuildError::BufferTooSmall { .. })
+        ));
+    }
+
+    #[test]
     fn tcp_and_icmp_frames() {
         let mut buf = [0u8; 128];
         let h = TcpHeader {
