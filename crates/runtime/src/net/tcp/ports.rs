@@ -79,6 +79,20 @@ pub(crate) fn choose(
     remote: SocketAddrV4,
     steer: bool,
     in_use: impl Fn(&Endpoints) -> bool,
+    take: impl FnMut(u16) -> bool,
+) -> bool {
+    let view = if steer { steering_view() } else { None };
+    choose_for(next, rss, local_ip, remote, view, in_use, take)
+}
+
+/// [`choose`] for a given steering view: the calling kthread and the active ones.
+fn choose_for(
+    next: &AtomicUsize,
+    rss: &RssHasher,
+    local_ip: std::net::Ipv4Addr,
+    remote: SocketAddrV4,
+    view: Option<(usize, Vec<u16>)>,
+    in_use: impl Fn(&Endpoints) -> bool,
     mut take: impl FnMut(u16) -> bool,
 ) -> bool {
     // Enough tries that a matching port is found with n active kthreads (each port matches
@@ -88,7 +102,6 @@ pub(crate) fn choose(
         local: SocketAddrV4::new(local_ip, p),
         remote,
     };
-    let view = if steer { steering_view() } else { None };
     let start = next.load(Relaxed);
     if let Some((me, active)) = view
         && active.contains(&(me as u16))
@@ -170,5 +183,55 @@ mod tests {
             }
         ));
         assert_eq!(got, first + 1);
+    }
+
+    #[test]
+    fn a_dialing_kthread_gets_a_port_steered_back_to_it() {
+        let rss = RssHasher::default();
+        let remote = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 80);
+        let local = Ipv4Addr::new(10, 0, 0, 2);
+        let active = vec![0u16, 1, 3, 4];
+        let next = AtomicUsize::new(0);
+        let mut taken: Vec<u16> = Vec::new();
+        for round in 0..50 {
+            let me = active[round % active.len()];
+            let mut got = None;
+            let used = taken.clone();
+            assert!(choose_for(
+                &next,
+                &rss,
+                local,
+                remote,
+                Some((usize::from(me), active.clone())),
+                |e| used.contains(&e.local.port()),
+                |p| {
+                    got = Some(p);
+                    true
+                }
+            ));
+            let p = got.unwrap();
+            let ends = Endpoints {
+                local: SocketAddrV4::new(local, p),
+                remote,
+            };
+            assert_eq!(steered_to(&rss, &ends, &active), me, "port {p}");
+            assert!(!taken.contains(&p));
+            taken.push(p);
+        }
+        // A kthread outside the active set (just granted, or about to park) gets any free port.
+        let mut got = None;
+        assert!(choose_for(
+            &next,
+            &rss,
+            local,
+            remote,
+            Some((2, active.clone())),
+            |_| false,
+            |p| {
+                got = Some(p);
+                true
+            }
+        ));
+        assert!(got.is_some());
     }
 }
