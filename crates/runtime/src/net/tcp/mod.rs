@@ -360,7 +360,8 @@ impl TcpLayer {
             held.conn().abort(now);
             held.after(Events::NONE, now);
         }
-        merge(&mut self.retired.lock(), &cell.counters());
+        let counters = cell.counters();
+        merge(&mut self.retired.lock(), &counters);
     }
 
     fn listener_for(&self, local: SocketAddrV4) -> Option<Arc<ListenerCell>> {
