@@ -10,6 +10,7 @@ use corral_abi::{Command, RingKind, Slot, flags};
 use log::{error, warn};
 
 use super::handoff::{HandoffStats, Handoffs};
+use super::kick::Stall;
 use super::net;
 use super::registry::{Kthread, Registry, Tenant};
 use crate::config::{Config, Handover};
@@ -31,6 +32,8 @@ pub(super) struct DriverCounters {
     pub(super) parks: u64,
     /// Preemptions the kthread answered within the grace period, with no signal.
     pub(super) cedes_cooperative: u64,
+    /// Preemption signals sent with no `Preempt`, for network work or timers (see `kick`).
+    pub(super) net_kicks: u64,
 }
 
 /// How soon a runtime with work and no core is to get one.
@@ -537,7 +540,8 @@ fn observe_runtime(driver: &mut CoreDriver, runtime: &mut Tenant, now: u64) -> R
     runtime.core_requested = false;
     let mut stale_lists = false;
     driver.sweep.clear();
-    for (index, kt) in runtime.kthreads.iter().enumerate() {
+    let pid = runtime.pid;
+    for (index, kt) in runtime.kthreads.iter_mut().enumerate() {
         let kthread = KthreadIndex(index as u16);
         let active = matches!(
             driver.alloc.kthread(id, kthread).map(|k| k.place),
@@ -547,6 +551,7 @@ fn observe_runtime(driver: &mut CoreDriver, runtime: &mut Tenant, now: u64) -> R
         // against a path that forgot, at no extra cost.
         stale_lists |= active != kt.active;
         if !active {
+            kt.net_watch.stop();
             continue;
         }
         let queues = QueueSnapshot {
@@ -554,6 +559,21 @@ fn observe_runtime(driver: &mut CoreDriver, runtime: &mut Tenant, now: u64) -> R
             ingress: RingPositions::new(kt.ingress.position(), kt.positions.ingress_consumed()),
         };
         driver.sweep.push(KthreadQueues { kthread, queues });
+        if kt.cede_deadline.is_some() || kt.preempt_sent_at.is_some() {
+            // Being asked for its core: that request makes it run its scheduler anyway.
+            kt.net_watch.stop();
+        } else if let Some(stall) =
+            kt.net_watch
+                .check(queues.ingress, kt.view.timer_deadline_ns(), now)
+        {
+            sys::tgkill(pid, kt.tid, libc::SIGUSR1)
+                .map_err(|e| format!("cannot kick kthread {index}: tgkill(SIGUSR1) failed: {e}"))?;
+            driver.counters.net_kicks += 1;
+            match stall {
+                Stall::Ingress => runtime.counters.net_kicks_ingress += 1,
+                Stall::Timer => runtime.counters.net_kicks_timer += 1,
+            }
+        }
     }
     if !driver.sweep.is_empty() {
         match driver.alloc.observe_runtime(id, &driver.sweep) {

@@ -18,6 +18,7 @@ mod control_plane;
 mod driver;
 mod handoff;
 mod jobs;
+mod kick;
 mod log_limit;
 mod net;
 mod registration;
