@@ -14,6 +14,18 @@ command -v git >/dev/null || need+=(git)
 command -v ping >/dev/null || need+=(iputils-ping)
 command -v ip >/dev/null || need+=(iproute2)
 [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)
+# Real Linux peers the end-to-end tests talk to, and unmodified programs run under corral-run.
+command -v socat >/dev/null || need+=(socat)
+command -v nc.openbsd >/dev/null || need+=(netcat-openbsd)
+python3 -c 'import scapy' 2>/dev/null || need+=(python3-scapy)
+command -v iperf3 >/dev/null || need+=(iperf3)
+command -v sockperf >/dev/null || need+=(sockperf)
+command -v wrk >/dev/null || need+=(wrk)
+command -v xz >/dev/null || need+=(xz-utils)
+command -v zstd >/dev/null || need+=(zstd)
+command -v pigz >/dev/null || need+=(pigz)
+command -v memcached >/dev/null || need+=(memcached)
+command -v memccapable >/dev/null || need+=(libmemcached-tools)
 
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}"

@@ -4,6 +4,7 @@
 //! Every refusal names the setting and the value it was given, so that a typo in a config file
 //! can be fixed from the message alone.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -11,6 +12,9 @@ use clap::Args;
 use serde::Deserialize;
 
 use crate::cpus::{Sysfs, format_cpu_list, parse_cpu_list};
+use crate::daemon::faults::{
+    Direction, FaultSpec, FrameFilter, MAX_DELAY_US, MAX_HOLD, MAX_REORDER_GAP, MAX_REORDER_US,
+};
 
 /// Default control socket.
 pub const DEFAULT_SOCKET: &str = "/run/corral/iokerneld.sock";
@@ -110,6 +114,26 @@ pub struct SettingArgs {
     #[arg(long, value_name = "CIDR")]
     pub host_ip: Option<String>,
 
+    /// `faults`: seeded fault injection in the switch, for tests: `--faults
+    /// DIRECTION:KEY=VALUE,...`, repeatable, e.g. `--faults rx:loss=0.01,reorder=0.02,seed=7
+    /// --faults tx:corrupt=0.01` [default: no faults].
+    ///
+    /// DIRECTION is `rx` (NIC to runtime), `tx` (runtime to NIC), `local` (runtime to runtime)
+    /// or `all` (the three), each at most once. KEYs: `loss`, `dup`, `corrupt`, `reorder`,
+    /// `delay` (probabilities from 0 to 1, drawn independently per frame); `delay_us` (held
+    /// time, `N` or a uniform range `MIN-MAX`, at most 1000000; `delay` defaults to 1 when
+    /// `delay_us` is given); `reorder_gap` (a reordered frame is held until this many later
+    /// frames passed it [default: 3], 1 to 1000) and `reorder_us` (or this long at most
+    /// [default: 1000], 1 to 1000000); `hold` (frames held at most, more are dropped and
+    /// counted [default: 1024], 1 to 65536); `only` (`all`, `ipv4`, `tcp` or `udp`: the frames
+    /// the faults apply to, others pass untouched and unnumbered [default: all]); `seed` (of the
+    /// per-frame draws [default: 0]).
+    /// Corruption flips one byte of an IPv4 packet (never ARP). In TOML, a table per direction:
+    /// `[faults.rx]` with `loss = 0.01`, `delay_us = "50-200"`. A flag replaces the file's
+    /// table for its direction.
+    #[arg(long = "faults", value_name = "DIRECTION:KEY=VALUE,...")]
+    pub faults: Vec<String>,
+
     /// Root of the sysfs CPU tree (for tests).
     #[arg(long, value_name = "DIR", hide = true)]
     pub sysfs_root: Option<PathBuf>,
@@ -143,6 +167,8 @@ pub struct FileConfig {
     pub nic: Option<String>,
     pub tap_name: Option<String>,
     pub host_ip: Option<String>,
+    /// `[faults.DIRECTION]` tables of fault settings, checked by [`Config::merge`].
+    pub faults: Option<BTreeMap<String, BTreeMap<String, toml::Value>>>,
 }
 
 /// A refused setting or config file.
@@ -266,7 +292,247 @@ pub struct Config {
     pub log_level: LogLevel,
     pub log_file: Option<PathBuf>,
     pub nic: NicConfig,
+    pub faults: FaultsConfig,
     pub sysfs_root: PathBuf,
+}
+
+/// The faults injected in each direction of the switch; `None`: none.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FaultsConfig {
+    pub rx: Option<FaultSpec>,
+    pub tx: Option<FaultSpec>,
+    pub local: Option<FaultSpec>,
+}
+
+impl FaultsConfig {
+    pub fn get(&self, direction: Direction) -> Option<&FaultSpec> {
+        match direction {
+            Direction::Rx => self.rx.as_ref(),
+            Direction::Tx => self.tx.as_ref(),
+            Direction::Local => self.local.as_ref(),
+        }
+    }
+
+    fn slot(&mut self, direction: Direction) -> &mut Option<FaultSpec> {
+        match direction {
+            Direction::Rx => &mut self.rx,
+            Direction::Tx => &mut self.tx,
+            Direction::Local => &mut self.local,
+        }
+    }
+
+    /// Whether any direction injects anything.
+    pub fn is_active(&self) -> bool {
+        Direction::ALL
+            .iter()
+            .any(|&d| self.get(d).is_some_and(FaultSpec::is_active))
+    }
+}
+
+/// The keys of a fault spec, as the errors list them.
+const FAULT_KEYS: &str =
+    "loss, dup, corrupt, reorder, delay, delay_us, reorder_gap, reorder_us, hold, only, seed";
+
+/// `rx`, `tx`, `local` or `all`.
+fn fault_directions(text: &str) -> Option<&'static [Direction]> {
+    match text {
+        "rx" => Some(&Direction::ALL[0..1]),
+        "tx" => Some(&Direction::ALL[1..2]),
+        "local" => Some(&Direction::ALL[2..3]),
+        "all" => Some(&Direction::ALL),
+        _ => None,
+    }
+}
+
+fn probability(key: &str, text: &str) -> Result<f64, String> {
+    text.parse::<f64>()
+        .ok()
+        .filter(|p| (0.0..=1.0).contains(p))
+        .ok_or_else(|| format!("{key} = {text}: must be a probability from 0 to 1"))
+}
+
+fn bounded(key: &str, text: &str, min: u64, max: u64) -> Result<u64, String> {
+    text.parse::<u64>()
+        .ok()
+        .filter(|v| (min..=max).contains(v))
+        .ok_or_else(|| format!("{key} = {text}: must be a whole number from {min} to {max}"))
+}
+
+/// A fault spec from its `KEY=VALUE` settings (see `--help`).
+pub fn parse_fault_spec<'a>(
+    settings: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> Result<FaultSpec, String> {
+    let mut spec = FaultSpec::default();
+    let mut seen: Vec<&str> = Vec::new();
+    let mut delay = None;
+    let mut delay_us = None;
+    for (key, value) in settings {
+        let (key, value) = (key.trim(), value.trim());
+        if seen.contains(&key) {
+            return Err(format!("{key} is given twice"));
+        }
+        seen.push(key);
+        match key {
+            "loss" => spec.loss = probability(key, value)?,
+            "dup" => spec.dup = probability(key, value)?,
+            "corrupt" => spec.corrupt = probability(key, value)?,
+            "reorder" => spec.reorder = probability(key, value)?,
+            "delay" => delay = Some(probability(key, value)?),
+            "delay_us" => {
+                let us = |text: &str, min: u64| {
+                    text.trim()
+                        .parse::<u64>()
+                        .ok()
+                        .filter(|v| (min..=MAX_DELAY_US).contains(v))
+                        .ok_or_else(|| {
+                            format!(
+                                "delay_us = {value}: expected microseconds N (1 to \
+                                 {MAX_DELAY_US}) or a range MIN-MAX (0 to {MAX_DELAY_US})"
+                            )
+                        })
+                };
+                let (min, max) = match value.split_once('-') {
+                    Some((min, max)) => (us(min, 0)?, us(max, 1)?),
+                    None => {
+                        let one = us(value, 1)?;
+                        (one, one)
+                    }
+                };
+                if min > max {
+                    return Err(format!(
+                        "delay_us = {value}: the range's start is past its end"
+                    ));
+                }
+                delay_us = Some((min, max));
+            }
+            "reorder_gap" => {
+                spec.reorder_gap = bounded(key, value, 1, u64::from(MAX_REORDER_GAP))? as u32;
+            }
+            "reorder_us" => spec.reorder_us = bounded(key, value, 1, MAX_REORDER_US)?,
+            "hold" => spec.hold = bounded(key, value, 1, MAX_HOLD as u64)? as usize,
+            "only" => {
+                spec.only = FrameFilter::parse(value).ok_or_else(|| {
+                    format!("only = {value}: expected one of all, ipv4, tcp, udp")
+                })?;
+            }
+            "seed" => {
+                spec.seed = value.parse().map_err(|_| {
+                    format!("seed = {value}: must be a whole number from 0 to 2^64-1")
+                })?;
+            }
+            _ => {
+                return Err(format!(
+                    "unknown setting {key:?}; expected one of {FAULT_KEYS}"
+                ));
+            }
+        }
+    }
+    if seen.is_empty() {
+        return Err(format!(
+            "no settings; expected KEY=VALUE with KEY one of {FAULT_KEYS}"
+        ));
+    }
+    match (delay, delay_us) {
+        (Some(p), None) if p > 0.0 => {
+            return Err(format!(
+                "delay = {p} needs delay_us, the time to hold a frame"
+            ));
+        }
+        (p, Some((min, max))) => {
+            spec.delay = p.unwrap_or(1.0);
+            if spec.delay > 0.0 {
+                spec.delay_min_us = min;
+                spec.delay_max_us = max;
+            }
+        }
+        (_, None) => {}
+    }
+    Ok(spec)
+}
+
+/// A `--faults` flag: `DIRECTION:KEY=VALUE,...`.
+pub fn parse_fault_flag(text: &str) -> Result<(&'static [Direction], FaultSpec), String> {
+    let (directions, settings) = text
+        .split_once(':')
+        .ok_or("expected DIRECTION:KEY=VALUE,... with DIRECTION one of rx, tx, local, all")?;
+    let directions = fault_directions(directions.trim()).ok_or_else(|| {
+        format!("unknown direction {directions:?}; expected one of rx, tx, local, all")
+    })?;
+    let pairs = settings
+        .split(',')
+        .filter(|item| !item.trim().is_empty())
+        .map(|item| {
+            item.split_once('=')
+                .ok_or_else(|| format!("{:?} is not KEY=VALUE", item.trim()))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((directions, parse_fault_spec(pairs)?))
+}
+
+/// The `[faults.DIRECTION]` tables of a config file merged with the `--faults` flags: a flag
+/// replaces the file's table for its directions.
+fn faults_config(file: &FileConfig, args: &SettingArgs) -> Result<FaultsConfig, ConfigError> {
+    let mut faults = FaultsConfig::default();
+    let mut from_file = [false; 3];
+    for (direction, table) in file.faults.iter().flatten() {
+        let shown = format!("[faults.{direction}]");
+        let directions = fault_directions(direction).ok_or_else(|| {
+            invalid(
+                "faults",
+                &shown,
+                "unknown direction; expected one of rx, tx, local, all",
+            )
+        })?;
+        let texts = table
+            .iter()
+            .map(|(key, value)| {
+                let text = match value {
+                    toml::Value::Integer(i) => i.to_string(),
+                    toml::Value::Float(f) => f.to_string(),
+                    toml::Value::String(s) => s.clone(),
+                    other => {
+                        return Err(invalid(
+                            "faults",
+                            &shown,
+                            format!("{key} = {other}: expected a number or a string"),
+                        ));
+                    }
+                };
+                Ok((key.as_str(), text))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let spec = parse_fault_spec(texts.iter().map(|(k, v)| (*k, v.as_str())))
+            .map_err(|reason| invalid("faults", &shown, reason))?;
+        for &d in directions {
+            if from_file[d as usize] {
+                return Err(invalid(
+                    "faults",
+                    &shown,
+                    format!("{d} is given twice (by its own table and by [faults.all])"),
+                ));
+            }
+            from_file[d as usize] = true;
+            *faults.slot(d) = Some(spec.clone());
+        }
+    }
+    let mut from_flags = [false; 3];
+    for text in &args.faults {
+        let shown = format!("{text:?}");
+        let (directions, spec) =
+            parse_fault_flag(text).map_err(|reason| invalid("faults", &shown, reason))?;
+        for &d in directions {
+            if from_flags[d as usize] {
+                return Err(invalid(
+                    "faults",
+                    &shown,
+                    format!("{d} is given by more than one --faults"),
+                ));
+            }
+            from_flags[d as usize] = true;
+            *faults.slot(d) = Some(spec.clone());
+        }
+    }
+    Ok(faults)
 }
 
 /// Reads and parses a config file.
@@ -506,6 +772,7 @@ impl Config {
         })?;
         let log_file = args.log_file.clone().or_else(|| file.log_file.clone());
         let nic = nic_config(file, args)?;
+        let faults = faults_config(file, args)?;
 
         Ok(Config {
             core,
@@ -522,6 +789,7 @@ impl Config {
             log_level,
             log_file,
             nic,
+            faults,
             sysfs_root,
         })
     }
@@ -778,6 +1046,196 @@ mod tests {
             "10.0.0.0 is the network or broadcast address",
         );
         check("host_ip = \"224.0.0.1/24\"", "not a unicast address");
+    }
+
+    #[test]
+    fn faults_from_flags_and_file() {
+        let sys = fake_sysfs("0-1", 2);
+        let config = Config::merge(&FileConfig::default(), &args(sys.path())).unwrap();
+        assert_eq!(config.faults, FaultsConfig::default());
+        assert!(!config.faults.is_active());
+
+        let mut a = args(sys.path());
+        a.faults = vec![
+            "rx:loss=0.01,reorder=0.02,dup=0.01,corrupt=0.01,delay_us=100,seed=7".into(),
+            "tx:delay=0.5,delay_us=50-200,reorder=1,reorder_gap=5,reorder_us=300,hold=16,only=tcp"
+                .into(),
+        ];
+        let faults = Config::merge(&FileConfig::default(), &a).unwrap().faults;
+        assert_eq!(
+            faults.rx,
+            Some(FaultSpec {
+                seed: 7,
+                loss: 0.01,
+                dup: 0.01,
+                corrupt: 0.01,
+                reorder: 0.02,
+                // delay_us alone delays every frame.
+                delay: 1.0,
+                delay_min_us: 100,
+                delay_max_us: 100,
+                ..FaultSpec::default()
+            })
+        );
+        assert_eq!(
+            faults.tx,
+            Some(FaultSpec {
+                delay: 0.5,
+                delay_min_us: 50,
+                delay_max_us: 200,
+                reorder: 1.0,
+                reorder_gap: 5,
+                reorder_us: 300,
+                hold: 16,
+                only: FrameFilter::Tcp,
+                ..FaultSpec::default()
+            })
+        );
+        assert_eq!(faults.local, None);
+        assert!(faults.is_active());
+        // The canonical form reads back as the same spec, with or without a delay.
+        for spec in [
+            faults.tx.clone().unwrap(),
+            FaultSpec {
+                loss: 0.125,
+                seed: u64::MAX,
+                ..FaultSpec::default()
+            },
+        ] {
+            let (_, again) = parse_fault_flag(&format!("tx:{spec}")).unwrap();
+            assert_eq!(again, spec);
+        }
+
+        // `all` sets every direction; a file's table is replaced by a flag for its direction.
+        let file = parse_file("[faults.all]\nloss = 0.25\nseed = 3\n[faults]\n").unwrap();
+        let config = Config::merge(&file, &args(sys.path())).unwrap();
+        for d in Direction::ALL {
+            assert_eq!(config.faults.get(d).unwrap().loss, 0.25, "{d}");
+            assert_eq!(config.faults.get(d).unwrap().seed, 3, "{d}");
+        }
+        let mut a = args(sys.path());
+        a.faults = vec!["local:dup=1".into()];
+        let config = Config::merge(&file, &a).unwrap();
+        assert_eq!(config.faults.local.as_ref().unwrap().loss, 0.0);
+        assert_eq!(config.faults.local.as_ref().unwrap().dup, 1.0);
+        assert_eq!(config.faults.rx.as_ref().unwrap().loss, 0.25);
+
+        let file =
+            parse_file("[faults.local]\ncorrupt = 1\ndelay_us = \"0-20\"\ndelay = 0.1\nhold = 4\n")
+                .unwrap();
+        let local = Config::merge(&file, &args(sys.path()))
+            .unwrap()
+            .faults
+            .local
+            .unwrap();
+        assert_eq!(
+            (
+                local.corrupt,
+                local.delay,
+                local.delay_min_us,
+                local.delay_max_us,
+                local.hold
+            ),
+            (1.0, 0.1, 0, 20, 4)
+        );
+    }
+
+    #[test]
+    fn bad_faults_name_the_setting() {
+        let sys = fake_sysfs("0-1", 2);
+        let flag = |flags: &[&str], expected: &str| {
+            let mut a = args(sys.path());
+            a.faults = flags.iter().map(|f| f.to_string()).collect();
+            let err = Config::merge(&FileConfig::default(), &a)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(expected), "{flags:?}: {err}");
+        };
+        flag(
+            &["rx:loss=1.5"],
+            "invalid faults = \"rx:loss=1.5\": loss = 1.5: must be a probability from 0 to 1",
+        );
+        flag(&["rx:dup=-0.1"], "dup = -0.1: must be a probability");
+        flag(&["rx:corrupt=NaN"], "corrupt = NaN: must be a probability");
+        flag(&["rx:reorder=inf"], "reorder = inf: must be a probability");
+        flag(&["rx:loss=x"], "loss = x: must be a probability");
+        flag(
+            &["rx:lose=0.1"],
+            "unknown setting \"lose\"; expected one of loss, dup",
+        );
+        flag(&["up:loss=0.1"], "unknown direction \"up\"");
+        flag(&["loss=0.1"], "expected DIRECTION:KEY=VALUE");
+        flag(&["rx:"], "no settings");
+        flag(&["rx:loss"], "\"loss\" is not KEY=VALUE");
+        flag(&["rx:loss=0.1,loss=0.2"], "loss is given twice");
+        flag(
+            &["rx:loss=0.1", "all:dup=0.1"],
+            "invalid faults = \"all:dup=0.1\": rx is given by more than one --faults",
+        );
+        flag(
+            &["rx:delay_us=0"],
+            "delay_us = 0: expected microseconds N (1 to 1000000) or a range MIN-MAX",
+        );
+        flag(
+            &["rx:delay_us=5000000"],
+            "delay_us = 5000000: expected microseconds",
+        );
+        flag(&["rx:delay_us=-5"], "delay_us = -5: expected microseconds");
+        flag(
+            &["rx:delay_us=200-100"],
+            "the range's start is past its end",
+        );
+        flag(&["rx:delay=0.5"], "delay = 0.5 needs delay_us");
+        flag(
+            &["rx:reorder=0.1,reorder_gap=0"],
+            "reorder_gap = 0: must be a whole number from 1 to 1000",
+        );
+        flag(
+            &["rx:reorder=0.1,reorder_us=2000000"],
+            "reorder_us = 2000000",
+        );
+        flag(
+            &["rx:loss=0.1,hold=0"],
+            "hold = 0: must be a whole number from 1 to 65536",
+        );
+        flag(&["rx:seed=-1"], "seed = -1: must be a whole number");
+        flag(
+            &["rx:loss=0.1,only=icmp"],
+            "only = icmp: expected one of all, ipv4, tcp, udp",
+        );
+
+        let file = |toml: &str, expected: &str| {
+            let err = match parse_file(toml) {
+                Ok(file) => Config::merge(&file, &args(sys.path()))
+                    .unwrap_err()
+                    .to_string(),
+                Err(e) => e,
+            };
+            assert!(err.contains(expected), "{toml:?}: {err}");
+        };
+        file(
+            "[faults.rx]\nloss = 2\n",
+            "invalid faults = [faults.rx]: loss = 2: must be a probability from 0 to 1",
+        );
+        file("[faults.rx]\nlos = 0.5\n", "unknown setting \"los\"");
+        file(
+            "[faults.sideways]\nloss = 0.5\n",
+            "invalid faults = [faults.sideways]: unknown direction",
+        );
+        file(
+            "[faults.rx]\nloss = [0.5]\n",
+            "loss = [0.5]: expected a number or a string",
+        );
+        file("[faults.rx]\n", "no settings");
+        file(
+            "[faults.rx]\nloss = 0.1\n[faults.all]\ndup = 0.1\n",
+            "rx is given twice",
+        );
+        file("faults = 3\n", "faults");
+        file(
+            "[faults.rx]\ndelay_us = \"1-x\"\n",
+            "delay_us = 1-x: expected microseconds",
+        );
     }
 
     #[test]

@@ -185,7 +185,8 @@ mod tests {
 
     #[test]
     fn rejects_out_of_range_settings() {
-        let cases: [(&str, fn(&mut TcpConfig)); 6] = [
+        type Breaker = fn(&mut TcpConfig);
+        let cases: [(&str, Breaker); 6] = [
             ("mss", |c| c.mss = 10),
             ("recv_buffer", |c| c.recv_buffer = 100),
             ("recv_buffer", |c| {

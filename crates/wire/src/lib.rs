@@ -53,5 +53,5 @@ pub use frame::{
 pub use icmp::{EchoKind, IcmpEcho, IcmpEchoHeader};
 pub use ipv4::{Ipv4Header, Ipv4Packet};
 pub use rss::{RssHasher, RssKey};
-pub use tcp::{TcpFlags, TcpHeader, TcpOption, TcpOptionSet, TcpSegment, Timestamps};
+pub use tcp::{SackList, TcpFlags, TcpHeader, TcpOption, TcpOptionSet, TcpSegment, Timestamps};
 pub use udp::{UdpDatagram, UdpHeader};

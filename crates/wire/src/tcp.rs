@@ -345,6 +345,55 @@ pub fn compute_checksum(seg: &[u8], src: Ipv4Addr, dst: Ipv4Addr) -> u16 {
         .finish()
 }
 
+/// SACK blocks for an outgoing header (RFC 2018 §3), as `(left edge, right edge)` pairs in the
+/// order they are to be sent: the block holding the segment that triggered the ACK first.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SackList {
+    blocks: [(u32, u32); SackList::MAX],
+    len: u8,
+}
+
+impl SackList {
+    /// Most blocks a header can carry (four without timestamps, three with them).
+    pub const MAX: usize = 4;
+
+    /// No blocks.
+    pub const EMPTY: SackList = SackList {
+        blocks: [(0, 0); SackList::MAX],
+        len: 0,
+    };
+
+    /// Appends a block; false (and nothing changes) when [`SackList::MAX`] are already held.
+    #[inline]
+    pub fn push(&mut self, left: u32, right: u32) -> bool {
+        let n = usize::from(self.len);
+        if n == Self::MAX {
+            return false;
+        }
+        self.blocks[n] = (left, right);
+        self.len += 1;
+        true
+    }
+
+    /// The blocks, in sending order.
+    #[inline]
+    pub fn as_slice(&self) -> &[(u32, u32)] {
+        &self.blocks[..self.len as usize]
+    }
+
+    /// Number of blocks held.
+    #[inline]
+    pub const fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    /// Whether no block is held.
+    #[inline]
+    pub const fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
 /// Options to put in an outgoing header.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TcpOptionSet {
@@ -356,12 +405,21 @@ pub struct TcpOptionSet {
     pub sack_permitted: bool,
     /// Timestamps.
     pub timestamps: Option<Timestamps>,
+    /// SACK blocks; those that do not fit in the 40 option bytes left by the other options are
+    /// left out from the end of the list.
+    pub sack: SackList,
 }
 
 impl TcpOptionSet {
-    /// Encoded length, a multiple of 4, at most 20.
+    /// Encoded length, a multiple of 4, at most 40.
     #[inline]
     pub const fn len(&self) -> usize {
+        let n = self.len_without_sack();
+        let blocks = self.sack_blocks_fitting();
+        if blocks == 0 { n } else { n + 4 + 8 * blocks }
+    }
+
+    const fn len_without_sack(&self) -> usize {
         let mut n = 0;
         if self.mss.is_some() {
             n += 4;
@@ -375,6 +433,19 @@ impl TcpOptionSet {
             (false, false) => 0,
         };
         n
+    }
+
+    /// How many of the SACK blocks fit after the other options (each block takes 8 bytes, the
+    /// option's kind and length 2 more, padded with two NOPs).
+    #[inline]
+    pub const fn sack_blocks_fitting(&self) -> usize {
+        let room = (MAX_HEADER_LEN - MIN_HEADER_LEN) - self.len_without_sack();
+        let fit = if room >= 12 { (room - 4) / 8 } else { 0 };
+        if self.sack.len() < fit {
+            self.sack.len()
+        } else {
+            fit
+        }
     }
 
     /// Whether no option is set.
@@ -414,6 +485,22 @@ impl TcpOptionSet {
                 out[at..at + 4].copy_from_slice(&[KIND_NOP, KIND_NOP, KIND_SACK_PERMITTED, 2]);
             }
             (false, None) => {}
+        }
+        let blocks = self.sack_blocks_fitting();
+        if blocks > 0 {
+            at = self.len_without_sack();
+            out[at..at + 4].copy_from_slice(&[
+                KIND_NOP,
+                KIND_NOP,
+                KIND_SACK,
+                (2 + 8 * blocks) as u8,
+            ]);
+            at += 4;
+            for &(left, right) in &self.sack.as_slice()[..blocks] {
+                out[at..at + 4].copy_from_slice(&left.to_be_bytes());
+                out[at + 4..at + 8].copy_from_slice(&right.to_be_bytes());
+                at += 8;
+            }
         }
     }
 }
@@ -507,6 +594,7 @@ mod tests {
                 window_scale: Some(7),
                 sack_permitted: true,
                 timestamps: Some(Timestamps { tsval: 1, tsecr: 0 }),
+                sack: SackList::EMPTY,
             },
         }
     }
@@ -718,6 +806,87 @@ mod tests {
                 }
             }
             assert_eq!(got, set);
+        }
+    }
+
+    fn sack_list(blocks: &[(u32, u32)]) -> SackList {
+        let mut l = SackList::EMPTY;
+        for &(a, b) in blocks {
+            assert!(l.push(a, b));
+        }
+        l
+    }
+
+    #[test]
+    fn sack_blocks_round_trip_and_fit() {
+        let four = [(10, 20), (30, 40), (50, 60), (0xffff_fff0, 5)];
+        let mut full = sack_list(&four);
+        assert!(!full.push(1, 2), "a fifth block is refused");
+        let ts = Some(Timestamps { tsval: 7, tsecr: 9 });
+        let cases = [
+            (
+                TcpOptionSet {
+                    sack: full,
+                    ..Default::default()
+                },
+                4,
+                36,
+            ),
+            (
+                TcpOptionSet {
+                    sack: full,
+                    timestamps: ts,
+                    ..Default::default()
+                },
+                3,
+                40,
+            ),
+            (
+                TcpOptionSet {
+                    sack: sack_list(&four[..1]),
+                    timestamps: ts,
+                    ..Default::default()
+                },
+                1,
+                24,
+            ),
+            (
+                TcpOptionSet {
+                    sack: full,
+                    ..syn().options
+                },
+                2,
+                40,
+            ),
+        ];
+        for (set, blocks, len) in cases {
+            assert_eq!(
+                (set.sack_blocks_fitting(), set.len()),
+                (blocks, len),
+                "{set:?}"
+            );
+            let h = TcpHeader {
+                flags: TcpFlags::ACK,
+                options: set,
+                ..syn()
+            };
+            let mut buf = [0u8; 80];
+            buf[len + 20..len + 23].copy_from_slice(b"abc");
+            let n = h.emit(&mut buf, 3, SRC, DST).unwrap();
+            assert_eq!(n, 20 + len + 3);
+            let s = TcpSegment::parse(&buf[..n], SRC, DST).unwrap();
+            assert_eq!(s.payload(), b"abc");
+            let mut got_ts = None;
+            let mut got = std::vec::Vec::new();
+            for o in s.options() {
+                match o {
+                    TcpOption::Sack(b) => got.extend(b),
+                    TcpOption::Timestamps(t) => got_ts = Some(t),
+                    _ => {}
+                }
+            }
+            assert_eq!(got, four[..blocks]);
+            assert_eq!(got_ts, set.timestamps);
         }
     }
 

@@ -56,6 +56,7 @@ fn tcp_header() -> impl Strategy<Value = TcpHeader> {
             window_scale,
             sack_permitted,
             timestamps: ts.map(|(tsval, tsecr)| Timestamps { tsval, tsecr }),
+            ..Default::default()
         });
     (any::<(u16, u16, u32, u32, u8, u16, u16)>(), options).prop_map(
         |((src_port, dst_port, seq, ack, flags, window, urgent), options)| TcpHeader {

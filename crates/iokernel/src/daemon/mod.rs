@@ -16,6 +16,7 @@
 
 mod control_plane;
 mod driver;
+pub mod faults;
 mod handoff;
 mod jobs;
 mod kick;
@@ -41,7 +42,10 @@ use registry::Registry;
 pub use handoff::HandoffStats;
 use net::Switch;
 pub use net::{CONTROL_RESERVE, MAX_FRAME, NetDrop, NetStats, TX_BURST};
-pub use stats::{GlobalStats, HandoverStats, NicStats, RuntimeNetStats, RuntimeStats, Stats};
+pub use stats::{
+    FaultDirectionStats, FaultStats, GlobalStats, HandoverStats, NicStats, RuntimeNetStats,
+    RuntimeStats, Stats,
+};
 
 /// The wire form of a runtime id: slot in the low half, generation in the high half.
 pub fn encode_runtime_id(id: RuntimeId) -> u64 {
@@ -94,7 +98,7 @@ impl Daemon {
         Ok(Self {
             control: ControlPlane::new(listener)?,
             registry: Registry::default(),
-            switch: Switch::new(nic),
+            switch: Switch::new(nic, &config.faults),
             driver: CoreDriver::new(alloc, &config)?,
             counters: LoopCounters::default(),
             config,
@@ -125,7 +129,10 @@ impl Daemon {
             }
             self.switch
                 .poll_nic(now, &mut self.registry, &mut self.driver);
-            self.switch.drain_tx(&mut self.registry, &mut self.driver);
+            self.switch
+                .release_held(now, &mut self.registry, &mut self.driver);
+            self.switch
+                .drain_tx(now, &mut self.registry, &mut self.driver);
             self.execute();
             if now >= next_pass {
                 // Parks that came in since the drain above (this loop may have lost its CPU

@@ -27,6 +27,13 @@
 //! Frames are copied twice on the local path (out of the sender's area, into the receiver's),
 //! so that what was checked is what is delivered: the sender may rewrite its buffer at any
 //! time.
+//!
+//! Fault injection (`--faults`, `faults.rs`), when configured for a direction, stands between
+//! the switch's decision and the frame's delivery: NIC frames before they are steered (`rx`),
+//! checked runtime frames before they reach the NIC (`tx`) or another runtime (`local`). A
+//! runtime's send completes as sent whatever the injector then does to the frame, as on a
+//! lossy wire. Frames it holds back are copies in the injector's own table, released by the
+//! loop through [`Switch::release_held`]. Without faults the cost is one branch per frame.
 
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
@@ -36,7 +43,10 @@ use corral_wire::{ArpOp, Classification, DropReason, FrameClass, RssHasher, clas
 use serde::{Deserialize, Serialize};
 
 use super::driver::{CoreDriver, CoreRequest};
+use super::faults::{Direction, Injector};
 use super::registry::{Kthread, Registry, Tenant};
+use super::stats::{FaultDirectionStats, FaultStats};
+use crate::config::FaultsConfig;
 use crate::nic::{FrameBatch, Nic};
 use corral_policy::{KthreadIndex, KthreadPlace, Policy};
 
@@ -248,6 +258,58 @@ impl Tables {
     }
 }
 
+/// The fault injectors of the directions that have faults.
+struct Faults {
+    rx: Option<Box<Injector>>,
+    tx: Option<Box<Injector>>,
+    local: Option<Box<Injector>>,
+    /// Some injector may hold frames, which the loop must release when due.
+    holding: bool,
+}
+
+impl Faults {
+    fn new(config: &FaultsConfig) -> Self {
+        let injector = |direction| {
+            config
+                .get(direction)
+                .filter(|spec| spec.is_active())
+                .map(|spec| {
+                    log::warn!("fault injection on {direction}: {spec}");
+                    Box::new(Injector::new(direction, spec.clone()))
+                })
+        };
+        let (rx, tx, local) = (
+            injector(Direction::Rx),
+            injector(Direction::Tx),
+            injector(Direction::Local),
+        );
+        let holding = [&rx, &tx, &local]
+            .iter()
+            .any(|i| i.as_ref().is_some_and(|i| i.holds()));
+        Faults {
+            rx,
+            tx,
+            local,
+            holding,
+        }
+    }
+
+    fn stats(&self) -> FaultStats {
+        let of = |injector: &Option<Box<Injector>>| {
+            injector.as_ref().map(|i| FaultDirectionStats {
+                spec: i.spec().to_string(),
+                counters: i.counters(),
+                held: i.held(),
+            })
+        };
+        FaultStats {
+            rx: of(&self.rx),
+            tx: of(&self.tx),
+            local: of(&self.local),
+        }
+    }
+}
+
 /// The switch's own state, apart from the runtimes: who owns which address, the NIC, and the
 /// buffers and counters of steering.
 pub(super) struct Switch {
@@ -262,10 +324,11 @@ pub(super) struct Switch {
     /// The last NIC poll found frames: poll again at once.
     nic_busy: bool,
     next_nic_poll: u64,
+    faults: Faults,
 }
 
 impl Switch {
-    pub(super) fn new(nic: Option<Box<dyn Nic>>) -> Self {
+    pub(super) fn new(nic: Option<Box<dyn Nic>>, faults: &FaultsConfig) -> Self {
         Self {
             tables: Tables::default(),
             nic,
@@ -276,6 +339,7 @@ impl Switch {
             counters: NetCounters::default(),
             nic_busy: false,
             next_nic_poll: 0,
+            faults: Faults::new(faults),
         }
     }
 
@@ -311,6 +375,11 @@ impl Switch {
     /// The switch's counters.
     pub(super) fn stats(&self) -> NetStats {
         self.counters.stats()
+    }
+
+    /// The fault injectors' counters.
+    pub(super) fn fault_stats(&self) -> FaultStats {
+        self.faults.stats()
     }
 }
 
@@ -695,19 +764,70 @@ impl Switch {
         sw.next_nic_poll = now + nic.idle_poll_interval_ns();
         for i in 0..got {
             let frame = sw.batch.frame(i);
-            let to = Delivery {
-                registry,
-                driver,
-                rss: &sw.rss,
-                global: &mut sw.counters,
+            let Some(faults) = sw.faults.rx.as_deref_mut() else {
+                let to = Delivery {
+                    registry,
+                    driver,
+                    rss: &sw.rss,
+                    global: &mut sw.counters,
+                };
+                receive(&sw.tables, to, frame, Reserve::NONE);
+                continue;
             };
-            receive(&sw.tables, to, frame);
+            faults.inject(frame, now, &mut |frame| {
+                let to = Delivery {
+                    registry: &mut *registry,
+                    driver: &mut *driver,
+                    rss: &sw.rss,
+                    global: &mut sw.counters,
+                };
+                receive(&sw.tables, to, frame, Reserve::NONE);
+            });
+        }
+    }
+
+    /// Passes on the frames the fault injectors held back whose time has come (one branch
+    /// when no injector holds frames).
+    #[inline]
+    pub(super) fn release_held(
+        &mut self,
+        now: u64,
+        registry: &mut Registry,
+        driver: &mut CoreDriver,
+    ) {
+        if self.faults.holding {
+            self.release_due(now, registry, driver);
+        }
+    }
+
+    fn release_due(&mut self, now: u64, registry: &mut Registry, driver: &mut CoreDriver) {
+        let sw = self;
+        for faults in [sw.faults.rx.as_deref_mut(), sw.faults.local.as_deref_mut()]
+            .into_iter()
+            .flatten()
+        {
+            faults.release_due(now, &mut |frame| {
+                let to = Delivery {
+                    registry: &mut *registry,
+                    driver: &mut *driver,
+                    rss: &sw.rss,
+                    global: &mut sw.counters,
+                };
+                receive(&sw.tables, to, frame, Reserve::NONE);
+            });
+        }
+        if let (Some(faults), Some(nic)) = (sw.faults.tx.as_deref_mut(), sw.nic.as_mut()) {
+            faults.release_due(now, &mut |frame| {
+                if nic.send(frame).is_err() {
+                    sw.counters.drop(NetDrop::NicSendFailed);
+                }
+            });
         }
     }
 
     /// Drains the egress packet rings of active kthreads (and of parked ones that may have left
     /// frames), a burst per ring.
-    pub(super) fn drain_tx(&mut self, registry: &mut Registry, driver: &mut CoreDriver) {
+    pub(super) fn drain_tx(&mut self, now: u64, registry: &mut Registry, driver: &mut CoreDriver) {
         for slot in 0..registry.slots() {
             let mut polled = 0;
             while let Some(rt) = registry.at_mut(slot) {
@@ -715,7 +835,7 @@ impl Switch {
                     break;
                 }
                 let index = usize::from(rt.tx_poll[polled]);
-                match self.tx_burst(slot, index, registry, driver) {
+                match self.tx_burst(now, slot, index, registry, driver) {
                     Ok(true) => polled += 1,
                     // It left the list; the next one moved into its place.
                     Ok(false) => {}
@@ -734,6 +854,7 @@ impl Switch {
     /// the runtime's polled list (a parked one leaves it once its ring is empty).
     fn tx_burst(
         &mut self,
+        now: u64,
         slot: usize,
         index: usize,
         registry: &mut Registry,
@@ -778,24 +899,49 @@ impl Switch {
                                 index,
                                 slots: n as u32,
                             };
-                            let delivery = Delivery {
-                                registry: &mut *registry,
-                                driver: &mut *driver,
-                                rss: &sw.rss,
-                                global: &mut sw.counters,
-                            };
-                            if deliver(delivery, to, frame, &class.class, reserve) {
+                            if let Some(faults) = sw.faults.local.as_deref_mut() {
+                                // What leaves the injector now may be frames it held for other
+                                // runtimes: each is steered by its own address.
+                                faults.inject(frame, now, &mut |frame| {
+                                    let delivery = Delivery {
+                                        registry: &mut *registry,
+                                        driver: &mut *driver,
+                                        rss: &sw.rss,
+                                        global: &mut sw.counters,
+                                    };
+                                    receive(&sw.tables, delivery, frame, reserve);
+                                });
                                 Ok((len, true))
                             } else {
-                                Err(None)
+                                let delivery = Delivery {
+                                    registry: &mut *registry,
+                                    driver: &mut *driver,
+                                    rss: &sw.rss,
+                                    global: &mut sw.counters,
+                                };
+                                if deliver(delivery, to, frame, &class.class, reserve) {
+                                    Ok((len, true))
+                                } else {
+                                    Err(None)
+                                }
                             }
                         }
-                        Route::Nic => match sw.nic.as_mut() {
-                            None => Err(Some(NetDrop::TxNoRoute)),
-                            Some(nic) => match nic.send(frame) {
+                        Route::Nic => match (sw.nic.as_mut(), sw.faults.tx.as_deref_mut()) {
+                            (None, _) => Err(Some(NetDrop::TxNoRoute)),
+                            (Some(nic), None) => match nic.send(frame) {
                                 Ok(()) => Ok((len, false)),
                                 Err(_) => Err(Some(NetDrop::NicSendFailed)),
                             },
+                            (Some(nic), Some(faults)) => {
+                                // Sent, as far as the runtime knows; what the injector then
+                                // does to it happens on the wire.
+                                faults.inject(frame, now, &mut |frame| {
+                                    if nic.send(frame).is_err() {
+                                        sw.counters.drop(NetDrop::NicSendFailed);
+                                    }
+                                });
+                                Ok((len, false))
+                            }
                         },
                     }
                 }
@@ -839,8 +985,9 @@ impl Switch {
     }
 }
 
-/// Steers one frame that arrived from the NIC.
-fn receive(tables: &Tables, to: Delivery<'_>, frame: &[u8]) {
+/// Steers one frame that arrived from the NIC (or, with faults on the local path, from a
+/// runtime), leaving `reserve` free.
+fn receive(tables: &Tables, to: Delivery<'_>, frame: &[u8], reserve: Reserve) {
     if frame.len() > MAX_FRAME {
         to.global.drop(NetDrop::RxTooBig);
         return;
@@ -857,7 +1004,7 @@ fn receive(tables: &Tables, to: Delivery<'_>, frame: &[u8]) {
             }) if arp.op == ArpOp::Request => {
                 match tables.ips.get(&ip_key(arp.target_ip.octets())) {
                     Some(&slot) => {
-                        deliver(to, slot, frame, &class, Reserve::NONE);
+                        deliver(to, slot, frame, &class, reserve);
                     }
                     None => to.global.drop(NetDrop::RxArpNotLocal),
                 }
@@ -872,7 +1019,7 @@ fn receive(tables: &Tables, to: Delivery<'_>, frame: &[u8]) {
     };
     match classify(frame) {
         Ok(c) => {
-            deliver(to, slot, frame, &c.class, Reserve::NONE);
+            deliver(to, slot, frame, &c.class, reserve);
         }
         Err(why) => {
             to.global.rx_parse_drops[why.index()] += 1;

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::faults::FaultCounters;
 use super::net::NetStats;
 use super::{Daemon, encode_runtime_id};
 use crate::nic::NicCounters;
@@ -21,6 +22,34 @@ pub struct Stats {
     pub net: NetStats,
     /// The NIC backend; `None` with `nic = none`.
     pub nic: Option<NicStats>,
+    /// Fault injection (`--faults`), per direction.
+    #[serde(default)]
+    pub faults: FaultStats,
+}
+
+/// The fault injectors, by direction; a direction without faults is `None`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct FaultStats {
+    /// NIC to runtime.
+    pub rx: Option<FaultDirectionStats>,
+    /// Runtime to NIC.
+    pub tx: Option<FaultDirectionStats>,
+    /// Runtime to runtime, through the local switch.
+    pub local: Option<FaultDirectionStats>,
+}
+
+/// What one direction's fault injector did, in frames.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct FaultDirectionStats {
+    /// Its settings, in the `--faults` syntax without the direction.
+    pub spec: String,
+    /// `frames` handed in; `emitted` passed on (duplicates and released frames included);
+    /// `dropped` (loss), `duplicated`, `corrupted`, `delayed`, `reordered`, and
+    /// `hold_overflow` (frames to hold that found the table full, and were dropped).
+    #[serde(flatten)]
+    pub counters: FaultCounters,
+    /// Frames held now (delayed or reordered, not yet released).
+    pub held: usize,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -343,6 +372,7 @@ impl Daemon {
             cores,
             net: self.switch.stats(),
             nic,
+            faults: self.switch.fault_stats(),
         }
     }
 

@@ -5,14 +5,31 @@
 //! connection wants to send (every call below except the read-only accessors), it drains
 //! [`Connection::poll_transmit`] and re-arms its timer for [`Connection::next_deadline`].
 
+mod input;
+mod output;
+mod recv;
+mod ring;
+mod rtt;
+mod scoreboard;
+mod timers;
+
+#[cfg(test)]
+mod tests;
+
 use core::fmt;
 use core::net::SocketAddrV4;
 
-use corral_wire::TcpSegment;
+use corral_wire::{TcpOption, TcpSegment};
 
 use crate::Nanos;
+use crate::cc::CongestionControl;
 use crate::config::TcpConfig;
+use crate::seq::Seq;
 use crate::stats::ConnStats;
+use recv::RecvBuffer;
+use ring::ByteRing;
+use rtt::RttEstimator;
+use scoreboard::Scoreboard;
 
 /// The two ends of a connection, from this side.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -141,12 +158,162 @@ impl std::error::Error for TcpError {}
 /// Longest TCP header this engine emits (20 bytes plus 40 of options).
 pub const MAX_HEADER: usize = 60;
 
+/// MSS assumed when the peer sends none (RFC 9293 §3.7.1).
+const DEFAULT_MSS: u16 = 536;
+/// Length of the timestamps option as this engine lays it out.
+const TS_OPTION_LEN: u32 = 12;
+/// Largest window-scale shift (RFC 7323 §2.3).
+const MAX_WSCALE: u8 = 14;
+
+/// The timestamp clock (RFC 7323 §5.4): microseconds of the caller's clock, so round trips of a
+/// few microseconds are still measured. A listener answering with SYN cookies must use the same
+/// clock, so that the connection's first TSval is not below the SYN-ACK's.
+#[inline]
+pub const fn timestamp_clock(now: Nanos) -> u32 {
+    (now / 1_000) as u32
+}
+
+/// The window-scale shift a receive buffer of `recv_buffer` bytes needs (RFC 7323 §2.2).
+pub const fn window_scale_for(recv_buffer: usize) -> u8 {
+    let mut shift = 0;
+    while shift < MAX_WSCALE && (recv_buffer >> shift) > u16::MAX as usize {
+        shift += 1;
+    }
+    shift
+}
+
+/// A RST owed to the peer, with the fields it must carry.
+#[derive(Clone, Copy, Debug)]
+struct RstOwed {
+    seq: Seq,
+    ack: Option<Seq>,
+}
+
+/// The options of an arriving segment, read once.
+#[derive(Clone, Copy, Default)]
+struct SegOptions<'a> {
+    mss: Option<u16>,
+    window_scale: Option<u8>,
+    sack_permitted: bool,
+    timestamps: Option<corral_wire::Timestamps>,
+    sack: Option<corral_wire::tcp::SackBlocks<'a>>,
+}
+
+impl<'a> SegOptions<'a> {
+    fn parse(seg: &TcpSegment<'a>) -> SegOptions<'a> {
+        let mut o = SegOptions::default();
+        if seg.option_bytes().is_empty() {
+            return o;
+        }
+        for opt in seg.options() {
+            match opt {
+                TcpOption::Mss(m) => o.mss = Some(m),
+                TcpOption::WindowScale(s) => o.window_scale = Some(s.min(MAX_WSCALE)),
+                TcpOption::SackPermitted => o.sack_permitted = true,
+                TcpOption::Timestamps(t) => o.timestamps = Some(t),
+                TcpOption::Sack(b) => o.sack = Some(b),
+                TcpOption::Unknown { .. } => {}
+            }
+        }
+        o
+    }
+}
+
 /// One connection.
 pub struct Connection {
     config: TcpConfig,
     ends: Endpoints,
     state: State,
     stats: ConnStats,
+    error: Option<TcpError>,
+    /// Created by a passive open (a RST in SYN-RECEIVED then just removes it).
+    passive: bool,
+
+    // Send sequence space (RFC 9293 §3.3.1). SND.MAX is the highest sequence number sent; after
+    // an RTO, SND.NXT goes back to SND.UNA and climbs again (go-back-N).
+    iss: Seq,
+    snd_una: Seq,
+    snd_nxt: Seq,
+    snd_max: Seq,
+    /// The peer's window, scaled, in bytes.
+    snd_wnd: u32,
+    max_snd_wnd: u32,
+    snd_wl1: Seq,
+    snd_wl2: Seq,
+    snd_wscale: u8,
+    /// Largest payload the peer accepts (its MSS, capped by ours), before our options.
+    send_mss: u32,
+    /// Unacknowledged and unsent bytes; the first is at `buf_seq`.
+    sbuf: ByteRing,
+    buf_seq: Seq,
+    /// The application shut down writing: a FIN follows the buffered bytes.
+    fin_queued: bool,
+    /// The application closed: nothing will read what arrives.
+    app_closed: bool,
+
+    // Receive sequence space.
+    irs: Seq,
+    rcv_nxt: Seq,
+    rcv_wscale: u8,
+    /// The window-scale shift our SYN offers (used only if the peer's SYN offers one too).
+    offered_wscale: Option<u8>,
+    /// Right edge of the window last advertised.
+    rcv_adv: Seq,
+    rbuf: RecvBuffer,
+    /// The peer's FIN was received in order: reads end after the buffered bytes.
+    fin_received: bool,
+    /// A FIN that arrived ahead of missing data, at this sequence number.
+    peer_fin: Option<Seq>,
+    last_ack_sent: Seq,
+
+    // Negotiated options.
+    ts_enabled: bool,
+    ts_recent: u32,
+    ts_recent_at: Nanos,
+    sack_enabled: bool,
+
+    // ACK policy.
+    ack_now: bool,
+    delack_deadline: Option<Nanos>,
+    full_segments_unacked: u32,
+
+    // Control segments owed.
+    rst_owed: Option<RstOwed>,
+    challenge_window_start: Nanos,
+    challenges_in_window: u32,
+    probe_owed: bool,
+
+    // Retransmission (RFC 6298).
+    rtt: RttEstimator,
+    rto_deadline: Option<Nanos>,
+    /// Consecutive RTO expirations without progress.
+    retries: u32,
+    /// Karn's algorithm without timestamps: the sequence number whose ACK gives the next RTT
+    /// sample, and when its segment left. Cleared by any retransmission.
+    rtt_timed: Option<(Seq, Nanos)>,
+
+    // Persist (zero-window probes) and keepalive.
+    persist_deadline: Option<Nanos>,
+    persist_backoff: u32,
+    probes_unanswered: u32,
+    keepalive_deadline: Option<Nanos>,
+    keepalive_sent: u32,
+    last_send: Nanos,
+    /// TIME-WAIT's end, or FIN-WAIT-2's for a connection the application closed.
+    close_deadline: Option<Nanos>,
+
+    // Congestion control and loss recovery (RFC 5681, RFC 6582, RFC 2018).
+    cc: Box<dyn CongestionControl>,
+    dup_acks: u32,
+    in_recovery: bool,
+    recover: Seq,
+    /// Window inflation during fast recovery (RFC 6582 §3.2), on top of the algorithm's cwnd.
+    inflation: u32,
+    /// Where the search for the next hole to retransmit in recovery starts.
+    rexmit_next: Seq,
+    /// Retransmissions recovery may send now.
+    rexmit_budget: u32,
+    scoreboard: Scoreboard,
 }
 
 impl fmt::Debug for Connection {
@@ -154,16 +321,89 @@ impl fmt::Debug for Connection {
         f.debug_struct("Connection")
             .field("ends", &self.ends)
             .field("state", &self.state)
+            .field("snd_una", &self.snd_una)
+            .field("snd_nxt", &self.snd_nxt)
+            .field("snd_max", &self.snd_max)
+            .field("rcv_nxt", &self.rcv_nxt)
             .finish_non_exhaustive()
     }
 }
 
 impl Connection {
+    fn new(config: &TcpConfig, ends: Endpoints, state: State, iss: u32, now: Nanos) -> Connection {
+        let iss = Seq(iss);
+        let mss = u32::from(config.mss);
+        Connection {
+            config: config.clone(),
+            ends,
+            state,
+            stats: ConnStats::default(),
+            error: None,
+            passive: false,
+            iss,
+            snd_una: iss,
+            snd_nxt: iss,
+            snd_max: iss,
+            snd_wnd: 0,
+            max_snd_wnd: 0,
+            snd_wl1: Seq(0),
+            snd_wl2: iss,
+            snd_wscale: 0,
+            send_mss: u32::from(DEFAULT_MSS.min(config.mss)),
+            sbuf: ByteRing::new(config.send_buffer),
+            buf_seq: iss + 1,
+            fin_queued: false,
+            app_closed: false,
+            irs: Seq(0),
+            rcv_nxt: Seq(0),
+            rcv_wscale: 0,
+            offered_wscale: config
+                .window_scaling
+                .then(|| window_scale_for(config.recv_buffer)),
+            rcv_adv: Seq(0),
+            rbuf: RecvBuffer::new(config.recv_buffer, config.max_ooo_ranges),
+            fin_received: false,
+            peer_fin: None,
+            last_ack_sent: Seq(0),
+            ts_enabled: false,
+            ts_recent: 0,
+            ts_recent_at: now,
+            sack_enabled: false,
+            ack_now: false,
+            delack_deadline: None,
+            full_segments_unacked: 0,
+            rst_owed: None,
+            challenge_window_start: now,
+            challenges_in_window: 0,
+            probe_owed: false,
+            rtt: RttEstimator::new(config.rto_initial, config.rto_min, config.rto_max),
+            rto_deadline: None,
+            retries: 0,
+            rtt_timed: None,
+            persist_deadline: None,
+            persist_backoff: 0,
+            probes_unanswered: 0,
+            keepalive_deadline: None,
+            keepalive_sent: 0,
+            last_send: now,
+            close_deadline: None,
+            cc: config
+                .congestion_control
+                .build(mss, mss * config.initial_window_segments),
+            dup_acks: 0,
+            in_recovery: false,
+            recover: iss,
+            inflation: 0,
+            rexmit_next: iss,
+            rexmit_budget: 0,
+            scoreboard: Scoreboard::default(),
+        }
+    }
+
     /// Active open (RFC 9293 §3.10.1): SYN-SENT; the SYN goes out on the next
     /// [`Connection::poll_transmit`]. `config` must be valid.
     pub fn connect(config: &TcpConfig, ends: Endpoints, iss: u32, now: Nanos) -> Connection {
-        let _ = (config, ends, iss, now);
-        todo!()
+        Connection::new(config, ends, State::SynSent, iss, now)
     }
 
     /// Passive open of a SYN the listener accepted with state: SYN-RECEIVED; the SYN-ACK goes
@@ -175,39 +415,168 @@ impl Connection {
         iss: u32,
         now: Nanos,
     ) -> Connection {
-        let _ = (config, ends, syn, iss, now);
-        todo!()
+        let mut c = Connection::new(config, ends, State::SynReceived, iss, now);
+        c.passive = true;
+        c.take_peer_syn(now, syn, &SegOptions::parse(syn));
+        c.stats.segments_in += 1;
+        c
     }
 
     /// A connection whose handshake the listener completed statelessly: ESTABLISHED.
     pub fn from_handshake(config: &TcpConfig, handshake: &Handshake, now: Nanos) -> Connection {
-        let _ = (config, handshake, now);
-        todo!()
+        let h = handshake;
+        let mut c = Connection::new(config, h.ends, State::Established, h.iss, now);
+        c.passive = true;
+        c.irs = Seq(h.irs);
+        c.rcv_nxt = c.irs + 1;
+        c.last_ack_sent = c.rcv_nxt;
+        c.snd_una = c.iss + 1;
+        c.snd_nxt = c.snd_una;
+        c.snd_max = c.snd_una;
+        c.rexmit_next = c.snd_una;
+        c.set_send_mss(h.peer_mss);
+        if let (Some(peer), true) = (h.peer_window_scale, config.window_scaling) {
+            c.snd_wscale = peer.min(MAX_WSCALE);
+            c.rcv_wscale = h.local_window_scale.min(MAX_WSCALE);
+        }
+        if let (Some(ts), true) = (h.ts_recent, config.timestamps) {
+            c.ts_enabled = true;
+            c.ts_recent = ts;
+        }
+        c.sack_enabled = h.sack_permitted && config.sack;
+        c.size_congestion_control();
+        c.snd_wnd = u32::from(h.peer_window) << c.snd_wscale;
+        c.max_snd_wnd = c.snd_wnd;
+        c.snd_wl1 = c.rcv_nxt;
+        c.snd_wl2 = c.snd_una;
+        c.rcv_adv = c.rcv_nxt + c.advertised_window();
+        c.arm_keepalive(now);
+        c
     }
 
-    /// A segment for this connection arrived (its checksum already verified).
-    pub fn on_segment(&mut self, now: Nanos, seg: &TcpSegment<'_>) -> Events {
-        let _ = (now, seg);
-        todo!()
+    /// Takes the peer's SYN: its sequence number and what its options offer.
+    fn take_peer_syn(&mut self, now: Nanos, syn: &TcpSegment<'_>, opts: &SegOptions<'_>) {
+        self.irs = Seq(syn.seq());
+        self.rcv_nxt = self.irs + 1;
+        self.last_ack_sent = self.rcv_nxt;
+        // A SYN's window is unscaled and at most 64 KiB: the edge it advertises.
+        self.rcv_adv = self.rcv_nxt + self.rbuf.window().min(usize::from(u16::MAX)) as u32;
+        let ts = opts.timestamps.filter(|_| self.config.timestamps);
+        if let Some(ts) = ts {
+            self.ts_enabled = true;
+            self.ts_recent = ts.tsval;
+            self.ts_recent_at = now;
+        }
+        if let (Some(peer), Some(ours)) = (opts.window_scale, self.offered_wscale) {
+            self.snd_wscale = peer;
+            self.rcv_wscale = ours;
+        } else {
+            self.offered_wscale = None;
+        }
+        self.sack_enabled = self.config.sack && opts.sack_permitted;
+        self.set_send_mss(opts.mss.unwrap_or(DEFAULT_MSS));
+        self.size_congestion_control();
+        // The window of a SYN is never scaled (RFC 7323 §2.2).
+        self.snd_wnd = u32::from(syn.window());
+        self.max_snd_wnd = self.snd_wnd;
+        self.snd_wl1 = self.irs;
+        self.snd_wl2 = Seq(syn.ack());
     }
 
-    /// The deadline from [`Connection::next_deadline`] passed: runs every expired timer.
-    pub fn on_timer(&mut self, now: Nanos) -> Events {
-        let _ = now;
-        todo!()
+    fn set_send_mss(&mut self, peer_mss: u16) {
+        self.send_mss = u32::from(peer_mss.clamp(64, self.config.mss));
     }
 
-    /// The earliest time [`Connection::on_timer`] has work to do.
-    pub fn next_deadline(&self) -> Option<Nanos> {
-        todo!()
+    /// Once the handshake fixed the segment size: congestion control counts in the segments
+    /// actually sent (RFC 5681's SMSS), not in our own MSS.
+    fn size_congestion_control(&mut self) {
+        let smss = self.data_mss();
+        if smss != u32::from(self.config.mss) {
+            self.cc = self
+                .config
+                .congestion_control
+                .build(smss, smss * self.config.initial_window_segments);
+        }
     }
 
-    /// Writes the next segment to send, header (checksum included) and payload, into `out`,
-    /// which must hold at least `MAX_HEADER + mss` bytes; returns its length, or `None` when
-    /// nothing is due now.
-    pub fn poll_transmit(&mut self, now: Nanos, out: &mut [u8]) -> Option<usize> {
-        let _ = (now, out);
-        todo!()
+    /// Payload of a full-sized data segment after the options every segment carries.
+    #[inline]
+    fn data_mss(&self) -> u32 {
+        let opts = if self.ts_enabled { TS_OPTION_LEN } else { 0 };
+        self.send_mss - opts
+    }
+
+    /// Whether the handshake is done (RFC 9293's synchronized states).
+    #[inline]
+    fn synchronized(&self) -> bool {
+        !matches!(
+            self.state,
+            State::SynSent | State::SynReceived | State::Closed
+        )
+    }
+
+    /// Sequence number of our FIN, once the application shut down writing.
+    #[inline]
+    fn fin_seq(&self) -> Option<Seq> {
+        self.fin_queued
+            .then(|| self.buf_seq + self.sbuf.len() as u32)
+    }
+
+    /// Whether our FIN was sent and acknowledged.
+    #[inline]
+    fn fin_acked(&self) -> bool {
+        self.fin_seq().is_some_and(|f| self.snd_una.gt(f))
+    }
+
+    /// Moves to CLOSED, stops every timer and returns the send buffer's heap.
+    fn enter_closed(&mut self) -> Events {
+        self.state = State::Closed;
+        self.rto_deadline = None;
+        self.delack_deadline = None;
+        self.persist_deadline = None;
+        self.keepalive_deadline = None;
+        self.close_deadline = None;
+        self.ack_now = false;
+        self.probe_owed = false;
+        self.sbuf.release();
+        Events::CLOSED
+    }
+
+    /// The connection failed: every blocked caller wakes to the error.
+    fn fail(&mut self, why: TcpError) -> Events {
+        self.error = Some(why);
+        self.rbuf.release();
+        self.enter_closed() | Events::ERROR | Events::READABLE | Events::WRITABLE
+    }
+
+    fn enter_time_wait(&mut self, now: Nanos) -> Events {
+        self.state = State::TimeWait;
+        // Everything sent is acknowledged: TIME-WAIT keeps no send buffer, and no receive
+        // buffer either once nothing is left to read.
+        self.sbuf.release();
+        if self.rbuf.readable() == 0 {
+            self.rbuf.release();
+        }
+        self.rto_deadline = None;
+        self.persist_deadline = None;
+        self.keepalive_deadline = None;
+        // With `time_wait` = 0 the deadline is now: the last ACK still leaves first.
+        self.close_deadline = Some(now + self.config.time_wait);
+        Events::NONE
+    }
+
+    fn arm_keepalive(&mut self, now: Nanos) {
+        if let Some(k) = self.config.keepalive
+            && matches!(self.state, State::Established | State::CloseWait)
+        {
+            self.keepalive_deadline = Some(now + k.idle);
+            self.keepalive_sent = 0;
+        }
+    }
+
+    /// The event entry points for the application.
+    fn app_error(&self) -> Option<TcpError> {
+        self.error
     }
 
     /// Copies as much of `data` as the send buffer takes; `WouldBlock` when it takes nothing.
@@ -217,54 +586,192 @@ impl Connection {
 
     /// Like [`Connection::send`], from several buffers in order, as one stream.
     pub fn send_vectored(&mut self, now: Nanos, bufs: &[&[u8]]) -> Result<usize, TcpError> {
-        let _ = (now, bufs);
-        todo!()
+        if let Some(e) = self.app_error() {
+            return Err(e);
+        }
+        match self.state {
+            State::SynSent | State::SynReceived => return Err(TcpError::NotConnected),
+            State::Established | State::CloseWait if !self.fin_queued => {}
+            _ => return Err(TcpError::BrokenPipe),
+        }
+        let mut n = 0;
+        for b in bufs {
+            let took = self.sbuf.push(b);
+            n += took;
+            if took < b.len() {
+                break;
+            }
+        }
+        if n == 0 && bufs.iter().any(|b| !b.is_empty()) {
+            return Err(TcpError::WouldBlock);
+        }
+        self.update_persist(now);
+        Ok(n)
     }
 
     /// Bytes `send` would accept now.
     pub fn send_space(&self) -> usize {
-        todo!()
+        match self.state {
+            State::Established | State::CloseWait if !self.fin_queued && self.error.is_none() => {
+                self.sbuf.free()
+            }
+            _ => 0,
+        }
     }
 
     /// Copies received in-order bytes into `buf`; `Ok(0)` once the peer's FIN is reached (or
     /// for an empty `buf`), `WouldBlock` when nothing is there yet.
     pub fn recv(&mut self, now: Nanos, buf: &mut [u8]) -> Result<usize, TcpError> {
-        let _ = (now, buf);
-        todo!()
+        let _ = now;
+        if let Some(e) = self.app_error() {
+            return Err(e);
+        }
+        if matches!(self.state, State::SynSent | State::SynReceived) {
+            return Err(TcpError::NotConnected);
+        }
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        let n = self.rbuf.read(buf);
+        if n == 0 {
+            return if self.fin_received || self.state == State::Closed {
+                Ok(0)
+            } else {
+                Err(TcpError::WouldBlock)
+            };
+        }
+        self.maybe_window_update();
+        Ok(n)
+    }
+
+    /// After a read: announce the opened window if it grew enough to matter (receiver-side
+    /// silly window avoidance, RFC 9293 §3.8.6.2.2).
+    fn maybe_window_update(&mut self) {
+        if !self.synchronized() || self.fin_received {
+            return;
+        }
+        let edge = self.rcv_nxt + self.advertised_window();
+        let grown = edge - self.rcv_adv;
+        let threshold = (self.rbuf.capacity() as u32 / 2).min(u32::from(self.config.mss));
+        if edge.gt(self.rcv_adv) && grown >= threshold {
+            self.ack_now = true;
+        }
+    }
+
+    /// The window we would advertise now, in bytes, after scaling's rounding.
+    #[inline]
+    fn advertised_window(&self) -> u32 {
+        let field = (self.rbuf.window() >> self.rcv_wscale).min(usize::from(u16::MAX));
+        (field as u32) << self.rcv_wscale
     }
 
     /// Bytes `recv` would return now.
     pub fn recv_available(&self) -> usize {
-        todo!()
+        self.rbuf.readable()
     }
 
     /// Whether `recv` would not block (data, the peer's FIN, or an error).
     pub fn readable(&self) -> bool {
-        todo!()
+        self.rbuf.readable() > 0
+            || self.fin_received
+            || self.error.is_some()
+            || self.state == State::Closed
     }
 
     /// Whether `send` would not block (space or an error).
     pub fn writable(&self) -> bool {
-        todo!()
+        self.send_space() > 0
+            || self.error.is_some()
+            || !matches!(
+                self.state,
+                State::SynSent | State::SynReceived | State::Established | State::CloseWait
+            )
+            || self.fin_queued
     }
 
     /// Sends a FIN after the queued data (`shutdown(SHUT_WR)`).
     pub fn shutdown_write(&mut self, now: Nanos) -> Result<(), TcpError> {
-        let _ = now;
-        todo!()
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        if self.fin_queued {
+            return Ok(());
+        }
+        match self.state {
+            State::SynSent => {
+                self.enter_closed();
+                return Ok(());
+            }
+            // The FIN waits for the handshake; completing it moves to FIN-WAIT-1.
+            State::SynReceived => {}
+            State::Established => self.state = State::FinWait1,
+            State::CloseWait => self.state = State::LastAck,
+            State::Closed => return Err(TcpError::NotConnected),
+            _ => return Ok(()),
+        }
+        self.fin_queued = true;
+        self.update_persist(now);
+        Ok(())
     }
 
     /// The application is done with the connection: a FIN after queued data, or a RST when
     /// received data was left unread (RFC 9293 §3.6.1, as Linux does).
     pub fn close(&mut self, now: Nanos) {
-        let _ = now;
-        todo!()
+        if self.state == State::Closed {
+            return;
+        }
+        if self.rbuf.readable() > 0 {
+            self.abort(now);
+            return;
+        }
+        self.app_closed = true;
+        let _ = self.shutdown_write(now);
+        if self.state == State::FinWait2 && self.close_deadline.is_none() {
+            self.close_deadline = Some(now + self.config.time_wait);
+        }
+        // Nothing will read again.
+        if self.state != State::Closed && self.rbuf.readable() == 0 {
+            self.keepalive_deadline = None;
+        }
+    }
+
+    /// In TIME-WAIT, whether a new SYN (without ACK) from the same peer may start a new
+    /// incarnation (RFC 6191, RFC 9293 §3.10.7.4): its timestamp is newer than the last one
+    /// seen or, without timestamps on either, its sequence number lies beyond RCV.NXT. The caller
+    /// then removes this connection and hands the SYN to its listener; otherwise the SYN is fed
+    /// to [`Connection::on_segment`], which answers it with a challenge ACK.
+    pub fn time_wait_accepts_syn(&self, syn: &TcpSegment<'_>) -> bool {
+        let flags = syn.flags();
+        if self.state != State::TimeWait
+            || !flags.contains(corral_wire::TcpFlags::SYN)
+            || flags.contains(corral_wire::TcpFlags::ACK)
+            || flags.contains(corral_wire::TcpFlags::RST)
+        {
+            return false;
+        }
+        let ts = SegOptions::parse(syn).timestamps;
+        match (self.ts_enabled, ts) {
+            (true, Some(ts)) => (ts.tsval.wrapping_sub(self.ts_recent) as i32) > 0,
+            (true, None) => false,
+            (false, _) => Seq(syn.seq()).gt(self.rcv_nxt),
+        }
     }
 
     /// Sends a RST and moves to CLOSED at once.
     pub fn abort(&mut self, now: Nanos) {
         let _ = now;
-        todo!()
+        match self.state {
+            State::Closed | State::TimeWait => {}
+            State::SynSent => {}
+            _ => {
+                self.rst_owed = Some(RstOwed {
+                    seq: self.snd_max,
+                    ack: Some(self.rcv_nxt),
+                })
+            }
+        }
+        self.rbuf.release();
+        self.enter_closed();
     }
 
     pub fn set_nodelay(&mut self, nodelay: bool) {
@@ -285,7 +792,7 @@ impl Connection {
 
     /// Why the connection failed, once it has.
     pub fn error(&self) -> Option<TcpError> {
-        todo!()
+        self.error
     }
 
     pub fn stats(&self) -> &ConnStats {
@@ -294,6 +801,31 @@ impl Connection {
 
     /// Bytes of heap this connection holds now (buffers and queues), for memory accounting.
     pub fn memory(&self) -> usize {
-        todo!()
+        self.sbuf.allocated() + self.rbuf.allocated() + core::mem::size_of_val(&*self.cc)
+    }
+
+    /// The congestion window the sender uses now (recovery's inflation included).
+    pub fn cwnd(&self) -> u32 {
+        self.cc.cwnd().saturating_add(self.inflation)
+    }
+
+    /// The peer's receive window, scaled, in bytes.
+    pub fn peer_window(&self) -> u32 {
+        self.snd_wnd
+    }
+
+    /// The smoothed round-trip time, once measured.
+    pub fn srtt(&self) -> Option<Nanos> {
+        self.rtt.srtt()
+    }
+
+    /// The retransmission timeout armed next, backoff included.
+    pub fn rto(&self) -> Nanos {
+        self.rtt.rto()
+    }
+
+    /// Bytes sent and not yet acknowledged.
+    pub fn bytes_in_flight(&self) -> u32 {
+        self.snd_max - self.snd_una
     }
 }
