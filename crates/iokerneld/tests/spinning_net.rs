@@ -227,3 +227,81 @@ fn udp_echo_and_timers_keep_going_while_every_uthread_spins() {
     );
     daemon.iokerneld.assert_alive();
 }
+
+#[test]
+fn a_bulk_transfer_from_linux_completes_while_every_uthread_spins() {
+    use std::io::{Read, Write};
+    const BYTES: usize = 16 << 20;
+    const PORT: u16 = 5001;
+    let _serial = serial();
+    let mut daemon = Daemon::start(2);
+    let server_ip = daemon.ip(2);
+    let rt = daemon.runtime("spinning-tcp", 2);
+    let pattern = |i: usize| (i.wrapping_mul(131) ^ (i >> 11)) as u8;
+    let listener = rt.block_on(move || {
+        corral::net::TcpListener::bind(SocketAddrV4::new(server_ip, PORT)).expect("listen")
+    });
+    // The receiver waits in accept before the spinners take over: the connection, every
+    // segment's ACK and every window update come through kicks.
+    let receiver = rt.spawn(move || {
+        let (mut stream, _) = listener.accept().expect("accept");
+        let mut buf = vec![0u8; 1 << 16];
+        let (mut at, mut bad) = (0usize, 0usize);
+        loop {
+            let n = stream.read(&mut buf).expect("read");
+            if n == 0 {
+                break;
+            }
+            bad += buf[..n]
+                .iter()
+                .enumerate()
+                .filter(|&(i, &b)| b != pattern(at + i))
+                .count();
+            at += n;
+        }
+        (at, bad)
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    let spinners = Spinners::start(&rt);
+
+    let data: Vec<u8> = (0..BYTES).map(pattern).collect();
+    let mut linux = std::net::TcpStream::connect_timeout(
+        &SocketAddrV4::new(server_ip, PORT).into(),
+        Duration::from_secs(20),
+    )
+    .expect("connect from Linux while the uthreads spin");
+    linux
+        .set_write_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    linux
+        .write_all(&data)
+        .expect("send everything while the uthreads spin");
+    linux.shutdown(std::net::Shutdown::Write).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !receiver.is_finished() {
+        assert!(
+            Instant::now() < deadline,
+            "the receiver did not see the end of the stream; iokerneld: {:#}",
+            daemon.iokerneld.stats()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let stats = daemon.iokerneld.stats();
+    assert!(
+        runtime_counter(&stats, "spinning-tcp", "net_kicks_ingress") > 0,
+        "{stats:#}"
+    );
+    spinners.stop();
+    let (received, bad) = receiver.join().expect("the receiver");
+    assert_eq!(received, BYTES, "bytes received");
+    assert_eq!(bad, 0, "bytes corrupted");
+    // The runtime's TCP counters reach iokerneld's statistics.
+    let stats = daemon.iokerneld.wait_for("the runtime's TCP report", |s| {
+        reported(s, "spinning-tcp", "tcp.bytes_in") >= BYTES as u64
+    });
+    assert!(
+        reported(&stats, "spinning-tcp", "tcp.passive_opens") >= 1,
+        "{stats:#}"
+    );
+    daemon.iokerneld.assert_alive();
+}
