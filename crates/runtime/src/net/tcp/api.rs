@@ -140,7 +140,7 @@ impl TcpListener {
         if !ip.is_unspecified() && ip != stack.ip() {
             return Err(os(libc::EADDRNOTAVAIL));
         }
-        let cell = stack.tcp.listen(ip, addr.port(), backlog)?;
+        let cell = stack.tcp.listen(ip, stack.ip(), addr.port(), backlog)?;
         Ok(TcpListener { stack, cell })
     }
 

@@ -62,6 +62,8 @@ pub(crate) struct Owned {
     pub in_table: bool,
     /// The last transmission stopped for want of a transmit buffer.
     pub tx_blocked: bool,
+    /// The next hop's MAC and until when to use it without asking the ARP table.
+    pub neighbour: Option<(corral_wire::MacAddr, u64)>,
 }
 
 /// One connection.
@@ -96,6 +98,7 @@ impl ConnCell {
                 half_open,
                 in_table: false,
                 tx_blocked: false,
+                neighbour: None,
             }),
             readers: WaitQueue::new(),
             writers: WaitQueue::new(),
@@ -213,7 +216,7 @@ impl<'a> Held<'a> {
         self.wake |= events;
         let stack = self.stack;
         let o = self.owned_state();
-        o.tx_blocked = !stack.tcp.transmit(stack, &mut o.conn, now);
+        o.tx_blocked = !stack.tcp.transmit(stack, o, now);
         if events.contains(Events::ESTABLISHED) && o.half_open {
             o.half_open = false;
             if let Some(l) = o.listener.take() {
@@ -223,7 +226,7 @@ impl<'a> Held<'a> {
                     stack.tcp.count_drop(TcpDrop::AcceptQueueFull);
                     let o = self.owned_state();
                     o.conn.abort(now);
-                    o.tx_blocked = !stack.tcp.transmit(stack, &mut o.conn, now);
+                    o.tx_blocked = !stack.tcp.transmit(stack, o, now);
                 }
             }
         }

@@ -24,11 +24,13 @@ pub(crate) struct ListenerCell {
 }
 
 impl ListenerCell {
-    pub fn new(local: SocketAddrV4, config: ListenerConfig) -> ListenerCell {
+    /// `local` as bound (perhaps `0.0.0.0`); `ours` with the runtime's address, which the
+    /// engine's cookies, ISNs and SYN-ACK checksums need.
+    pub fn new(local: SocketAddrV4, ours: SocketAddrV4, config: ListenerConfig) -> ListenerCell {
         ListenerCell {
             local,
             state: SpinLock::new(ListenState {
-                engine: Listener::new(local, config),
+                engine: Listener::new(ours, config),
                 queue: VecDeque::new(),
                 closed: false,
             }),

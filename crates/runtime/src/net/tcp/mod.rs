@@ -44,6 +44,10 @@ use listen::ListenerCell;
 use crate::net::stack::{Lookup, NetStack, StackDrop, TTL};
 use crate::sync::spin::SpinLock;
 
+/// How long a connection uses the next hop's MAC it last found in the ARP table without
+/// looking again (well under the table's own expiry).
+const NEIGHBOUR_CACHE_NS: u64 = 1_000_000_000;
+
 /// Shards of the connection table: lookups on different flows rarely meet on one lock.
 const SHARDS: usize = 64;
 
@@ -299,9 +303,12 @@ impl TcpLayer {
     // Listeners
 
     /// Adds a listener on `local` (port 0: a free ephemeral port); `EADDRINUSE` if taken.
+    /// `ip` is the address bound (unspecified or ours); `ours` the runtime's address, which
+    /// the listener's cookies and ISNs are computed over.
     pub fn listen(
         &self,
         ip: Ipv4Addr,
+        ours: Ipv4Addr,
         port: u16,
         backlog: usize,
     ) -> std::io::Result<Arc<ListenerCell>> {
@@ -323,7 +330,11 @@ impl TcpLayer {
             tcp: s.tcp.clone(),
             ..ListenerConfig::new(self.secret)
         };
-        let cell = Arc::new(ListenerCell::new(SocketAddrV4::new(ip, port), config));
+        let cell = Arc::new(ListenerCell::new(
+            SocketAddrV4::new(ip, port),
+            SocketAddrV4::new(ours, port),
+            config,
+        ));
         table.insert(port, cell.clone());
         Ok(cell)
     }
@@ -455,7 +466,7 @@ impl TcpLayer {
                 held.after(Events::NONE, now);
             }
             SynOutcome::Cookie { len } => {
-                self.send_segment(stack, *ends.remote.ip(), now, &mut |out| {
+                let _ = self.send_segment(stack, *ends.remote.ip(), now, &mut |out| {
                     out[..len].copy_from_slice(&cookie[..len]);
                     Some(len)
                 });
@@ -494,7 +505,7 @@ impl TcpLayer {
     /// Answers `seg` with a RST (unless it is one).
     fn reset(&self, stack: &NetStack, ends: Endpoints, seg: &TcpSegment<'_>, now: u64) {
         let mut sent = false;
-        self.send_segment(stack, *ends.remote.ip(), now, &mut |out| {
+        let _ = self.send_segment(stack, *ends.remote.ip(), now, &mut |out| {
             let n = corral_tcp::reset::reset_for(ends.local, ends.remote, seg, out);
             sent = n.is_some();
             n
@@ -518,10 +529,25 @@ impl TcpLayer {
 
     /// Sends everything the engine has to send now. False when it stopped for want of a
     /// transmit buffer (the caller retries soon).
-    pub fn transmit(&self, stack: &NetStack, conn: &mut Connection, now: u64) -> bool {
+    pub fn transmit(&self, stack: &NetStack, owned: &mut conn::Owned, now: u64) -> bool {
+        let conn = &mut owned.conn;
         let remote = *conn.ends().remote.ip();
+        let mut write = |out: &mut [u8]| conn.poll_transmit(now, out);
         loop {
-            match self.send_segment(stack, remote, now, &mut |out| conn.poll_transmit(now, out)) {
+            let sent = match owned.neighbour {
+                // The next hop's MAC as recently resolved: no ARP table lookup per segment.
+                Some((mac, until)) if until > now => {
+                    self.send_resolved(stack, remote, mac, &mut write)
+                }
+                _ => {
+                    let (sent, mac) = self.send_segment(stack, remote, now, &mut write);
+                    if let Some(mac) = mac {
+                        owned.neighbour = Some((mac, now.saturating_add(NEIGHBOUR_CACHE_NS)));
+                    }
+                    sent
+                }
+            };
+            match sent {
                 SendOutcome::Went => {}
                 SendOutcome::Nothing => return true,
                 SendOutcome::Blocked => return false,
@@ -530,80 +556,29 @@ impl TcpLayer {
     }
 
     /// Sends one segment that `write` puts at the start of the buffer it is given (`None`:
-    /// nothing to send).
+    /// nothing to send). Also returns the next hop's MAC when the ARP table knew it.
     fn send_segment(
         &self,
         stack: &NetStack,
         remote: Ipv4Addr,
         now: u64,
         write: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
-    ) -> SendOutcome {
-        let spec = |dst_mac: MacAddr| Ipv4FrameSpec {
-            src_mac: stack.mac(),
-            dst_mac,
-            src_ip: stack.ip(),
-            dst_ip: remote,
-            ttl: TTL,
-            ident: stack.ident(),
-            tos: 0,
-        };
+    ) -> (SendOutcome, Option<MacAddr>) {
         if remote == stack.ip() {
-            let mut frame = self.loopback_buffer();
-            let Some(n) = write(&mut frame[L4_OFFSET..MAX_FRAME]) else {
-                self.recycle(frame);
-                return SendOutcome::Nothing;
-            };
-            let len = spec(stack.mac())
-                .wrap_tcp_segment(&mut frame, n)
-                .unwrap_or(0);
-            stack.count_tx(len);
-            stack.count_loopback();
-            let mut lb = self.loopback.lock();
-            lb.frames.push_back((frame, len));
-            self.loopback_queued.store(true, Relaxed);
-            return SendOutcome::Went;
+            return (self.send_resolved(stack, remote, stack.mac(), write), None);
         }
         let Some(next_hop) = stack.next_hop(remote) else {
-            return self.discard(stack, write, StackDrop::NoLink);
+            return (self.discard(stack, write, StackDrop::NoLink), None);
         };
         match stack.lookup(next_hop, now) {
-            Lookup::Known(mac) => {
-                let spec = spec(mac);
-                let mut wrote = false;
-                let mut len = 0;
-                let r = stack.link().transmit(false, &mut |buf| {
-                    wrote = true;
-                    len = match write(&mut buf[L4_OFFSET..MAX_FRAME]) {
-                        Some(n) => spec.wrap_tcp_segment(buf, n).unwrap_or(0),
-                        None => 0,
-                    };
-                    len
-                });
-                match r {
-                    Ok(()) if len == 0 => SendOutcome::Nothing,
-                    Ok(()) => {
-                        stack.count_tx(len);
-                        SendOutcome::Went
-                    }
-                    Err(reason) => {
-                        stack.count(reason);
-                        if !wrote {
-                            SendOutcome::Blocked
-                        } else if len == 0 {
-                            SendOutcome::Nothing
-                        } else {
-                            // Lost like a full NIC queue: the engine retransmits it.
-                            SendOutcome::Went
-                        }
-                    }
-                }
-            }
+            Lookup::Known(mac) => (self.send_resolved(stack, remote, mac, write), Some(mac)),
             Lookup::Queued { send_request } => {
                 let mut frame = vec![0u8; FRAME_CAPACITY];
                 let Some(n) = write(&mut frame[L4_OFFSET..MAX_FRAME]) else {
-                    return SendOutcome::Nothing;
+                    return (SendOutcome::Nothing, None);
                 };
-                let len = spec(MacAddr::ZERO)
+                let len = self
+                    .spec(stack, remote, MacAddr::ZERO)
                     .wrap_tcp_segment(&mut frame, n)
                     .unwrap_or(0);
                 frame.truncate(len);
@@ -613,9 +588,77 @@ impl TcpLayer {
                 if send_request {
                     stack.send_arp_request(next_hop, false);
                 }
+                (SendOutcome::Went, None)
+            }
+            Lookup::Full => (self.discard(stack, write, StackDrop::ArpQueueFull), None),
+        }
+    }
+
+    fn spec(&self, stack: &NetStack, remote: Ipv4Addr, dst_mac: MacAddr) -> Ipv4FrameSpec {
+        Ipv4FrameSpec {
+            src_mac: stack.mac(),
+            dst_mac,
+            src_ip: stack.ip(),
+            dst_ip: remote,
+            ttl: TTL,
+            ident: stack.ident(),
+            tos: 0,
+        }
+    }
+
+    /// Sends one segment to a next hop whose MAC is known (ourselves: the loopback queue).
+    fn send_resolved(
+        &self,
+        stack: &NetStack,
+        remote: Ipv4Addr,
+        mac: MacAddr,
+        write: &mut dyn FnMut(&mut [u8]) -> Option<usize>,
+    ) -> SendOutcome {
+        if remote == stack.ip() {
+            let mut frame = self.loopback_buffer();
+            let Some(n) = write(&mut frame[L4_OFFSET..MAX_FRAME]) else {
+                self.recycle(frame);
+                return SendOutcome::Nothing;
+            };
+            let len = self
+                .spec(stack, remote, stack.mac())
+                .wrap_tcp_segment(&mut frame, n)
+                .unwrap_or(0);
+            stack.count_tx(len);
+            stack.count_loopback();
+            let mut lb = self.loopback.lock();
+            lb.frames.push_back((frame, len));
+            self.loopback_queued.store(true, Relaxed);
+            return SendOutcome::Went;
+        }
+        let spec = self.spec(stack, remote, mac);
+        let mut wrote = false;
+        let mut len = 0;
+        let r = stack.link().transmit(false, &mut |buf| {
+            wrote = true;
+            len = match write(&mut buf[L4_OFFSET..MAX_FRAME]) {
+                Some(n) => spec.wrap_tcp_segment(buf, n).unwrap_or(0),
+                None => 0,
+            };
+            len
+        });
+        match r {
+            Ok(()) if len == 0 => SendOutcome::Nothing,
+            Ok(()) => {
+                stack.count_tx(len);
                 SendOutcome::Went
             }
-            Lookup::Full => self.discard(stack, write, StackDrop::ArpQueueFull),
+            Err(reason) => {
+                stack.count(reason);
+                if !wrote {
+                    SendOutcome::Blocked
+                } else if len == 0 {
+                    SendOutcome::Nothing
+                } else {
+                    // Lost like a full NIC queue: the engine retransmits it.
+                    SendOutcome::Went
+                }
+            }
         }
     }
 

@@ -1,1 +1,320 @@
+//! The TCP layer on frames in memory, against a peer that is another engine: demultiplexing,
+//! listeners and cookies, RSTs for strays, the table bound, and the per-connection lock's
+//! pending queue.
 
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::{Arc, Mutex};
+
+use corral_tcp::{Connection, Endpoints, State, TcpConfig, TcpDrop};
+use corral_wire::frame::L4_OFFSET;
+use corral_wire::{Ipv4FrameSpec, MacAddr, Packet, TcpFlags, TcpHeader, TcpOptionSet, parse_frame};
+
+use super::TcpSettings;
+use super::conn::Held;
+use crate::net::config::NetConfig;
+use crate::net::stack::{FRAME_CAPACITY, Link, MAX_FRAME, NetStack, StackDrop};
+
+const OUR_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 2);
+const PEER_IP: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 7);
+const PEER_MAC: MacAddr = MacAddr([0x02, 0, 0, 0, 0, 7]);
+const T0: u64 = 1_000_000_000;
+
+#[derive(Clone, Default)]
+struct Capture {
+    frames: Arc<Mutex<Vec<Vec<u8>>>>,
+}
+
+impl Link for Capture {
+    fn transmit(
+        &self,
+        _may_block: bool,
+        build: &mut dyn FnMut(&mut [u8]) -> usize,
+    ) -> Result<(), StackDrop> {
+        let mut buf = vec![0u8; FRAME_CAPACITY];
+        let n = build(&mut buf);
+        if n > 0 {
+            buf.truncate(n);
+            self.frames.lock().unwrap().push(buf);
+        }
+        Ok(())
+    }
+
+    fn arm_timer(&self, _deadline: u64) {}
+}
+
+impl Capture {
+    fn take(&self) -> Vec<Vec<u8>> {
+        core::mem::take(&mut *self.frames.lock().unwrap())
+    }
+}
+
+fn stack_with(tcp: TcpSettings) -> (NetStack, Capture) {
+    let cap = Capture::default();
+    let config = NetConfig::new(OUR_IP, 24)
+        .static_arp(PEER_IP, PEER_MAC)
+        .tcp(tcp);
+    (NetStack::new(config, Box::new(cap.clone())), cap)
+}
+
+/// The far end: an engine of its own, whose segments reach the stack as frames.
+struct Peer {
+    conn: Connection,
+}
+
+impl Peer {
+    fn connect(port: u16, to_port: u16, now: u64) -> Peer {
+        let ends = Endpoints {
+            local: SocketAddrV4::new(PEER_IP, port),
+            remote: SocketAddrV4::new(OUR_IP, to_port),
+        };
+        Peer {
+            conn: Connection::connect(&TcpConfig::default(), ends, 1000, now),
+        }
+    }
+
+    /// Frames of everything the peer wants to send.
+    fn frames(&mut self, s: &NetStack, now: u64) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        loop {
+            let mut buf = vec![0u8; FRAME_CAPACITY];
+            let Some(n) = self.conn.poll_transmit(now, &mut buf[L4_OFFSET..MAX_FRAME]) else {
+                return out;
+            };
+            let len = spec(s).wrap_tcp_segment(&mut buf, n).unwrap();
+            buf.truncate(len);
+            out.push(buf);
+        }
+    }
+
+    fn send(&mut self, s: &NetStack, now: u64) -> usize {
+        let frames = self.frames(s, now);
+        for f in &frames {
+            assert_eq!(s.receive(f, now), None, "the stack took the segment");
+        }
+        frames.len()
+    }
+
+    /// Feeds the stack's frames to the peer; returns their TCP flags.
+    fn absorb(&mut self, frames: &[Vec<u8>], now: u64) -> Vec<TcpFlags> {
+        frames
+            .iter()
+            .map(|f| {
+                let parsed = parse_frame(f).expect("the stack sends valid frames");
+                assert_eq!(parsed.eth.dst(), PEER_MAC);
+                let Packet::Tcp { tcp, .. } = parsed.packet else {
+                    panic!("not TCP");
+                };
+                self.conn.on_segment(now, &tcp);
+                tcp.flags()
+            })
+            .collect()
+    }
+}
+
+fn spec(s: &NetStack) -> Ipv4FrameSpec {
+    Ipv4FrameSpec {
+        src_mac: PEER_MAC,
+        dst_mac: s.mac(),
+        src_ip: PEER_IP,
+        dst_ip: OUR_IP,
+        ttl: 64,
+        ident: 1,
+        tos: 0,
+    }
+}
+
+/// A raw segment from the peer.
+fn raw(s: &NetStack, src_port: u16, dst_port: u16, flags: TcpFlags, seq: u32) -> Vec<u8> {
+    let h = TcpHeader {
+        src_port,
+        dst_port,
+        seq,
+        ack: 0,
+        flags,
+        window: 1000,
+        urgent: 0,
+        options: TcpOptionSet::default(),
+    };
+    let mut buf = vec![0u8; FRAME_CAPACITY];
+    let n = spec(s).build_tcp(&mut buf, &h, &[]).unwrap();
+    buf.truncate(n);
+    buf
+}
+
+fn flags_of(frame: &[u8]) -> TcpFlags {
+    match parse_frame(frame).unwrap().packet {
+        Packet::Tcp { tcp, .. } => tcp.flags(),
+        _ => panic!("not TCP"),
+    }
+}
+
+/// Runs the handshake with a listener on `port`; returns the peer.
+fn handshake(s: &NetStack, cap: &Capture, from: u16, port: u16) -> Peer {
+    let mut peer = Peer::connect(from, port, T0);
+    assert_eq!(peer.send(s, T0), 1);
+    let flags = peer.absorb(&cap.take(), T0);
+    assert_eq!(flags, [TcpFlags::SYN | TcpFlags::ACK]);
+    assert_eq!(peer.conn.state(), State::Established);
+    peer.send(s, T0);
+    peer
+}
+
+#[test]
+fn a_listener_completes_handshakes_and_queues_connections() {
+    let (s, cap) = stack_with(TcpSettings::default());
+    let l = s.tcp.listen(Ipv4Addr::UNSPECIFIED, OUR_IP, 80, 8).unwrap();
+    let mut peer = handshake(&s, &cap, 40000, 80);
+    let conn = l.state.lock().queue.pop_front().expect("queued for accept");
+    assert_eq!(conn.ends().remote, SocketAddrV4::new(PEER_IP, 40000));
+    // Data from the peer reaches the connection.
+    peer.conn.send(T0, b"hello").unwrap();
+    peer.send(&s, T0);
+    let mut held = Held::enter(&s, &conn);
+    let mut buf = [0u8; 16];
+    let n = held.conn().recv(T0, &mut buf).unwrap();
+    assert_eq!(&buf[..n], b"hello");
+    drop(held);
+    let stats = s.stats().tcp;
+    assert_eq!(stats.counters.passive_opens, 1);
+    assert_eq!(stats.connections, 1);
+    assert_eq!(stats.live[0].state, State::Established);
+    assert_eq!(stats.live[0].stats.bytes_in, 5);
+}
+
+#[test]
+fn strays_get_a_reset_and_are_counted() {
+    let (s, cap) = stack_with(TcpSettings::default());
+    // A SYN for a closed port: RST|ACK.
+    s.receive(&raw(&s, 1234, 81, TcpFlags::SYN, 5), T0);
+    let out = cap.take();
+    assert_eq!(out.len(), 1);
+    assert_eq!(flags_of(&out[0]), TcpFlags::RST | TcpFlags::ACK);
+    // An ACK for nothing: a bare RST.
+    s.receive(&raw(&s, 1234, 81, TcpFlags::ACK, 5), T0);
+    assert_eq!(flags_of(&cap.take()[0]), TcpFlags::RST);
+    // A RST for nothing: silence.
+    s.receive(&raw(&s, 1234, 81, TcpFlags::RST, 5), T0);
+    assert!(cap.take().is_empty());
+    // A corrupted segment: counted by the parser and as a TCP drop, never answered.
+    let mut bad = raw(&s, 1234, 81, TcpFlags::SYN, 5);
+    let last = bad.len() - 1;
+    bad[last] ^= 0x55;
+    assert_eq!(s.receive(&bad, T0), Some("bad_tcp_checksum"));
+    assert!(cap.take().is_empty());
+    let tcp = s.stats().tcp;
+    assert_eq!(tcp.drop_count("no_connection"), 3);
+    assert_eq!(tcp.drop_count("bad_checksum"), 1);
+    assert_eq!(tcp.counters.resets_sent, 2);
+    assert_eq!(s.stats().drop_count("no_tcp"), 0);
+}
+
+#[test]
+fn the_table_bound_refuses_new_connections() {
+    let settings = TcpSettings {
+        max_connections: 2,
+        ..TcpSettings::default()
+    };
+    let (s, cap) = stack_with(settings);
+    let _l = s.tcp.listen(Ipv4Addr::UNSPECIFIED, OUR_IP, 80, 8).unwrap();
+    handshake(&s, &cap, 40000, 80);
+    handshake(&s, &cap, 40001, 80);
+    let mut third = Peer::connect(40002, 80, T0);
+    third.send(&s, T0);
+    assert!(cap.take().is_empty(), "no SYN-ACK from a full table");
+    let tcp = s.stats().tcp;
+    assert_eq!(tcp.drop_count("table_full"), 1);
+    assert_eq!(tcp.connections, 2);
+    assert_eq!(tcp.counters.table_peak, 2);
+}
+
+#[test]
+fn syn_cookies_admit_connections_past_the_backlog() {
+    let settings = TcpSettings {
+        syn_backlog: 0,
+        ..TcpSettings::default()
+    };
+    let (s, cap) = stack_with(settings);
+    let l = s.tcp.listen(Ipv4Addr::UNSPECIFIED, OUR_IP, 80, 8).unwrap();
+    let mut peer = Peer::connect(40000, 80, T0);
+    peer.send(&s, T0);
+    assert_eq!(s.stats().tcp.connections, 0, "a cookie keeps no state");
+    let flags = peer.absorb(&cap.take(), T0);
+    assert_eq!(flags, [TcpFlags::SYN | TcpFlags::ACK]);
+    // Data rides on the completing ACK.
+    peer.conn.send(T0, b"first").unwrap();
+    peer.send(&s, T0);
+    let conn = l.state.lock().queue.pop_front().expect("queued for accept");
+    let mut held = Held::enter(&s, &conn);
+    let mut buf = [0u8; 16];
+    let n = held.conn().recv(T0, &mut buf).unwrap();
+    assert_eq!(&buf[..n], b"first");
+    drop(held);
+    let tcp = s.stats().tcp;
+    assert_eq!(tcp.counters.syn_cookies_sent, 1);
+    assert_eq!(tcp.counters.syn_cookies_accepted, 1);
+}
+
+#[test]
+fn segments_for_an_owned_connection_wait_and_keep_their_order() {
+    let (s, cap) = stack_with(TcpSettings::default());
+    let l = s.tcp.listen(Ipv4Addr::UNSPECIFIED, OUR_IP, 80, 8).unwrap();
+    let mut peer = handshake(&s, &cap, 40000, 80);
+    let conn = l.state.lock().queue.pop_front().unwrap();
+    cap.take();
+    peer.conn.set_nodelay(true);
+    // Another kthread owns the connection (here: this thread, as an application call would).
+    let held = Held::enter(&s, &conn);
+    let mut frames = Vec::new();
+    for chunk in [&b"one "[..], b"two ", b"three"] {
+        peer.conn.send(T0, chunk).unwrap();
+        frames.extend(peer.frames(&s, T0));
+    }
+    assert_eq!(frames.len(), 3);
+    for f in &frames {
+        // The receive path does not wait: the segment is queued for the owner.
+        assert_eq!(s.receive(f, T0), None);
+    }
+    assert!(cap.take().is_empty(), "nothing processed while owned");
+    // Giving ownership up processes them, oldest first.
+    held.release();
+    let mut held = Held::enter(&s, &conn);
+    let mut buf = [0u8; 32];
+    let n = held.conn().recv(T0, &mut buf).unwrap();
+    assert_eq!(&buf[..n], b"one two three");
+    assert_eq!(held.conn().stats().ooo_segments, 0, "arrived in order");
+    drop(held);
+    assert_eq!(s.stats().tcp.pending_overflow, 0);
+}
+
+#[test]
+fn a_closed_connection_leaves_the_table() {
+    let settings = TcpSettings {
+        tcp: TcpConfig {
+            time_wait: 0,
+            ..TcpConfig::default()
+        },
+        ..TcpSettings::default()
+    };
+    let (s, cap) = stack_with(settings);
+    let l = s.tcp.listen(Ipv4Addr::UNSPECIFIED, OUR_IP, 80, 8).unwrap();
+    let mut peer = handshake(&s, &cap, 40000, 80);
+    let conn = l.state.lock().queue.pop_front().unwrap();
+    // The peer closes; then we do (as dropping the stream does).
+    peer.conn.close(T0);
+    peer.send(&s, T0);
+    peer.absorb(&cap.take(), T0);
+    let mut held = Held::enter(&s, &conn);
+    held.conn().close(T0);
+    held.after(corral_tcp::Events::NONE, T0);
+    drop(held);
+    peer.absorb(&cap.take(), T0);
+    peer.send(&s, T0);
+    let tcp = s.stats().tcp;
+    assert_eq!(tcp.connections, 0, "{:?}", tcp.live);
+    assert_eq!(tcp.counters.conns.bytes_in, 0);
+    assert!(
+        tcp.counters.conns.segments_in >= 3,
+        "closed connections' stats are kept"
+    );
+    assert_eq!(tcp.drop_count(TcpDrop::TableFull.as_str()), 0);
+}

@@ -1,0 +1,259 @@
+//! Corral's TCP under a real iokerneld and a TAP device, against the Linux kernel's TCP: a
+//! Linux client talking to a Corral `TcpListener`, and a Corral `TcpStream` talking to a Linux
+//! listener.
+//!
+//! Each test starts its own iokerneld (CPU 0, managing CPU 1) with its own socket, TAP device
+//! and subnet, and the tests run one at a time. Nothing here asserts timing; every wait is
+//! bounded only so that a broken build fails instead of hanging.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, Shutdown, TcpListener as LinuxListener, TcpStream as LinuxStream};
+use std::time::Duration;
+
+use common::{Launch, serial};
+use corral::net::{NetConfig, TcpListener, TcpStream};
+use corral::{Config, IokernelSettings, Runtime};
+
+const PORT: u16 = 7;
+
+struct Daemon {
+    iokerneld: common::Daemon,
+    subnet: [u8; 3],
+}
+
+impl Daemon {
+    fn start(test: u8) -> Daemon {
+        Self::start_with(test, &[])
+    }
+
+    fn start_with(test: u8, extra: &[&str]) -> Daemon {
+        let pid = std::process::id();
+        let tap = format!("crt{}t{test}", pid % 100_000);
+        let subnet = [10, 170 + (pid % 50) as u8, test];
+        let cidr = format!("{}.{}.{}.1/24", subnet[0], subnet[1], subnet[2]);
+        let iokerneld = common::Daemon::launch(Launch {
+            args: &[
+                "--log-level",
+                "warn",
+                "--nic",
+                "tap",
+                "--tap-name",
+                &tap,
+                "--host-ip",
+                &cidr,
+            ],
+            socket: "iokerneld.sock",
+            extra,
+            log: false,
+        });
+        Daemon { iokerneld, subnet }
+    }
+
+    fn ip(&self, last: u8) -> Ipv4Addr {
+        Ipv4Addr::new(self.subnet[0], self.subnet[1], self.subnet[2], last)
+    }
+
+    fn runtime(&self, name: &str, last: u8) -> Runtime {
+        Runtime::new(
+            Config::default()
+                .kthreads(1)
+                .iokernel(IokernelSettings::new(&self.iokerneld.socket, name))
+                .net(NetConfig::new(self.ip(last), 24)),
+        )
+        .expect("start a networked runtime under iokerneld")
+    }
+}
+
+/// FNV-1a, 64 bits.
+fn fnv(hash: &mut u64, data: &[u8]) {
+    for &b in data {
+        *hash ^= u64::from(b);
+        *hash = hash.wrapping_mul(0x100_0000_01b3);
+    }
+}
+
+const FNV_START: u64 = 0xcbf2_9ce4_8422_2325;
+
+fn pattern(offset: usize, buf: &mut [u8]) {
+    for (i, b) in buf.iter_mut().enumerate() {
+        *b = ((offset + i) as u64)
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            .to_be_bytes()[0];
+    }
+}
+
+/// Starts an echo server on the runtime: one uthread per connection, echoing until EOF.
+fn start_echo(rt: &Runtime, ip: Ipv4Addr) {
+    rt.block_on(move || {
+        let listener = TcpListener::bind((ip, PORT)).expect("bind the echo server");
+        corral::spawn(move || {
+            for conn in listener.incoming() {
+                let mut s = conn.expect("accept");
+                corral::spawn(move || {
+                    let mut buf = vec![0u8; 16 * 1024];
+                    loop {
+                        let n = match s.read(&mut buf) {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => n,
+                        };
+                        if s.write_all(&buf[..n]).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+    });
+}
+
+#[test]
+fn a_linux_client_gets_echoes_and_10_mb_back_intact() {
+    const TOTAL: usize = 10 << 20;
+    let _serial = serial();
+    let daemon = Daemon::start(1);
+    let server = daemon.ip(2);
+    let rt = daemon.runtime("tcpecho", 2);
+    start_echo(&rt, server);
+
+    let mut c = LinuxStream::connect_timeout(&(server, PORT).into(), Duration::from_secs(10))
+        .expect("Linux connects to the Corral listener");
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    c.set_nodelay(true).unwrap();
+    for i in 0..200u32 {
+        let msg = format!("ping {i}");
+        c.write_all(msg.as_bytes()).unwrap();
+        let mut back = vec![0u8; msg.len()];
+        c.read_exact(&mut back).unwrap();
+        assert_eq!(back, msg.as_bytes());
+    }
+
+    echo_through(c, TOTAL);
+
+    let tcp = rt.net_stats().unwrap().tcp;
+    assert_eq!(tcp.counters.passive_opens, 1);
+    assert!(tcp.counters.conns.bytes_in >= TOTAL as u64, "{tcp:?}");
+    assert_eq!(tcp.drop_count("bad_checksum"), 0);
+}
+
+/// Sends `total` bytes through an echo server from `c` (a thread writes while this one reads
+/// and hashes) and checks that they all came back intact.
+fn echo_through(mut c: LinuxStream, total: usize) {
+    let mut writer = c.try_clone().unwrap();
+    let sender = std::thread::spawn(move || {
+        let mut hash = FNV_START;
+        let mut chunk = vec![0u8; 64 * 1024];
+        let mut sent = 0;
+        while sent < total {
+            let n = chunk.len().min(total - sent);
+            pattern(sent, &mut chunk[..n]);
+            fnv(&mut hash, &chunk[..n]);
+            writer.write_all(&chunk[..n]).unwrap();
+            sent += n;
+        }
+        writer.shutdown(Shutdown::Write).unwrap();
+        hash
+    });
+    let mut got = 0;
+    let mut hash = FNV_START;
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = c.read(&mut buf).expect("read the echo");
+        if n == 0 {
+            break;
+        }
+        fnv(&mut hash, &buf[..n]);
+        got += n;
+    }
+    let sent_hash = sender.join().unwrap();
+    assert_eq!(got, total);
+    assert_eq!(hash, sent_hash, "the echo came back intact");
+}
+
+#[test]
+fn a_transfer_survives_loss_reordering_duplication_and_corruption() {
+    const TOTAL: usize = 4 << 20;
+    let _serial = serial();
+    let daemon = Daemon::start_with(
+        3,
+        &[
+            "--faults",
+            "all:loss=0.05,reorder=0.05,dup=0.02,corrupt=0.01,only=tcp,seed=7",
+        ],
+    );
+    let server = daemon.ip(2);
+    let rt = daemon.runtime("tcplossy", 2);
+    start_echo(&rt, server);
+    let c = LinuxStream::connect_timeout(&(server, PORT).into(), Duration::from_secs(20))
+        .expect("Linux connects through the faults");
+    c.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    echo_through(c, TOTAL);
+    let tcp = rt.net_stats().unwrap().tcp;
+    let c = &tcp.counters.conns;
+    assert!(
+        c.rto_retransmits + c.fast_retransmits > 0,
+        "the runtime's side retransmitted: {c:?}"
+    );
+    assert!(
+        tcp.drop_count("bad_checksum") > 0,
+        "corruption was caught: {tcp:?}"
+    );
+}
+
+#[test]
+fn a_corral_client_talks_to_a_linux_listener() {
+    const TOTAL: usize = 2 << 20;
+    let _serial = serial();
+    let daemon = Daemon::start(2);
+    let host = daemon.ip(1);
+    let linux = LinuxListener::bind((host, 0)).expect("a Linux listener on the TAP's address");
+    let port = linux.local_addr().unwrap().port();
+    let echo = std::thread::spawn(move || {
+        let (mut s, _) = linux.accept().unwrap();
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = s.read(&mut buf).unwrap();
+            if n == 0 {
+                return;
+            }
+            s.write_all(&buf[..n]).unwrap();
+        }
+    });
+    let rt = daemon.runtime("tcpclient", 2);
+    let (got, hash, sent_hash) = rt.block_on(move || {
+        let c = TcpStream::connect((host, port)).expect("connect to Linux");
+        let reader_side = c.try_clone().unwrap();
+        let reader = corral::spawn(move || {
+            let mut s = reader_side;
+            let mut buf = vec![0u8; 64 * 1024];
+            let (mut got, mut hash) = (0, FNV_START);
+            loop {
+                let n = s.read(&mut buf).unwrap();
+                if n == 0 {
+                    return (got, hash);
+                }
+                fnv(&mut hash, &buf[..n]);
+                got += n;
+            }
+        });
+        let mut sent_hash = FNV_START;
+        let mut chunk = vec![0u8; 50_000];
+        let mut sent = 0;
+        while sent < TOTAL {
+            let n = chunk.len().min(TOTAL - sent);
+            pattern(sent, &mut chunk[..n]);
+            fnv(&mut sent_hash, &chunk[..n]);
+            (&c).write_all(&chunk[..n]).unwrap();
+            sent += n;
+        }
+        c.shutdown(Shutdown::Write).unwrap();
+        let (got, hash) = reader.join().unwrap();
+        (got, hash, sent_hash)
+    });
+    echo.join().unwrap();
+    assert_eq!(got, TOTAL);
+    assert_eq!(hash, sent_hash);
+    let tcp = rt.net_stats().unwrap().tcp;
+    assert_eq!(tcp.counters.active_opens, 1);
+}
