@@ -228,7 +228,7 @@ pub const REPORTED_COUNTERS: [&str; 55] = [
     "tcp.drops.bad_header",
     // Signals from iokerneld that found the kthread with no request to cede its core: kicks for
     // network work or overdue timers while its uthreads did not yield.
-    "sched.net_kicks",
+    "sched.kicks",
 ];
 
 const _: () = assert!(REPORTED_COUNTERS.len() <= REPORTED_SLOTS);

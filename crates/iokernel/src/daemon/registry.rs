@@ -56,8 +56,10 @@ pub(super) struct TenantCounters {
     pub(super) preemption_latency_last_ns: u64,
     pub(super) preemption_latency_max_ns: u64,
     /// Kicks sent because an ingress item, or a timer, waited on a kthread holding a core.
-    pub(super) net_kicks_ingress: u64,
-    pub(super) net_kicks_timer: u64,
+    pub(super) kicks_ingress: u64,
+    pub(super) kicks_timer: u64,
+    /// Kicks sent because a runnable uthread waited a whole period behind one that spins.
+    pub(super) kicks_run_queue: u64,
 }
 
 /// How long this runtime's kthreads took to give up a core when asked: from the preemption

@@ -113,7 +113,7 @@ pub struct GlobalStats {
     /// Preemption signals sent with no request for the core, to make a kthread whose uthreads
     /// do not yield run its network work and timers.
     #[serde(default)]
-    pub net_kicks: u64,
+    pub kicks: u64,
     /// Kthreads that gave back a core (parked, or yielded after a preemption).
     #[serde(default)]
     pub parks: u64,
@@ -153,10 +153,14 @@ pub struct RuntimeStats {
     /// Kicks its kthreads got because an ingress item waited unread a whole period on a
     /// kthread holding a core.
     #[serde(default)]
-    pub net_kicks_ingress: u64,
+    pub kicks_ingress: u64,
     /// Kicks its kthreads got because a timer was overdue a whole period.
     #[serde(default)]
-    pub net_kicks_timer: u64,
+    pub kicks_timer: u64,
+    /// Kicks its kthreads got because a runnable uthread waited a whole period behind one
+    /// that did not yield.
+    #[serde(default)]
+    pub kicks_run_queue: u64,
     pub demotions: u64,
     pub stale_commands: u64,
     /// Its kthreads that are active now (those frames are steered to).
@@ -273,7 +277,7 @@ impl Daemon {
             cede_grace_us: self.config.cede_grace_us,
             handoff: self.driver.handoff_stats(),
             timer_wakeups: c.timer_wakeups,
-            net_kicks: c.net_kicks,
+            kicks: c.kicks,
             parks: c.parks,
             loop_stalls: l.stalls,
             loop_stall_ns: l.stall_ns,
@@ -305,8 +309,9 @@ impl Daemon {
                     parks: view.stats.parks,
                     congestion_detections: view.stats.congestion_detections,
                     timer_wakeups: r.counters.timer_wakeups,
-                    net_kicks_ingress: r.counters.net_kicks_ingress,
-                    net_kicks_timer: r.counters.net_kicks_timer,
+                    kicks_ingress: r.counters.kicks_ingress,
+                    kicks_timer: r.counters.kicks_timer,
+                    kicks_run_queue: r.counters.kicks_run_queue,
                     demotions: r.counters.demotions,
                     stale_commands: r.counters.stale_commands,
                     active_kthreads: r.active.clone(),

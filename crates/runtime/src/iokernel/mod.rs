@@ -109,7 +109,7 @@ pub(crate) struct IokKthread {
     pub timer_deadline: &'static AtomicU64,
     /// Preemption signals that found no request to give up the core: iokerneld's kicks for
     /// network work or overdue timers while the uthreads did not yield.
-    pub net_kicks: AtomicU64,
+    pub kicks: AtomicU64,
     /// iokerneld's cede word, and the value the owner last acted on (owner only).
     cede_word: &'static AtomicU32,
     cede_seen: AtomicU32,

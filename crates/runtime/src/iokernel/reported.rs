@@ -66,9 +66,9 @@ impl Reporter {
             .kthreads
             .iter()
             .filter_map(|k| k.iok.as_ref())
-            .map(|k| k.net_kicks.load(Ordering::Relaxed))
+            .map(|k| k.kicks.load(Ordering::Relaxed))
             .sum();
-        put("sched.net_kicks", kicks);
+        put("sched.kicks", kicks);
         if let Some(net) = &rt.net {
             let s = net.stats();
             put("net.rx_packets", s.rx_packets);

@@ -94,7 +94,7 @@ pub(crate) fn prepare(config: &Config) -> io::Result<(IokShared, Vec<IokKthread>
             wake_sent: view.wake_sent(),
             preempt_seen: view.preempt_seen(),
             timer_deadline: view.timer_deadline(),
-            net_kicks: AtomicU64::new(0),
+            kicks: AtomicU64::new(0),
             cede_word: view.cede_word(),
             cede_seen: AtomicU32::new(view.cede_word().load(Ordering::Relaxed)),
             preempt_requested: AtomicBool::new(false),

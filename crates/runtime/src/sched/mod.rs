@@ -338,8 +338,8 @@ fn sched_main(k: &'static Kthread) {
 
 /// The preemption signal interrupted `th` under iokerneld: either iokerneld wants the core
 /// (a `Preempt` on the ingress ring) or it kicked this kthread because packets waited unread
-/// on its ring or a timer went overdue while its uthreads did not yield. Runs that network
-/// work and the due timers now, then queues `th` behind what they made runnable, so that a
+/// on its ring (or a parked kthread's) or a timer (its own or a parked kthread's) went overdue
+/// while its uthreads did not yield. Runs that network work and the due timers now, then queues `th` behind what they made runnable, so that a
 /// uthread woken by a packet or a timer runs before the one that kept the kthread busy (it
 /// would otherwise wait behind it, and behind every other uthread that does not yield). The
 /// loop then parks if iokerneld asked for the core. Scheduler context.
@@ -347,15 +347,23 @@ fn kicked(k: &'static Kthread, th: NonNull<UThread>) {
     let waiting = k.rq.len();
     let ceded = crate::iokernel::poll_own(k);
     if !ceded {
-        k.iok().net_kicks.fetch_add(1, Ordering::Relaxed);
+        k.iok().kicks.fetch_add(1, Ordering::Relaxed);
+        let rt = k.shared();
         let now = timer::now_ns();
-        if k.timers.next_deadline() <= now {
-            timer::run_expired(&k.timers, now);
+        // Every kthread's due timers, not only ours: iokerneld also kicks the first running
+        // kthread for timers and frames left on parked kthreads, which nobody else fires.
+        for victim in rt.kthreads.iter() {
+            if victim.timers.next_deadline() <= now {
+                timer::run_expired(&victim.timers, now);
+            }
         }
-        if let Some(net) = &k.shared().net
+        if let Some(net) = &rt.net
             && net.next_deadline() <= now
         {
             net.poll(now);
+        }
+        if rt.nkthreads() > 1 {
+            crate::iokernel::steal_ingress(k);
         }
         let readied = k.rq.len().saturating_sub(waiting);
         if readied > 0 && waiting > 0 {
