@@ -22,8 +22,10 @@ use crate::{
 pub(crate) const HEADER_SIZE: u64 = size_of::<Header>() as u64;
 
 /// Bytes of control cache lines at the start of each kthread area: queue positions, then the
-/// positions the runtime publishes, then those iokerneld publishes.
-pub(crate) const KTHREAD_CONTROL_SIZE: u64 = 3 * CACHE_LINE as u64;
+/// positions the runtime publishes, then those iokerneld publishes, then the counters the
+/// runtime reports (`ReportedCounters`).
+pub(crate) const KTHREAD_CONTROL_SIZE: u64 =
+    3 * CACHE_LINE as u64 + (crate::region::REPORTED_SLOTS * 8) as u64;
 
 /// The builder places the packet area and sizes the region on page boundaries, so that the
 /// memfd's size is a page multiple and packet buffers start on a page.
@@ -271,7 +273,8 @@ fn check_area(area: Area, offset: u64, size: u64, region_size: u64) -> Result<()
 ///   0  QueuePositions      written by the runtime, read by the allocator every pass
 ///  64  runtime positions   egress packet and command ring tails (written by the runtime)
 /// 128  iokernel positions  ingress tail, egress packet and command heads (written by iokerneld)
-/// 192  ingress slots, then egress packet slots, then egress command slots
+/// 192  reported counters   ReportedCounters, REPORTED_SLOTS words (written by the runtime)
+/// 960  ingress slots, then egress packet slots, then egress command slots
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct KthreadLayout {
@@ -768,10 +771,10 @@ mod tests {
             .unwrap();
         assert_eq!(HEADER_SIZE, 2176);
         let k = l.kthread_layout();
-        assert_eq!(k.ingress, 192);
-        assert_eq!(k.egress_packet, 192 + 1024 * 16);
-        assert_eq!(k.egress_command, 192 + 2 * 1024 * 16);
-        assert_eq!(k.size, 192 + 2 * 1024 * 16 + 64 * 16);
+        assert_eq!(k.ingress, 960);
+        assert_eq!(k.egress_packet, 960 + 1024 * 16);
+        assert_eq!(k.egress_command, 960 + 2 * 1024 * 16);
+        assert_eq!(k.size, 960 + 2 * 1024 * 16 + 64 * 16);
         assert_eq!(l.kthread_offset(0), Some(2176));
         assert_eq!(l.kthread_offset(1), Some(2176 + k.size));
         assert_eq!(l.kthread_offset(2), None);

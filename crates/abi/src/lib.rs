@@ -64,15 +64,19 @@ pub use slot::{PacketArea, PacketRef, Slot, SlotError};
 #[cfg(not(loom))]
 pub use layout::{Area, Header, KthreadLayout, Layout, LayoutError, RegionBuilder};
 #[cfg(not(loom))]
-pub use region::{KthreadView, OwnedRegion, QueuePositions, RawRegion, Region};
+pub use region::{
+    KthreadView, OwnedRegion, QueuePositions, REPORTED_COUNTERS, REPORTED_SLOTS, RawRegion, Region,
+    ReportedCounters, reported_index,
+};
 
 /// Identifies a Corral region: the bytes `CORRALSM` read as a little-endian `u64`.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"CORRALSM");
 
 /// Bumped whenever the meaning or placement of any byte in the region changes; iokerneld
 /// refuses any other version rather than guessing. Version 4 retired command code 0x0103;
-/// version 5 added the wake and cede words to iokerneld's line of each kthread.
-pub const LAYOUT_VERSION: u32 = 5;
+/// version 5 added the wake and cede words to iokerneld's line of each kthread; version 6 the
+/// timer deadline in the runtime's line and the reported counters after the control lines.
+pub const LAYOUT_VERSION: u32 = 6;
 
 /// Largest number of kthreads (cores) one runtime may register; it sizes the offset table in
 /// the header.

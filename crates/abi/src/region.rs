@@ -95,6 +95,12 @@ struct RuntimeLine {
     /// with the time iokerneld sent the signal and the time it saw the kthread park, this splits
     /// a core hand-over into signal delivery and parking. Untrusted, for statistics only.
     preempt_seen_ns: AtomicU64,
+    /// The earliest deadline of the kthread's timers (`CLOCK_MONOTONIC` nanoseconds), 0 when it
+    /// has none. Stored whenever its timer heap changes. iokerneld signals a kthread that holds
+    /// a core and lets a deadline pass by a whole `net_kick_us` (its uthreads do not yield, so
+    /// its scheduler does not run its timers), at most once per `net_kick_us`: a runtime that
+    /// lies here only earns itself rate-limited signals.
+    timer_deadline_ns: AtomicU64,
 }
 
 /// Positions written only by iokerneld.
@@ -129,6 +135,129 @@ struct KthreadControl {
     positions: QueuePositions,
     runtime: RuntimeLine,
     iokernel: IokernelLine,
+    reported: ReportedCounters,
+}
+
+/// Counters the runtime reports about itself (its network stack's, TCP's included), for
+/// `iokerneld stats`: [`REPORTED_COUNTERS`] names each slot. Meaningful in kthread 0's area
+/// only. The runtime overwrites the block now and then with relaxed stores (never per packet);
+/// iokerneld only prints what it reads there, never decides anything by it.
+#[repr(C, align(64))]
+pub struct ReportedCounters {
+    slots: [AtomicU64; REPORTED_SLOTS],
+}
+
+impl ReportedCounters {
+    /// Stores slot `index` (an index into [`REPORTED_COUNTERS`]; others are ignored).
+    #[inline]
+    pub fn store(&self, index: usize, value: u64) {
+        if let Some(slot) = self.slots.get(index) {
+            slot.store(value, Ordering::Relaxed);
+        }
+    }
+
+    /// Reads every named slot, in [`REPORTED_COUNTERS`]'s order. Untrusted when read by
+    /// iokerneld.
+    pub fn read(&self) -> [u64; REPORTED_COUNTERS.len()] {
+        core::array::from_fn(|i| self.slots[i].load(Ordering::Relaxed))
+    }
+}
+
+/// Slots in the [`ReportedCounters`] block: more than are named, so that counters can be added
+/// without moving the rings.
+pub const REPORTED_SLOTS: usize = 96;
+
+/// The name of each [`ReportedCounters`] slot, in order: `net.` for the runtime's stack
+/// (`NetStats`' field names), `tcp.` for its TCP (`TcpCounters`: `ConnStats`' field names and
+/// its own), `tcp.drops.` for TCP's drop reasons (`TcpDrop::as_str`). `published_at_ns` is when
+/// the runtime last wrote the block (`CLOCK_MONOTONIC`, 0: never).
+pub const REPORTED_COUNTERS: [&str; 55] = [
+    "published_at_ns",
+    "net.rx_packets",
+    "net.rx_bytes",
+    "net.tx_packets",
+    "net.tx_bytes",
+    "net.loopback_packets",
+    "net.icmp_echo_requests",
+    "net.icmp_echo_replies_sent",
+    "net.udp_rx_datagrams",
+    "net.udp_tx_datagrams",
+    "net.drops",
+    "tcp.segments_in",
+    "tcp.segments_out",
+    "tcp.bytes_in",
+    "tcp.bytes_out",
+    "tcp.rto_retransmits",
+    "tcp.fast_retransmits",
+    "tcp.syn_retransmits",
+    "tcp.timeouts",
+    "tcp.recoveries",
+    "tcp.dup_acks_in",
+    "tcp.ooo_segments",
+    "tcp.duplicate_segments",
+    "tcp.delayed_acks",
+    "tcp.challenge_acks",
+    "tcp.zero_window_probes",
+    "tcp.keepalive_probes",
+    "tcp.active_opens",
+    "tcp.passive_opens",
+    "tcp.failed_opens",
+    "tcp.resets_sent",
+    "tcp.resets_received",
+    "tcp.syn_cookies_sent",
+    "tcp.syn_cookies_accepted",
+    "tcp.established_now",
+    "tcp.table_peak",
+    "tcp.drops.no_connection",
+    "tcp.drops.out_of_window",
+    "tcp.drops.paws_rejected",
+    "tcp.drops.rst_challenged",
+    "tcp.drops.rst_out_of_window",
+    "tcp.drops.syn_challenged",
+    "tcp.drops.ack_of_unsent_data",
+    "tcp.drops.ack_too_old",
+    "tcp.drops.no_ack_flag",
+    "tcp.drops.bad_flags",
+    "tcp.drops.beyond_window",
+    "tcp.drops.ooo_queue_full",
+    "tcp.drops.syn_backlog_full",
+    "tcp.drops.accept_queue_full",
+    "tcp.drops.bad_cookie",
+    "tcp.drops.table_full",
+    "tcp.drops.bad_checksum",
+    "tcp.drops.bad_header",
+    // Signals from iokerneld that found the kthread with no request to cede its core: kicks for
+    // network work or overdue timers while its uthreads did not yield.
+    "sched.kicks",
+];
+
+const _: () = assert!(REPORTED_COUNTERS.len() <= REPORTED_SLOTS);
+
+/// The index of the [`ReportedCounters`] slot named `name`, if there is one.
+pub const fn reported_index(name: &str) -> Option<usize> {
+    let mut i = 0;
+    while i < REPORTED_COUNTERS.len() {
+        if const_str_eq(REPORTED_COUNTERS[i], name) {
+            return Some(i);
+        }
+        i += 1;
+    }
+    None
+}
+
+const fn const_str_eq(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
 }
 
 // Pin the control lines' layout (see KthreadLayout): each side must find each cell at the same
@@ -147,6 +276,9 @@ const _: () = {
     assert!(offset_of!(RuntimeLine, egress_packet_tail) == 0);
     assert!(offset_of!(RuntimeLine, egress_command_tail) == 4);
     assert!(offset_of!(RuntimeLine, preempt_seen_ns) == 8);
+    assert!(offset_of!(RuntimeLine, timer_deadline_ns) == 16);
+    assert!(offset_of!(KthreadControl, reported) == 192);
+    assert!(size_of::<ReportedCounters>() == REPORTED_SLOTS * 8);
     assert!(offset_of!(KthreadControl, iokernel) == 128);
     assert!(offset_of!(IokernelLine, ingress_tail) == 0);
     assert!(offset_of!(IokernelLine, egress_packet_head) == 4);
@@ -281,7 +413,8 @@ impl<'a> Region<'a> {
                 )
             }
         };
-        // SAFETY: as above; KthreadControl's 192 bytes of atomics sit at the start of the area.
+        // SAFETY: as above; KthreadControl's KTHREAD_CONTROL_SIZE bytes of atomics sit at the
+        // start of the area.
         let control = unsafe { &*self.raw.base.as_ptr().add(offset).cast::<KthreadControl>() };
         Some(KthreadView {
             control,
@@ -375,6 +508,30 @@ impl<'a> KthreadView<'a> {
     /// Written by the runtime, so only good for statistics.
     pub fn preempt_seen_ns(&self) -> u64 {
         self.control.runtime.preempt_seen_ns.load(Ordering::Acquire)
+    }
+
+    /// Runtime side: where the kthread stores its earliest timer deadline (0: none).
+    pub fn timer_deadline(&self) -> &'a AtomicU64 {
+        &self.control.runtime.timer_deadline_ns
+    }
+
+    /// iokerneld side: the kthread's earliest timer deadline as it says (`None`: no timer).
+    /// Untrusted.
+    pub fn timer_deadline_ns(&self) -> Option<u64> {
+        match self
+            .control
+            .runtime
+            .timer_deadline_ns
+            .load(Ordering::Relaxed)
+        {
+            0 => None,
+            t => Some(t),
+        }
+    }
+
+    /// The block of counters the runtime reports about itself (meaningful for kthread 0).
+    pub fn reported(&self) -> &'a ReportedCounters {
+        &self.control.reported
     }
 
     /// Both published positions of a ring, read from shared memory: consumer first, then

@@ -1,5 +1,6 @@
 /*
- * Corral C API: user-level threads (uthreads), their synchronization, and UDP sockets.
+ * Corral C API: user-level threads (uthreads), their synchronization, UDP sockets and TCP
+ * connections.
  *
  * Functions that can fail return 0 or a negative errno value (compare with -EINVAL etc. from
  * <errno.h>). Link with libcorral.a (plus -lpthread -ldl -lm) or libcorral.so.
@@ -14,11 +15,29 @@
 #include <stdint.h>
 #include <stddef.h>
 
+// `corral_tcp_shutdown`: no more reads.
+#define CORRAL_SHUT_RD 0
+
+// `corral_tcp_shutdown`: no more writes (the peer reads end-of-stream once all is sent).
+#define CORRAL_SHUT_WR 1
+
+// `corral_tcp_shutdown`: both.
+#define CORRAL_SHUT_RDWR 2
+
+// The most buffers `corral_tcp_writev` takes, as POSIX's `IOV_MAX`.
+#define CORRAL_IOV_MAX 1024
+
 // Opaque; see `corral_condvar_t`.
 struct corral_condvar;
 
 // Opaque; see `corral_mutex_t`.
 struct corral_mutex;
+
+// Opaque; see `corral_tcp_t`.
+struct corral_tcp;
+
+// Opaque; see `corral_tcp_listener_t`.
+struct corral_tcp_listener;
 
 // Opaque; see `corral_thread_t`.
 struct corral_thread;
@@ -69,6 +88,20 @@ struct corral_sockaddr {
 
 // A UDP socket of the runtime (see `corral_udp_bind`).
 typedef struct corral_udp corral_udp_t;
+
+// A listening TCP socket of the runtime (see `corral_tcp_listen`).
+typedef struct corral_tcp_listener corral_tcp_listener_t;
+
+// A TCP connection of the runtime (see `corral_tcp_accept`, `corral_tcp_dial`).
+typedef struct corral_tcp corral_tcp_t;
+
+// One buffer of a gather write: the same layout as POSIX `struct iovec`.
+struct corral_iovec {
+  // Start of the bytes to send; may be NULL only with `len` 0.
+  const void *base;
+  // Bytes at `base`.
+  size_t len;
+};
 
 #ifdef __cplusplus
 extern "C" {
@@ -347,6 +380,133 @@ int corral_udp_local_addr(corral_udp_t *udp, struct corral_sockaddr *out);
 // # Safety
 // `udp` is NULL or a socket from `corral_udp_bind` not yet closed.
 void corral_udp_close(corral_udp_t *udp);
+
+// Listens for TCP connections on `local` (`ip` 0 or the runtime's address; `port` 0 for an
+// ephemeral port) and stores the listener in `*out`. Call from a uthread of a runtime whose
+// network is configured (see `corral_run`).
+//
+// Returns 0, or `-EINVAL` (a NULL pointer), `-EADDRINUSE`, `-EADDRNOTAVAIL` (another
+// address), `-ENETDOWN` (no network configured, or not called from a uthread), `-ENOMEM`,
+// `-ENOTRECOVERABLE`.
+//
+// # Safety
+// `local` points to a valid `corral_sockaddr`; `out` points to writable memory for one
+// pointer.
+int corral_tcp_listen(const struct corral_sockaddr *local, corral_tcp_listener_t **out);
+
+// Waits for the next connection on `listener`, stores it in `*out` and, if `peer` is not
+// NULL, the peer's address in `*peer`. Blocks the uthread until a connection is established.
+//
+// Returns 0, or `-EINVAL`, `-ENOMEM`, `-ENOTRECOVERABLE`.
+//
+// # Safety
+// `listener` is a live listener; `out` is writable; `peer` is NULL or writable.
+int corral_tcp_accept(corral_tcp_listener_t *listener,
+                      corral_tcp_t **out,
+                      struct corral_sockaddr *peer);
+
+// Stores the listener's address (with the port chosen for port 0) in `*out`.
+// Returns 0 or `-EINVAL`.
+//
+// # Safety
+// `listener` is a live listener; `out` is writable.
+int corral_tcp_listener_local_addr(corral_tcp_listener_t *listener, struct corral_sockaddr *out);
+
+// Stops listening and frees the listener; connections it accepted stay open. No other call
+// on it may be in progress or follow. Does nothing for NULL.
+//
+// # Safety
+// `listener` is NULL or a listener from `corral_tcp_listen` not yet closed.
+void corral_tcp_listener_close(corral_tcp_listener_t *listener);
+
+// Connects to `remote` and stores the connection in `*out`. Blocks the uthread until the
+// connection is established, refused, or `timeout_ns` nanoseconds have passed (0: the
+// runtime's own limit on connection attempts).
+//
+// Returns 0, or `-EINVAL`, `-ECONNREFUSED` (the peer answered with a reset), `-ETIMEDOUT`,
+// `-ENETUNREACH` (outside the subnet with no gateway), `-EADDRNOTAVAIL` (no local port
+// left), `-ENETDOWN` (no network configured, or not called from a uthread), `-ENOMEM`,
+// `-ENOTRECOVERABLE`.
+//
+// # Safety
+// `remote` points to a valid `corral_sockaddr`; `out` is writable.
+int corral_tcp_dial(const struct corral_sockaddr *remote, uint64_t timeout_ns, corral_tcp_t **out);
+
+// Reads at most `len` bytes into `buf`. Blocks the uthread until some bytes have arrived, the
+// peer has closed its side, or the read timeout passes. Returns the bytes read, 0 at the end of
+// the stream, or `-EAGAIN` (timed out), `-ECONNRESET`, `-EINVAL`, `-ENOTRECOVERABLE`.
+//
+// # Safety
+// `tcp` is a live connection; `buf` points to `len` writable bytes (or `len` is 0).
+ptrdiff_t corral_tcp_read(corral_tcp_t *tcp, void *buf, size_t len);
+
+// Queues at most `len` bytes from `buf` for sending. Blocks the uthread while the send buffer
+// is full (until the write timeout passes). Returns the bytes queued (at least 1 when `len` is
+// not 0), or `-EAGAIN` (timed out), `-EPIPE` (writes were shut down), `-ECONNRESET`,
+// `-EINVAL`, `-ENOTRECOVERABLE`.
+//
+// # Safety
+// `tcp` is a live connection; `buf` points to `len` readable bytes (or `len` is 0).
+ptrdiff_t corral_tcp_write(corral_tcp_t *tcp, const void *buf, size_t len);
+
+// `corral_tcp_write` of the `iovcnt` buffers in `iov`, in order, as one scatter-gather send:
+// the bytes are copied from each buffer straight into the send buffer. Returns the bytes
+// queued, which may stop short inside any buffer, or the errors of `corral_tcp_write`
+// (`-EINVAL` also for `iovcnt` negative or above `CORRAL_IOV_MAX`).
+//
+// # Safety
+// `tcp` is a live connection; `iov` points to `iovcnt` valid `corral_iovec`s (or `iovcnt` is
+// 0), each naming `len` readable bytes.
+ptrdiff_t corral_tcp_writev(corral_tcp_t *tcp, const struct corral_iovec *iov, int iovcnt);
+
+// Shuts down reading (`CORRAL_SHUT_RD`), writing (`CORRAL_SHUT_WR`: the peer reads the end of
+// the stream once everything queued is sent) or both (`CORRAL_SHUT_RDWR`). Returns 0, or
+// `-EINVAL`, `-ENOTCONN`.
+//
+// # Safety
+// `tcp` is a live connection.
+int corral_tcp_shutdown(corral_tcp_t *tcp, int how);
+
+// Closes the connection and frees it: what was written is still sent and the connection
+// closes in the background, as `close(2)` does. No other call on it may be in progress or
+// follow. Does nothing for NULL.
+//
+// # Safety
+// `tcp` is NULL or a connection from `corral_tcp_accept` or `corral_tcp_dial` not yet closed.
+void corral_tcp_close(corral_tcp_t *tcp);
+
+// Stores the connection's local address in `*out`. Returns 0 or `-EINVAL`.
+//
+// # Safety
+// `tcp` is a live connection; `out` is writable.
+int corral_tcp_local_addr(corral_tcp_t *tcp, struct corral_sockaddr *out);
+
+// Stores the connection's peer address in `*out`. Returns 0 or `-EINVAL`.
+//
+// # Safety
+// `tcp` is a live connection; `out` is writable.
+int corral_tcp_peer_addr(corral_tcp_t *tcp, struct corral_sockaddr *out);
+
+// Nonzero `on` sends small writes at once instead of coalescing them while data is unacknowledged
+// (Nagle's algorithm, on by default). Returns 0 or `-EINVAL`.
+//
+// # Safety
+// `tcp` is a live connection.
+int corral_tcp_set_nodelay(corral_tcp_t *tcp, int on);
+
+// Makes reads give up with `-EAGAIN` after `timeout_ns` nanoseconds; 0 waits forever.
+// Returns 0 or `-EINVAL`.
+//
+// # Safety
+// `tcp` is a live connection.
+int corral_tcp_set_read_timeout(corral_tcp_t *tcp, uint64_t timeout_ns);
+
+// Makes writes give up with `-EAGAIN` after `timeout_ns` nanoseconds with the send buffer
+// full; 0 waits forever. Returns 0 or `-EINVAL`.
+//
+// # Safety
+// `tcp` is a live connection.
+int corral_tcp_set_write_timeout(corral_tcp_t *tcp, uint64_t timeout_ns);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -1,6 +1,7 @@
-//! C ABI of the Corral runtime: uthreads, mutexes, condition variables, wait groups and UDP
-//! sockets for C and C++ programs. `include/corral.h` is generated from this crate by cbindgen
-//! (settings in `cbindgen.toml`), so the doc comments here are the C documentation;
+//! C ABI of the Corral runtime: uthreads, mutexes, condition variables, wait groups, UDP
+//! sockets and TCP connections for C and C++ programs. `include/corral.h` is generated from
+//! this crate by cbindgen (settings in `cbindgen.toml`), so the doc comments here are the C
+//! documentation;
 //! `include/corral.hpp` wraps it for C++. The header is committed, and `tests/header.rs` fails
 //! when it no longer matches the code (it says how to regenerate it).
 //!
@@ -28,3 +29,5 @@ mod condvar;
 mod waitgroup;
 
 mod udp;
+
+mod tcp;

@@ -202,6 +202,13 @@ fn c_program_passes() {
     check_program(&exe);
 }
 
+/// TCP from C over the runtime's loopback: echo, a checked transfer, a refused dial.
+#[test]
+fn c_tcp_program_passes() {
+    let exe = build_program(&compiler("CC", "gcc"), "-std=c11", "tests/c/tcp.c", "tcp_c");
+    check_program(&exe);
+}
+
 #[test]
 fn cpp_program_passes() {
     let exe = build_program(

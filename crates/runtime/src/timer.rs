@@ -108,6 +108,10 @@ pub(crate) struct TimerQueue {
     seq: UnsafeCell<u64>,
     /// False while the owner is parked: others must not hand it timers then.
     accepting: AtomicBool,
+    /// Under iokerneld: the cell of the shared region where the earliest deadline is stored
+    /// too (0 for none), so that iokerneld can tell when a kthread whose uthreads do not yield
+    /// lets a timer pass unfired. A plain store whenever the heap changes.
+    published: Option<&'static AtomicU64>,
 }
 
 // SAFETY: heap and seq are only touched with the lock held.
@@ -116,13 +120,28 @@ unsafe impl Sync for TimerQueue {}
 unsafe impl Send for TimerQueue {}
 
 impl TimerQueue {
-    pub fn new() -> Self {
+    /// An empty queue; with `cell`, one that also stores its earliest deadline there (see
+    /// `published`).
+    pub fn published_in(cell: Option<&'static AtomicU64>) -> Self {
         TimerQueue {
             lock: RawSpinLock::new(),
             heap: UnsafeCell::new(BinaryHeap::new()),
             next: AtomicU64::new(u64::MAX),
             seq: UnsafeCell::new(0),
             accepting: AtomicBool::new(true),
+            published: cell,
+        }
+    }
+
+    /// Stores the earliest deadline where iokerneld reads it (0 for none). Relaxed: iokerneld
+    /// only compares it with its clock, and a late value costs at most one needless signal.
+    #[inline]
+    fn publish(&self, next: u64) {
+        if let Some(cell) = self.published {
+            cell.store(
+                if next == u64::MAX { 0 } else { next.max(1) },
+                Ordering::Relaxed,
+            );
         }
     }
 
@@ -135,6 +154,7 @@ impl TimerQueue {
         let next = unsafe { (*self.heap.get()).peek().map_or(u64::MAX, |e| e.deadline) };
         // SeqCst: pairs with parked kthreads' publish-then-recheck (see Shared::timer_added).
         self.next.store(next, Ordering::SeqCst);
+        self.publish(next);
         // SAFETY: we hold the lock.
         unsafe { self.lock.unlock() };
         preempt::enable();
@@ -184,7 +204,9 @@ impl TimerQueue {
                 }
                 let next = to_heap.peek().map_or(u64::MAX, |e| e.deadline);
                 to.next.store(next, Ordering::Release);
+                to.publish(next);
                 self.next.store(u64::MAX, Ordering::Release);
+                self.publish(u64::MAX);
             }
             // SAFETY: we took it with try_lock.
             unsafe { to.lock.unlock() };

@@ -10,6 +10,7 @@ use corral_abi::{Command, RingKind, Slot, flags};
 use log::{error, warn};
 
 use super::handoff::{HandoffStats, Handoffs};
+use super::kick::Stall;
 use super::net;
 use super::registry::{Kthread, Registry, Tenant};
 use crate::config::{Config, Handover};
@@ -31,6 +32,8 @@ pub(super) struct DriverCounters {
     pub(super) parks: u64,
     /// Preemptions the kthread answered within the grace period, with no signal.
     pub(super) cedes_cooperative: u64,
+    /// Preemption signals sent with no `Preempt`, for network work or timers (see `kick`).
+    pub(super) kicks: u64,
 }
 
 /// How soon a runtime with work and no core is to get one.
@@ -537,7 +540,28 @@ fn observe_runtime(driver: &mut CoreDriver, runtime: &mut Tenant, now: u64) -> R
     runtime.core_requested = false;
     let mut stale_lists = false;
     driver.sweep.clear();
+    let pid = runtime.pid;
+    // Work only a running kthread's scheduler picks up from a parked one: its due timers, and
+    // frames left on its ring. The first running kthread is watched for it too (see `kick`).
+    let mut stranded_timer: Option<u64> = None;
+    let mut stranded_rx = false;
     for (index, kt) in runtime.kthreads.iter().enumerate() {
+        let parked = !matches!(
+            driver
+                .alloc
+                .kthread(id, KthreadIndex(index as u16))
+                .map(|k| k.place),
+            Ok(KthreadPlace::Active { .. })
+        );
+        if parked {
+            if let Some(t) = kt.view.timer_deadline_ns() {
+                stranded_timer = Some(stranded_timer.map_or(t, |s| s.min(t)));
+            }
+            stranded_rx |= net::rx_unread(kt);
+        }
+    }
+    let mut watch_stranded = true;
+    for (index, kt) in runtime.kthreads.iter_mut().enumerate() {
         let kthread = KthreadIndex(index as u16);
         let active = matches!(
             driver.alloc.kthread(id, kthread).map(|k| k.place),
@@ -547,6 +571,7 @@ fn observe_runtime(driver: &mut CoreDriver, runtime: &mut Tenant, now: u64) -> R
         // against a path that forgot, at no extra cost.
         stale_lists |= active != kt.active;
         if !active {
+            kt.net_watch.stop();
             continue;
         }
         let queues = QueueSnapshot {
@@ -554,6 +579,36 @@ fn observe_runtime(driver: &mut CoreDriver, runtime: &mut Tenant, now: u64) -> R
             ingress: RingPositions::new(kt.ingress.position(), kt.positions.ingress_consumed()),
         };
         driver.sweep.push(KthreadQueues { kthread, queues });
+        if kt.cede_deadline.is_some() || kt.preempt_sent_at.is_some() {
+            // Being asked for its core: that request makes it run its scheduler anyway.
+            kt.net_watch.stop();
+            continue;
+        }
+        let (mut timer, mut rx_stranded) = (kt.view.timer_deadline_ns(), false);
+        if std::mem::take(&mut watch_stranded) {
+            timer = match (timer, stranded_timer) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            rx_stranded = stranded_rx;
+        }
+        if let Some(stall) = kt.net_watch.check(queues, timer, rx_stranded, now) {
+            if let Err(e) = sys::tgkill(pid, kt.tid, libc::SIGUSR1) {
+                // A kthread that exits (the runtime is shutting down) may still count as
+                // holding its core until its connection closes: nothing to kick, and no
+                // reason to evict. A runtime that is really gone is unregistered by its
+                // hang-up.
+                log::debug!("{id}: cannot kick kthread {index}: tgkill(SIGUSR1) failed: {e}");
+                kt.net_watch.stop();
+                continue;
+            }
+            driver.counters.kicks += 1;
+            match stall {
+                Stall::Ingress => runtime.counters.kicks_ingress += 1,
+                Stall::Timer => runtime.counters.kicks_timer += 1,
+                Stall::RunQueue => runtime.counters.kicks_run_queue += 1,
+            }
+        }
     }
     if !driver.sweep.is_empty() {
         match driver.alloc.observe_runtime(id, &driver.sweep) {

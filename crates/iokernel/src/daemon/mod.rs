@@ -19,6 +19,7 @@ mod driver;
 pub mod faults;
 mod handoff;
 mod jobs;
+mod kick;
 mod log_limit;
 mod net;
 mod registration;

@@ -171,6 +171,7 @@ fn tenant(
             preempt_sent_at: None,
             cede_deadline: None,
             cede_rung: view.cede_word().load(std::sync::atomic::Ordering::SeqCst),
+            net_watch: Default::default(),
         });
     }
     let shared_last = kthreads

@@ -41,6 +41,8 @@ pub(super) struct Kthread {
     pub(super) cede_deadline: Option<u64>,
     /// What iokerneld last wrote into the kthread's cede word, which only it writes.
     pub(super) cede_rung: u32,
+    /// Whether its network work and timers keep up while it holds a core (see `kick`).
+    pub(super) net_watch: super::kick::NetWatch,
 }
 
 /// Counters the allocator does not keep.
@@ -53,6 +55,11 @@ pub(super) struct TenantCounters {
     pub(super) cedes_cooperative: u64,
     pub(super) preemption_latency_last_ns: u64,
     pub(super) preemption_latency_max_ns: u64,
+    /// Kicks sent because an ingress item, or a timer, waited on a kthread holding a core.
+    pub(super) kicks_ingress: u64,
+    pub(super) kicks_timer: u64,
+    /// Kicks sent because a runnable uthread waited a whole period behind one that spins.
+    pub(super) kicks_run_queue: u64,
 }
 
 /// How long this runtime's kthreads took to give up a core when asked: from the preemption

@@ -2,6 +2,8 @@
 //!
 //! The same types deserialize, so that tests and tools can read a dump back.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use super::faults::FaultCounters;
@@ -108,6 +110,10 @@ pub struct GlobalStats {
     #[serde(default)]
     pub handoff: Vec<super::HandoffStats>,
     pub timer_wakeups: u64,
+    /// Preemption signals sent with no request for the core, to make a kthread whose uthreads
+    /// do not yield run its network work and timers.
+    #[serde(default)]
+    pub kicks: u64,
     /// Kthreads that gave back a core (parked, or yielded after a preemption).
     #[serde(default)]
     pub parks: u64,
@@ -144,6 +150,17 @@ pub struct RuntimeStats {
     pub parks: u64,
     pub congestion_detections: u64,
     pub timer_wakeups: u64,
+    /// Kicks its kthreads got because an ingress item waited unread a whole period on a
+    /// kthread holding a core.
+    #[serde(default)]
+    pub kicks_ingress: u64,
+    /// Kicks its kthreads got because a timer was overdue a whole period.
+    #[serde(default)]
+    pub kicks_timer: u64,
+    /// Kicks its kthreads got because a runnable uthread waited a whole period behind one
+    /// that did not yield.
+    #[serde(default)]
+    pub kicks_run_queue: u64,
     pub demotions: u64,
     pub stale_commands: u64,
     /// Its kthreads that are active now (those frames are steered to).
@@ -153,6 +170,11 @@ pub struct RuntimeStats {
     pub net: Option<RuntimeNetStats>,
     /// Its packet counters, whether or not it registered addresses.
     pub packets: NetStats,
+    /// What the runtime says about itself (its network stack's and TCP's counters, by the
+    /// runtime's own names, `corral_abi::REPORTED_COUNTERS`), as last written into its region.
+    /// Untrusted: printed, never used for a decision. Absent if it never wrote them.
+    #[serde(default)]
+    pub reported: Option<BTreeMap<String, u64>>,
 }
 
 /// The two phases of giving up a core when preempted, in nanoseconds: from iokerneld's
@@ -207,6 +229,21 @@ pub struct CoreStats {
     pub reallocations: u64,
 }
 
+/// The counters a runtime reports in its region, by name; `None` if it never wrote them.
+fn reported(r: &super::registry::Tenant) -> Option<BTreeMap<String, u64>> {
+    let values = r.kthreads.first()?.view.reported().read();
+    if values[0] == 0 {
+        return None;
+    }
+    Some(
+        corral_abi::REPORTED_COUNTERS
+            .iter()
+            .zip(values)
+            .map(|(name, value)| ((*name).to_owned(), value))
+            .collect(),
+    )
+}
+
 impl Daemon {
     /// A snapshot of every counter.
     pub fn stats(&self) -> Stats {
@@ -240,6 +277,7 @@ impl Daemon {
             cede_grace_us: self.config.cede_grace_us,
             handoff: self.driver.handoff_stats(),
             timer_wakeups: c.timer_wakeups,
+            kicks: c.kicks,
             parks: c.parks,
             loop_stalls: l.stalls,
             loop_stall_ns: l.stall_ns,
@@ -271,6 +309,9 @@ impl Daemon {
                     parks: view.stats.parks,
                     congestion_detections: view.stats.congestion_detections,
                     timer_wakeups: r.counters.timer_wakeups,
+                    kicks_ingress: r.counters.kicks_ingress,
+                    kicks_timer: r.counters.kicks_timer,
+                    kicks_run_queue: r.counters.kicks_run_queue,
                     demotions: r.counters.demotions,
                     stale_commands: r.counters.stale_commands,
                     active_kthreads: r.active.clone(),
@@ -287,6 +328,7 @@ impl Daemon {
                         }
                     }),
                     packets: r.net_counters.stats(),
+                    reported: reported(r),
                 })
             })
             .collect();

@@ -38,6 +38,7 @@ mod ingress;
 pub(crate) mod last_parker;
 mod packets;
 mod parking;
+pub(crate) mod reported;
 mod setup;
 pub(crate) mod watchdog;
 
@@ -71,6 +72,8 @@ pub(crate) struct IokShared {
     runtime_id: AtomicU64,
     /// The packet buffers, when the runtime has a network configured.
     pub packets: Option<PacketPool>,
+    /// The counters the runtime reports to iokerneld's statistics.
+    pub reported: reported::Reporter,
 }
 
 /// One kthread's end of the region.
@@ -102,6 +105,11 @@ pub(crate) struct IokKthread {
     wake_sent: &'static AtomicU64,
     /// Where the preemption signal handler stamps its arrival, for iokerneld's statistics.
     pub preempt_seen: &'static AtomicU64,
+    /// Where this kthread's timer heap stores its earliest deadline for iokerneld (0: none).
+    pub timer_deadline: &'static AtomicU64,
+    /// Preemption signals that found no request to give up the core: iokerneld's kicks for
+    /// network work or overdue timers while the uthreads did not yield.
+    pub kicks: AtomicU64,
     /// iokerneld's cede word, and the value the owner last acted on (owner only).
     cede_word: &'static AtomicU32,
     cede_seen: AtomicU32,

@@ -93,6 +93,8 @@ pub(crate) fn prepare(config: &Config) -> io::Result<(IokShared, Vec<IokKthread>
             wake_decision: view.wake_decision(),
             wake_sent: view.wake_sent(),
             preempt_seen: view.preempt_seen(),
+            timer_deadline: view.timer_deadline(),
+            kicks: AtomicU64::new(0),
             cede_word: view.cede_word(),
             cede_seen: AtomicU32::new(view.cede_word().load(Ordering::Relaxed)),
             preempt_requested: AtomicBool::new(false),
@@ -109,6 +111,8 @@ pub(crate) fn prepare(config: &Config) -> io::Result<(IokShared, Vec<IokKthread>
         let base = unsafe { start.add(area.offset as usize) };
         PacketPool::new(area, base, config.kthreads)
     });
+    let reported =
+        super::reported::Reporter::new(region.kthread(0).expect("laid out above").reported());
     let shared = IokShared {
         region,
         connection: Mutex::new(None),
@@ -116,6 +120,7 @@ pub(crate) fn prepare(config: &Config) -> io::Result<(IokShared, Vec<IokKthread>
         spinning: settings.spinning_kthreads,
         runtime_id: AtomicU64::new(0),
         packets,
+        reported,
     };
     Ok((shared, kthreads, file.memfd))
 }

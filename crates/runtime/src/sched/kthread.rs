@@ -99,6 +99,9 @@ pub(crate) struct Kthread {
     pub sched_running: RunningFlag,
     /// A uthread that exited and whose stack the scheduler must recycle.
     pub dead: Cell<*mut UThread>,
+    /// Under iokerneld: the uthread the preemption signal interrupted, which the scheduler
+    /// queues again only after the network work and timers that were due (`sched::kicked`).
+    pub interrupted: Cell<*mut UThread>,
     pub stack_cache: UnsafeCell<Vec<NonNull<UThread>>>,
     rng: Cell<u64>,
     pub ticks: Cell<u32>,
@@ -144,7 +147,7 @@ impl Kthread {
             index,
             rt,
             rq,
-            timers: TimerQueue::new(),
+            timers: TimerQueue::published_in(iok.as_ref().map(|k| k.timer_deadline)),
             state: AtomicKthreadState::new(KthreadState::Running),
             park_word: ParkWord::new(),
             park_deadline: WatchedDeadline::new(),
@@ -155,6 +158,7 @@ impl Kthread {
             sched_rsp: Cell::new(0),
             sched_running: RunningFlag::new(true),
             dead: Cell::new(core::ptr::null_mut()),
+            interrupted: Cell::new(core::ptr::null_mut()),
             stack_cache: UnsafeCell::new(Vec::new()),
             rng: Cell::new(0x9E37_79B9_7F4A_7C15 ^ ((index as u64 + 1) << 17)),
             ticks: Cell::new(0),

@@ -303,6 +303,9 @@ fn sched_main(k: &'static Kthread) {
             // runtime, and we are in the scheduler context of the kthread we run on.
             unsafe { run_from_scheduler(k, th as *mut UThread) };
             reap_dead(k);
+            if let Some(th) = NonNull::new(k.interrupted.replace(ptr::null_mut())) {
+                kicked(k, th);
+            }
             continue;
         }
         if rt.shutdown.load(Ordering::Relaxed) {
@@ -333,11 +336,51 @@ fn sched_main(k: &'static Kthread) {
     }
 }
 
+/// The preemption signal interrupted `th` under iokerneld: either iokerneld wants the core
+/// (a `Preempt` on the ingress ring) or it kicked this kthread because packets waited unread
+/// on its ring (or a parked kthread's) or a timer (its own or a parked kthread's) went overdue
+/// while its uthreads did not yield. Runs that network work and the due timers now, then queues `th` behind what they made runnable, so that a
+/// uthread woken by a packet or a timer runs before the one that kept the kthread busy (it
+/// would otherwise wait behind it, and behind every other uthread that does not yield). The
+/// loop then parks if iokerneld asked for the core. Scheduler context.
+fn kicked(k: &'static Kthread, th: NonNull<UThread>) {
+    let waiting = k.rq.len();
+    let ceded = crate::iokernel::poll_own(k);
+    if !ceded {
+        k.iok().kicks.fetch_add(1, Ordering::Relaxed);
+        let rt = k.shared();
+        let now = timer::now_ns();
+        // Every kthread's due timers, not only ours: iokerneld also kicks the first running
+        // kthread for timers and frames left on parked kthreads, which nobody else fires.
+        for victim in rt.kthreads.iter() {
+            if victim.timers.next_deadline() <= now {
+                timer::run_expired(&victim.timers, now);
+            }
+        }
+        if let Some(net) = &rt.net
+            && net.next_deadline() <= now
+        {
+            net.poll(now);
+        }
+        if rt.nkthreads() > 1 {
+            crate::iokernel::steal_ingress(k);
+        }
+        let readied = k.rq.len().saturating_sub(waiting);
+        if readied > 0 && waiting > 0 {
+            k.rq.lock().move_oldest_to_back(waiting);
+        }
+    }
+    push_local(k, th.as_ptr() as usize);
+}
+
 /// Finds the next uthread for `k`: expired timers, the local queue, the inject queue, then
 /// stealing. Scheduler context only.
 fn find_work(k: &Kthread) -> Option<usize> {
     k.rcu_gen.fetch_add(1, Ordering::Release);
     let rt = k.shared();
+    if let Some(iok) = &rt.iok {
+        iok.reported.maybe_publish(rt, timer::now_ns(), false);
+    }
     if k.timers.next_deadline() != u64::MAX {
         timer::run_expired(&k.timers, timer::now_ns());
     }
@@ -486,6 +529,8 @@ fn iok_park(k: &'static Kthread, preempted: bool) {
     rt.idle.count_parked(true);
     rt.idle.stop_spinning();
     if last {
+        // A runtime gone quiet leaves its final counters for iokerneld's statistics.
+        iok.reported.maybe_publish(rt, timer::now_ns(), true);
         // SAFETY: our own command ring, scheduler context.
         unsafe { crate::iokernel::send_timer_deadline(kio, rt.earliest_timer()) };
     }
@@ -715,9 +760,10 @@ unsafe fn preempted_locked() {
         return;
     }
     let cur = k.current();
-    push_local(k, cur as usize);
+    // The scheduler queues it again once it has looked at why it was signalled (`kicked`).
+    k.interrupted.set(cur);
     k.set_current(ptr::null_mut());
-    // SAFETY: cur is running and now queued; the scheduler context is suspended.
+    // SAFETY: cur is running and handed to the scheduler; the scheduler context is suspended.
     unsafe {
         arch::switch_context(
             (*cur).rsp_slot(),

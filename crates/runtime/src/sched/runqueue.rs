@@ -178,6 +178,16 @@ impl Locked<'_> {
         Some(item)
     }
 
+    /// Moves the `n` oldest entries behind the others, in their order. Owner only (it pushes).
+    pub fn move_oldest_to_back(&mut self, n: usize) {
+        for _ in 0..n {
+            let Some(item) = self.pop() else { return };
+            // The pop just made room, and only the owner pushes.
+            let pushed = self.rq.push(item);
+            debug_assert!(pushed.is_ok());
+        }
+    }
+
     /// Moves half (rounded up) of this queue's entries into `into`, which must be the caller's
     /// own, empty queue. Returns how many moved.
     pub fn steal_half_into(&mut self, into: &RunQueue) -> usize {
