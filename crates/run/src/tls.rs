@@ -8,10 +8,16 @@
 //! are copied from the creating thread: the stack and pointer guards (which mangled
 //! `setjmp` buffers and `atexit` entries depend on), the multi-threaded flag, `sysinfo` and the
 //! CET feature word. Restartable sequences are marked unregistered, so `sched_getcpu` asks the
-//! kernel instead of reading a CPU number nobody updates.
+//! kernel instead of reading a CPU number nobody updates. Each TCB gets its own thread id
+//! (above any the kernel hands out), because glibc's internal recursive locks (the dynamic
+//! linker's, taken by `__cxa_thread_atexit_impl` for every C++ `thread_local` with a
+//! destructor) recognise their owner by it: with a shared id, or none, two uthreads would both
+//! think they own such a lock.
 
 use core::arch::asm;
 use core::ffi::c_void;
+use core::sync::atomic::{AtomicI32, Ordering};
+use std::sync::OnceLock;
 
 use crate::real::real;
 
@@ -26,6 +32,32 @@ const OFF_FEATURE_1: usize = 72;
 /// `struct rseq`'s `cpu_id`, and the value glibc stores when registration failed.
 const RSEQ_OFF_CPU_ID: usize = 4;
 const RSEQ_CPU_ID_REGISTRATION_FAILED: u32 = -2i32 as u32;
+
+/// Thread ids of uthread TCBs: above Linux's largest pid (`PID_MAX_LIMIT`, 2^22), so never a
+/// kernel thread's; signals sent to one fail with `ESRCH` rather than hitting another thread.
+static NEXT_TID: AtomicI32 = AtomicI32::new(1 << 30);
+
+/// Where `struct pthread` keeps the thread id, as glibc tells debuggers
+/// (`_thread_db_pthread_tid`: bits, count, offset).
+fn tid_offset() -> usize {
+    static OFFSET: OnceLock<usize> = OnceLock::new();
+    *OFFSET.get_or_init(look_up_tid_offset)
+}
+
+fn look_up_tid_offset() -> usize {
+    // SAFETY: looks up a read-only data symbol by its NUL-terminated name.
+    let desc = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"_thread_db_pthread_tid".as_ptr()) }
+        as *const u32;
+    if desc.is_null() {
+        crate::refuse::fatal("this C library does not describe its thread descriptor (_thread_db_pthread_tid)");
+    }
+    // SAFETY: glibc's descriptor is three u32s; the third is the field's offset.
+    let (bits, offset) = unsafe { (*desc, *desc.add(2)) };
+    if bits != 32 {
+        crate::refuse::fatal("this C library's thread id field is not 32 bits wide");
+    }
+    offset as usize
+}
 
 /// The calling thread's thread control block (the `%fs` base; glibc keeps it at `%fs:0`).
 pub fn current_tcb() -> usize {
@@ -56,6 +88,7 @@ pub fn allocate() -> Option<usize> {
         put(OFF_STACK_GUARD, get(OFF_STACK_GUARD));
         put(OFF_POINTER_GUARD, get(OFF_POINTER_GUARD));
         ((tcb + OFF_FEATURE_1) as *mut u32).write(((from + OFF_FEATURE_1) as *const u32).read());
+        ((tcb + tid_offset()) as *mut i32).write(NEXT_TID.fetch_add(1, Ordering::Relaxed));
         if let Some(rseq) = rseq_offset() {
             ((tcb as isize + rseq) as usize as *mut u32)
                 .add(RSEQ_OFF_CPU_ID / 4)
@@ -84,6 +117,11 @@ pub fn run_thread_local_destructors() {
 
 /// Where glibc keeps a thread's `struct rseq`, relative to its TCB (glibc 2.35 and later).
 fn rseq_offset() -> Option<isize> {
+    static OFFSET: OnceLock<Option<isize>> = OnceLock::new();
+    *OFFSET.get_or_init(look_up_rseq_offset)
+}
+
+fn look_up_rseq_offset() -> Option<isize> {
     // SAFETY: looks up data symbols; NUL-terminated names.
     let (off, size) = unsafe {
         (
