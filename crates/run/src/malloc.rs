@@ -65,7 +65,7 @@ pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> i32 {
-    if !align.is_power_of_two() || align % size_of::<usize>() != 0 {
+    if !align.is_power_of_two() || !align.is_multiple_of(size_of::<usize>()) {
         return libc::EINVAL;
     }
     // SAFETY: forwarded.

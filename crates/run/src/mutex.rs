@@ -35,7 +35,9 @@ fn me() -> usize {
 
 /// Locks the futex word of a mutex-like object; `deadline` bounds the wait.
 pub fn raw_lock(w: &AtomicU32, deadline: Option<Instant>) -> bool {
-    if w.compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+    if w.compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
+        .is_ok()
+    {
         return true;
     }
     while w.swap(2, Ordering::Acquire) != 0 {
@@ -128,7 +130,11 @@ unsafe fn lock(m: *mut libc::pthread_mutex_t, how: How) -> i32 {
         How::Until(d) => raw_lock(w, Some(d)),
     };
     if !locked {
-        return if matches!(how, How::Try) { libc::EBUSY } else { libc::ETIMEDOUT };
+        return if matches!(how, How::Try) {
+            libc::EBUSY
+        } else {
+            libc::ETIMEDOUT
+        };
     }
     if tracks_owner(kind) {
         // SAFETY: as above; we own the mutex now.
@@ -225,7 +231,12 @@ pub unsafe fn release_for_wait(m: *mut libc::pthread_mutex_t) -> Result<Released
     let mut count = 1;
     if tracks_owner(kind) {
         // SAFETY: as above.
-        let (owner, c) = unsafe { (layout::pointer_word(m, OFF_OWNER), layout::word(m, OFF_COUNT)) };
+        let (owner, c) = unsafe {
+            (
+                layout::pointer_word(m, OFF_OWNER),
+                layout::word(m, OFF_COUNT),
+            )
+        };
         if owner.load(Ordering::Relaxed) != me() {
             return Err(libc::EPERM);
         }

@@ -10,8 +10,8 @@
 
 use core::ffi::CStr;
 
-use crate::thread;
 use crate::real::real;
+use crate::thread;
 
 /// Exit status of a program stopped for using something the shim cannot support (EX_SOFTWARE).
 pub const REFUSED_STATUS: i32 = 70;
@@ -28,7 +28,9 @@ pub fn fatal(message: &str) -> ! {
 }
 
 fn refuse(construct: &str, why: &str) -> ! {
-    fatal(&format!("{construct} is not supported under corral-run: {why}"))
+    fatal(&format!(
+        "{construct} is not supported under corral-run: {why}"
+    ))
 }
 
 /// Refuses threads whose start routine is in libgomp.

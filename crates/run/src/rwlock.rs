@@ -120,7 +120,11 @@ pub unsafe extern "C" fn pthread_rwlock_tryrdlock(l: *mut libc::pthread_rwlock_t
 pub unsafe extern "C" fn pthread_rwlock_trywrlock(l: *mut libc::pthread_rwlock_t) -> i32 {
     // SAFETY: l is a live rwlock.
     let (state, _) = unsafe { words(l) };
-    if try_write(state).is_ok() { 0 } else { libc::EBUSY }
+    if try_write(state).is_ok() {
+        0
+    } else {
+        libc::EBUSY
+    }
 }
 
 /// # Safety

@@ -45,7 +45,11 @@ fn take(value: &AtomicU32, waiters: &AtomicU32, deadline: Option<Instant>) -> i3
         let woke = futex::wait(value, 0, deadline);
         waiters.fetch_sub(1, Ordering::SeqCst);
         if woke == Err(futex::NotWoken::TimedOut) {
-            return if try_take(value) { 0 } else { fail(libc::ETIMEDOUT) };
+            return if try_take(value) {
+                0
+            } else {
+                fail(libc::ETIMEDOUT)
+            };
         }
     }
 }
@@ -79,7 +83,11 @@ pub unsafe extern "C" fn sem_wait(s: *mut libc::sem_t) -> i32 {
 pub unsafe extern "C" fn sem_trywait(s: *mut libc::sem_t) -> i32 {
     // SAFETY: s is a live semaphore.
     let (value, _) = unsafe { words(s) };
-    if try_take(value) { 0 } else { fail(libc::EAGAIN) }
+    if try_take(value) {
+        0
+    } else {
+        fail(libc::EAGAIN)
+    }
 }
 
 #[unsafe(no_mangle)]

@@ -76,7 +76,10 @@ impl Settings {
             config = config.kthreads(k);
         }
         if let Some(socket) = &self.iokerneld {
-            let name = self.name.clone().unwrap_or_else(|| program.chars().take(32).collect());
+            let name = self
+                .name
+                .clone()
+                .unwrap_or_else(|| program.chars().take(32).collect());
             config = config.iokernel(
                 IokernelSettings::new(socket, name).guaranteed_cores(self.guaranteed.unwrap_or(0)),
             );

@@ -32,7 +32,7 @@ pub unsafe extern "C" fn pthread_spin_lock(l: *mut libc::pthread_spinlock_t) -> 
     while w.swap(1, Ordering::Acquire) != 0 {
         while w.load(Ordering::Relaxed) != 0 {
             spins += 1;
-            if spins % 64 == 0 {
+            if spins.is_multiple_of(64) {
                 crate::wait::yield_now();
             } else {
                 core::hint::spin_loop();
@@ -45,7 +45,11 @@ pub unsafe extern "C" fn pthread_spin_lock(l: *mut libc::pthread_spinlock_t) -> 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn pthread_spin_trylock(l: *mut libc::pthread_spinlock_t) -> i32 {
     // SAFETY: l is a live spinlock.
-    if unsafe { word(l) }.swap(1, Ordering::Acquire) == 0 { 0 } else { libc::EBUSY }
+    if unsafe { word(l) }.swap(1, Ordering::Acquire) == 0 {
+        0
+    } else {
+        libc::EBUSY
+    }
 }
 
 #[unsafe(no_mangle)]

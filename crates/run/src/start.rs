@@ -15,15 +15,8 @@ use crate::settings::{self, Settings};
 use crate::{refuse, tls};
 
 type Main = unsafe extern "C" fn(i32, *mut *mut c_char, *mut *mut c_char) -> i32;
-type StartMain = unsafe extern "C" fn(
-    Main,
-    i32,
-    *mut *mut c_char,
-    usize,
-    usize,
-    usize,
-    *mut c_void,
-) -> i32;
+type StartMain =
+    unsafe extern "C" fn(Main, i32, *mut *mut c_char, usize, usize, usize, *mut c_void) -> i32;
 
 static PROGRAM_MAIN: AtomicUsize = AtomicUsize::new(0);
 static MAIN_TCB: AtomicUsize = AtomicUsize::new(0);
@@ -48,7 +41,17 @@ pub unsafe extern "C" fn __libc_start_main(
     PROGRAM_MAIN.store(main as usize, Ordering::Relaxed);
     let real = real!(__libc_start_main: StartMain);
     // SAFETY: glibc's own start routine, with main replaced by one of the same signature.
-    unsafe { real(main_in_runtime, argc, argv, init, fini, rtld_fini, stack_end) }
+    unsafe {
+        real(
+            main_in_runtime,
+            argc,
+            argv,
+            init,
+            fini,
+            rtld_fini,
+            stack_end,
+        )
+    }
 }
 
 /// Whether the caller is the `main` uthread (on the main thread's TCB).

@@ -85,7 +85,11 @@ pub unsafe extern "C" fn pthread_create(
     };
     let rec = Arc::new(Record {
         tcb,
-        flags: AtomicU32::new(if detach_state == libc::PTHREAD_CREATE_DETACHED { DETACHED } else { 0 }),
+        flags: AtomicU32::new(if detach_state == libc::PTHREAD_CREATE_DETACHED {
+            DETACHED
+        } else {
+            0
+        }),
         retval: AtomicUsize::new(0),
     });
     THREADS.lock().insert(tcb, rec.clone());

@@ -7,7 +7,10 @@ use std::time::{Duration, Instant};
 ///
 /// # Safety
 /// `abstime` points at a readable `timespec`.
-pub unsafe fn deadline(clock: libc::clockid_t, abstime: *const libc::timespec) -> Result<Instant, i32> {
+pub unsafe fn deadline(
+    clock: libc::clockid_t,
+    abstime: *const libc::timespec,
+) -> Result<Instant, i32> {
     if abstime.is_null() {
         return Err(libc::EINVAL);
     }
@@ -25,7 +28,10 @@ pub unsafe fn deadline(clock: libc::clockid_t, abstime: *const libc::timespec) -
 
 /// What `clock` reads now, as time since its epoch.
 pub fn clock_now(clock: libc::clockid_t) -> Result<Duration, i32> {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: ts is a valid out-pointer.
     if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
         return Err(libc::EINVAL);

@@ -49,7 +49,9 @@ fn look_up_tid_offset() -> usize {
     let desc = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"_thread_db_pthread_tid".as_ptr()) }
         as *const u32;
     if desc.is_null() {
-        crate::refuse::fatal("this C library does not describe its thread descriptor (_thread_db_pthread_tid)");
+        crate::refuse::fatal(
+            "this C library does not describe its thread descriptor (_thread_db_pthread_tid)",
+        );
     }
     // SAFETY: glibc's descriptor is three u32s; the third is the field's offset.
     let (bits, offset) = unsafe { (*desc, *desc.add(2)) };
@@ -63,7 +65,9 @@ fn look_up_tid_offset() -> usize {
 pub fn current_tcb() -> usize {
     let tcb: usize;
     // SAFETY: reads the TCB's self pointer, which glibc keeps at %fs:0 on every thread.
-    unsafe { asm!("mov {}, qword ptr fs:[0]", out(reg) tcb, options(nostack, readonly, preserves_flags)) };
+    unsafe {
+        asm!("mov {}, qword ptr fs:[0]", out(reg) tcb, options(nostack, readonly, preserves_flags))
+    };
     tcb
 }
 
@@ -83,7 +87,8 @@ pub fn allocate() -> Option<usize> {
         let get = |off: usize| ((from + off) as *const usize).read();
         put(OFF_TCB, tcb);
         put(OFF_SELF, tcb);
-        ((tcb + OFF_MULTIPLE_THREADS) as *mut i32).write(((from + OFF_MULTIPLE_THREADS) as *const i32).read());
+        ((tcb + OFF_MULTIPLE_THREADS) as *mut i32)
+            .write(((from + OFF_MULTIPLE_THREADS) as *const i32).read());
         put(OFF_SYSINFO, get(OFF_SYSINFO));
         put(OFF_STACK_GUARD, get(OFF_STACK_GUARD));
         put(OFF_POINTER_GUARD, get(OFF_POINTER_GUARD));

@@ -36,7 +36,12 @@ pub unsafe extern "C" fn nanosleep(req: *const libc::timespec, rem: *mut libc::t
             corral::sleep(d);
             if !rem.is_null() {
                 // SAFETY: the caller's out-pointer.
-                unsafe { *rem = libc::timespec { tv_sec: 0, tv_nsec: 0 } };
+                unsafe {
+                    *rem = libc::timespec {
+                        tv_sec: 0,
+                        tv_nsec: 0,
+                    }
+                };
             }
             0
         }
@@ -79,7 +84,12 @@ pub unsafe extern "C" fn clock_nanosleep(
             corral::sleep(d);
             if !rem.is_null() {
                 // SAFETY: the caller's out-pointer.
-                unsafe { *rem = libc::timespec { tv_sec: 0, tv_nsec: 0 } };
+                unsafe {
+                    *rem = libc::timespec {
+                        tv_sec: 0,
+                        tv_nsec: 0,
+                    }
+                };
             }
             0
         }

@@ -24,7 +24,9 @@ struct Launch {
 fn number(flag: &str, value: &str) -> Result<String, String> {
     match value.parse::<usize>() {
         Ok(n) if n > 0 || flag == "--guaranteed" => Ok(n.to_string()),
-        _ => Err(format!("{flag} {value:?}: expected a positive whole number")),
+        _ => Err(format!(
+            "{flag} {value:?}: expected a positive whole number"
+        )),
     }
 }
 
@@ -74,7 +76,11 @@ fn parse(mut args: impl Iterator<Item = OsString>) -> Result<Launch, String> {
     let has = |k: &str| env.iter().any(|(key, _)| *key == k);
     for dependent in ["CORRAL_RUN_NAME", "CORRAL_RUN_GUARANTEED"] {
         if has(dependent) && !has("CORRAL_IOKERNELD") {
-            let flag = if dependent == "CORRAL_RUN_NAME" { "--name" } else { "--guaranteed" };
+            let flag = if dependent == "CORRAL_RUN_NAME" {
+                "--name"
+            } else {
+                "--guaranteed"
+            };
             return Err(format!("{flag} needs --iokerneld"));
         }
     }
@@ -130,7 +136,8 @@ fn main() -> ExitCode {
         }
     };
     let mut cmd = Command::new(&launch.program);
-    cmd.args(&launch.args).envs(launch.env.iter().map(|(k, v)| (k, v)));
+    cmd.args(&launch.args)
+        .envs(launch.env.iter().map(|(k, v)| (k, v)));
     let mut preload = shim.into_os_string();
     if let Some(previous) = std::env::var_os("LD_PRELOAD") {
         cmd.env("CORRAL_RUN_LD_PRELOAD", &previous);
@@ -146,5 +153,9 @@ fn main() -> ExitCode {
         launch.program.to_string_lossy()
     );
     // As shells do: 127 for a program not found, 126 for one that cannot be run.
-    ExitCode::from(if err.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 })
+    ExitCode::from(if err.kind() == std::io::ErrorKind::NotFound {
+        127
+    } else {
+        126
+    })
 }
