@@ -28,3 +28,7 @@ mod condvar;
 mod waitgroup;
 
 mod udp;
+
+// C code on uthreads allocates with preemption disabled: this defines malloc and its family for
+// programs linking libcorral.
+use corral_preempt_malloc as _;

@@ -5,15 +5,16 @@
 //! Interposed: `__libc_start_main` ([`start`]); threads, keys ([`thread`]); mutexes, condition
 //! variables, rwlocks, barriers, spinlocks, `pthread_once`, unnamed semaphores; `sched_yield`
 //! and the sleeps ([`wait`]); signal masks ([`sigmask`]); `malloc` and its family
-//! ([`malloc`]); what cannot work is refused ([`refuse`]).
+//! (`corral-preempt-malloc`); what cannot work is refused ([`refuse`]).
 
 #![allow(clippy::missing_safety_doc)]
+
+use corral_preempt_malloc as _;
 
 mod barrier;
 mod cond;
 mod futex;
 mod layout;
-mod malloc;
 mod mutex;
 mod once;
 mod real;

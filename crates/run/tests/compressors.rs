@@ -6,13 +6,17 @@ mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 
-/// About 12 MiB of text that compresses a little (so every compressor has work for 2 threads).
+/// About 12 MiB of text that compresses a little (so every compressor has work for 2 threads),
+/// written once for the tests of this binary, which run in parallel.
 fn input(dir: &Path) -> PathBuf {
+    static INPUT: OnceLock<PathBuf> = OnceLock::new();
+    INPUT.get_or_init(|| write_input(dir)).clone()
+}
+
+fn write_input(dir: &Path) -> PathBuf {
     let path = dir.join("input.txt");
-    if path.is_file() {
-        return path;
-    }
     let mut data = Vec::with_capacity(12 << 20);
     let mut x: u64 = 0x2545_F491_4F6C_DD1D;
     let words = [

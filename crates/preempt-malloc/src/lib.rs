@@ -1,7 +1,14 @@
-//! `malloc` and its family with preemption disabled: glibc's allocator keeps locks and caches
-//! that belong to "the current thread", which a uthread preempted inside it would otherwise
-//! leave behind on its kthread. Each call goes to glibc's exported `__libc_*` entry points (so
-//! no `dlsym`, which itself allocates, is needed).
+//! `malloc` and its family for C code that runs on Corral uthreads, with preemption disabled:
+//! glibc's allocator keeps locks and caches that belong to "the current thread", which a
+//! uthread preempted inside it would otherwise leave behind on its kthread. Each call goes to
+//! glibc's exported `__libc_*` entry points (so no `dlsym`, which itself allocates, is needed).
+//!
+//! Linking this crate into a shared or static library (the `corral-run` shim, `libcorral`)
+//! defines `malloc`, `free`, `calloc`, `realloc`, `memalign`, `aligned_alloc`,
+//! `posix_memalign`, `valloc` and `pvalloc` for the whole program; a crate that links it must
+//! name it (`use corral_preempt_malloc as _;`) so that it is not left out as unused.
+
+#![allow(clippy::missing_safety_doc)]
 
 use core::ffi::c_void;
 
