@@ -14,6 +14,7 @@ command -v git >/dev/null || need+=(git)
 command -v ping >/dev/null || need+=(iputils-ping)
 command -v ip >/dev/null || need+=(iproute2)
 [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)
+for t in xz:xz-utils zstd:zstd pigz:pigz; do command -v "${t%%:*}" >/dev/null || need+=("${t#*:}"); done  # corral-run's tests
 
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}"
