@@ -31,3 +31,7 @@ mod waitgroup;
 mod udp;
 
 mod tcp;
+
+// C code on uthreads allocates with preemption disabled: this defines malloc and its family for
+// programs linking libcorral.
+use corral_preempt_malloc as _;

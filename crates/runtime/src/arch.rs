@@ -29,6 +29,7 @@ fn probe_fsgsbase() -> bool {
 }
 
 const ARCH_SET_GS: libc::c_int = 0x1001;
+const ARCH_SET_FS: libc::c_int = 0x1002;
 const ARCH_GET_GS: libc::c_int = 0x1004;
 const ARCH_GET_FS: libc::c_int = 0x1003;
 
@@ -42,6 +43,23 @@ pub(crate) fn set_gs_base(base: usize) {
         // SAFETY: arch_prctl(ARCH_SET_GS) takes the new base by value and touches no memory.
         let rc = unsafe { libc::syscall(libc::SYS_arch_prctl, ARCH_SET_GS, base) };
         assert_eq!(rc, 0, "arch_prctl(ARCH_SET_GS) failed");
+    }
+}
+
+/// Points this OS thread's `%fs` base (its TLS and thread control block) at `base`.
+///
+/// # Safety
+/// `base` is a thread control block that nothing else runs on, laid out as glibc expects, and
+/// the caller touches no thread-local data it read through the old base afterwards.
+#[inline]
+pub(crate) unsafe fn set_fs_base(base: usize) {
+    if have_fsgsbase() {
+        // SAFETY: per the contract, base is a valid TCB for this thread.
+        unsafe { asm!("wrfsbase {}", in(reg) base, options(nostack, preserves_flags)) };
+    } else {
+        // SAFETY: arch_prctl(ARCH_SET_FS) takes the new base by value and touches no memory.
+        let rc = unsafe { libc::syscall(libc::SYS_arch_prctl, ARCH_SET_FS, base) };
+        assert_eq!(rc, 0, "arch_prctl(ARCH_SET_FS) failed");
     }
 }
 

@@ -91,6 +91,10 @@ pub struct Config {
     /// Let `PREEMPT_SIGNAL` sent to a kthread preempt the uthread it runs (iokerneld does this;
     /// in standalone mode it is off unless asked for).
     pub preemption: bool,
+    /// Let each uthread carry its own `%fs` base (its own TLS block and thread control block),
+    /// installed by the context switch (see [`crate::set_uthread_fs_base`]). Off by default:
+    /// uthreads then share their kthread's TLS and the switch never touches `%fs`.
+    pub uthread_tls: bool,
     pub mode: Mode,
     /// The runtime's IPv4 network, if it has one.
     pub net: Option<crate::net::NetConfig>,
@@ -104,6 +108,7 @@ impl Default for Config {
             stack_size: DEFAULT_STACK_SIZE,
             spin_before_park: Duration::from_micros(2),
             preemption: false,
+            uthread_tls: false,
             mode: Mode::Standalone,
             net: None,
         }
@@ -140,6 +145,12 @@ impl Config {
 
     pub fn preemption(mut self, on: bool) -> Self {
         self.preemption = on;
+        self
+    }
+
+    /// Lets uthreads carry their own `%fs` base (see [`Config::uthread_tls`]).
+    pub fn uthread_tls(mut self, on: bool) -> Self {
+        self.uthread_tls = on;
         self
     }
 

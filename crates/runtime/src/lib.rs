@@ -79,8 +79,8 @@ pub use {
     malloc::PreemptSafeAlloc,
     runtime::{IokernelKthreadStats, Runtime, run},
     sched::uthread::{
-        Builder, JoinHandle, ThreadId, current_id, current_name, kthread_index, spawn,
-        spawn_detached,
+        Builder, JoinHandle, ThreadId, current_id, current_name, exit_uthread, kthread_index,
+        set_uthread_fs_base, spawn, spawn_detached,
     },
     sched::{preemption_point, yield_now},
     signal::PREEMPT_SIGNAL,

@@ -266,19 +266,27 @@ extern "C" fn on_preempt(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut
     }
 }
 
+/// Changes this kthread's mask for the preemption signal with the system call itself, not the
+/// C library's wrapper: a program may interpose `pthread_sigmask` (the `corral-run` shim does,
+/// keeping per-uthread masks), and this must reach the kthread.
 fn set_preempt_signal_blocked(blocked: bool) {
-    // SAFETY: sigset_t is plain data; changing this thread's mask for one signal.
+    let how = if blocked {
+        libc::SIG_BLOCK
+    } else {
+        libc::SIG_UNBLOCK
+    };
+    // The kernel's sigset: one bit per signal, signal n at bit n - 1.
+    let set: u64 = 1 << (PREEMPT_SIGNAL - 1);
+    // SAFETY: rt_sigprocmask reads 8 bytes of set and changes only this thread's mask.
     unsafe {
-        let mut set: libc::sigset_t = core::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, PREEMPT_SIGNAL);
-        let how = if blocked {
-            libc::SIG_BLOCK
-        } else {
-            libc::SIG_UNBLOCK
-        };
-        libc::pthread_sigmask(how, &set, ptr::null_mut());
-    }
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            how,
+            &set as *const u64,
+            ptr::null_mut::<u64>(),
+            size_of::<u64>(),
+        )
+    };
 }
 
 /// Marks a pending preemption as handled.

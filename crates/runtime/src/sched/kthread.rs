@@ -8,7 +8,7 @@
 use core::cell::{Cell, UnsafeCell};
 use core::mem::offset_of;
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering, compiler_fence};
 
 use crate::arch;
 use crate::iokernel::IokKthread;
@@ -110,6 +110,15 @@ pub(crate) struct Kthread {
 
     /// This kthread's end of the shared region under iokerneld.
     pub iok: Option<IokKthread>,
+
+    /// `Config::uthread_tls`: switches install the next context's `%fs` base.
+    uthread_tls: bool,
+    /// With `uthread_tls`, the `%fs` base being left and the one being installed. Both equal
+    /// the running uthread's base between switches; during a switch they differ, so that
+    /// `current_kthread` recognises this kthread whichever base `%fs` holds at that instant
+    /// (a signal can arrive between the two stores and the `wrfsbase`).
+    fs_leaving: AtomicUsize,
+    fs_entering: AtomicUsize,
 }
 
 pub(crate) const OFF_SELF: usize = offset_of!(Kthread, self_ptr);
@@ -130,7 +139,12 @@ unsafe impl Sync for Kthread {}
 unsafe impl Send for Kthread {}
 
 impl Kthread {
-    pub fn new(index: usize, rt: *const Shared, iok: Option<IokKthread>) -> Box<Kthread> {
+    pub fn new(
+        index: usize,
+        rt: *const Shared,
+        iok: Option<IokKthread>,
+        uthread_tls: bool,
+    ) -> Box<Kthread> {
         let rq = match &iok {
             Some(iok) => {
                 let (head, tail) = crate::iokernel::runq_counters(iok);
@@ -165,6 +179,9 @@ impl Kthread {
             next_id: Cell::new(0),
             id_limit: Cell::new(0),
             iok,
+            uthread_tls,
+            fs_leaving: AtomicUsize::new(0),
+            fs_entering: AtomicUsize::new(0),
         });
         k.self_ptr = &*k;
         k
@@ -174,6 +191,8 @@ impl Kthread {
     pub fn bind_current_thread(&self) {
         ON_KTHREAD.with(|on| on.set(true));
         self.owner_fs.store(arch::fs_base(), Ordering::Relaxed);
+        self.fs_leaving.store(arch::fs_base(), Ordering::Relaxed);
+        self.fs_entering.store(arch::fs_base(), Ordering::Relaxed);
         // SAFETY: gettid has no preconditions.
         let tid = unsafe { libc::gettid() };
         self.tid.store(tid as u32, Ordering::Relaxed);
@@ -188,6 +207,54 @@ impl Kthread {
         self.owner_fs.store(0, Ordering::Relaxed);
         arch::set_gs_base(0);
         ON_KTHREAD.with(|on| on.set(false));
+    }
+
+    /// Installs the `%fs` base of the context about to run: `uthread_fs`, or this kthread's
+    /// own for 0 (the scheduler, or a uthread without TLS of its own). Does nothing unless
+    /// `Config::uthread_tls` is set.
+    ///
+    /// # Safety
+    /// Called on this kthread, with preemption disabled, right before switching to the context
+    /// whose base this is; nothing after it reads thread-local data of the old context.
+    #[inline(always)]
+    pub unsafe fn install_fs(&self, uthread_fs: usize) {
+        if self.uthread_tls {
+            // SAFETY: forwarded.
+            unsafe { self.install_fs_now(uthread_fs) };
+        }
+    }
+
+    /// # Safety
+    /// As for `install_fs`.
+    #[inline]
+    unsafe fn install_fs_now(&self, uthread_fs: usize) {
+        let fs = if uthread_fs == 0 {
+            self.owner_fs.load(Ordering::Relaxed)
+        } else {
+            uthread_fs
+        };
+        if self.fs_leaving.load(Ordering::Relaxed) == fs {
+            return;
+        }
+        // Announce the new base before installing it and retire the old one after: at every
+        // instant one of the two slots (or owner_fs) matches %fs, so a signal handler
+        // running in between still finds its kthread.
+        self.fs_entering.store(fs, Ordering::Relaxed);
+        compiler_fence(Ordering::SeqCst);
+        // SAFETY: per the contract; the base belongs to the context we switch to next.
+        unsafe { arch::set_fs_base(fs) };
+        compiler_fence(Ordering::SeqCst);
+        self.fs_leaving.store(fs, Ordering::Relaxed);
+    }
+
+    /// Whether `fs` is a base this kthread runs with right now (its own, or, with
+    /// `Config::uthread_tls`, one being switched between).
+    #[inline(always)]
+    fn owns_fs(&self, fs: usize) -> bool {
+        self.owner_fs.load(Ordering::Relaxed) == fs
+            || (self.uthread_tls
+                && (self.fs_leaving.load(Ordering::Relaxed) == fs
+                    || self.fs_entering.load(Ordering::Relaxed) == fs))
     }
 
     #[inline]
@@ -269,7 +336,7 @@ pub(crate) fn current_kthread() -> Option<&'static Kthread> {
         // SAFETY: a nonzero gs base in this process is only ever set by bind_current_thread to
         // a Kthread, and Kthreads are never freed (see Shared::new), so this is live memory.
         let k = unsafe { &*(base as *const Kthread) };
-        if k.owner_fs.load(Ordering::Relaxed) == arch::fs_base() {
+        if k.owns_fs(arch::fs_base()) {
             return Some(k);
         }
         // Either a thread that inherited a kthread's %gs when it was created (not a kthread),
@@ -278,6 +345,12 @@ pub(crate) fn current_kthread() -> Option<&'static Kthread> {
             return None;
         }
     }
+}
+
+/// Marks the thread-local data now installed (a uthread's own, with `Config::uthread_tls`) as
+/// belonging to code that runs on kthreads, for `current_kthread`'s migration check.
+pub(crate) fn mark_tls_on_kthread() {
+    ON_KTHREAD.with(|on| on.set(true));
 }
 
 /// The current kthread, for code that only ever runs on one (the scheduler, a uthread).

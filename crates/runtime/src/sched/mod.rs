@@ -94,12 +94,13 @@ impl Shared {
             net,
         });
         let rt: *const Shared = &*shared;
+        let uthread_tls = shared.config.uthread_tls;
         // Kthreads are leaked on purpose: an OS thread created by a kthread inherits its %gs
         // base, and `current_kthread` reads through it, so that memory must stay valid.
         shared.kthreads = iok_kthreads
             .into_iter()
             .enumerate()
-            .map(|(i, iok)| &*Box::leak(Kthread::new(i, rt, iok)))
+            .map(|(i, iok)| &*Box::leak(Kthread::new(i, rt, iok, uthread_tls)))
             .collect();
         shared
     }
@@ -576,6 +577,8 @@ unsafe fn switch_into(
     // It may have been readied before it finished switching away on another kthread.
     next.running.claim();
     k.set_current(next as *const UThread as *mut UThread);
+    // SAFETY: we switch to next right below, preemption disabled (caller's contract).
+    unsafe { k.install_fs(next.fs_base()) };
     // SAFETY: next's saved stack pointer is valid and its context is not running anywhere.
     unsafe { arch::switch_context(save, next.saved_rsp(), prev_running.as_switch_flag()) };
 }
@@ -604,6 +607,8 @@ pub(crate) unsafe fn schedule_away() {
         return;
     }
     k.set_current(ptr::null_mut());
+    // SAFETY: the scheduler context runs next, with preemption disabled.
+    unsafe { k.install_fs(0) };
     // SAFETY: the scheduler context of this kthread is suspended in run_from_scheduler.
     unsafe {
         arch::switch_context(
@@ -712,6 +717,8 @@ unsafe fn yield_locked() {
         // Give the scheduler a turn (timers, inject queue, fairness with other kthreads).
         push_local(k, cur as usize);
         k.set_current(ptr::null_mut());
+        // SAFETY: the scheduler context runs next, with preemption disabled.
+        unsafe { k.install_fs(0) };
         // SAFETY: cur is running; the scheduler context is suspended.
         unsafe {
             arch::switch_context(
@@ -763,6 +770,8 @@ unsafe fn preempted_locked() {
     // The scheduler queues it again once it has looked at why it was signalled (`kicked`).
     k.interrupted.set(cur);
     k.set_current(ptr::null_mut());
+    // SAFETY: the scheduler context runs next, with preemption disabled.
+    unsafe { k.install_fs(0) };
     // SAFETY: cur is running and handed to the scheduler; the scheduler context is suspended.
     unsafe {
         arch::switch_context(
@@ -842,6 +851,8 @@ pub(crate) unsafe fn exit_current() -> ! {
     let cur = k.current();
     k.dead.set(cur);
     k.set_current(ptr::null_mut());
+    // SAFETY: the scheduler context runs next, with preemption disabled.
+    unsafe { k.install_fs(0) };
     // SAFETY: the scheduler context is suspended; our context is never resumed.
     unsafe {
         arch::switch_context(

@@ -35,6 +35,8 @@ pub(crate) struct UThread {
     map_base: usize,
     map_len: usize,
     stack_size: usize,
+    /// Its own `%fs` base (`Config::uthread_tls`), or 0 to run on its kthread's.
+    fs_base: Cell<usize>,
 }
 
 unsafe fn no_entry(_: usize) {}
@@ -52,6 +54,7 @@ impl UThread {
             map_base,
             map_len,
             stack_size,
+            fs_base: Cell::new(0),
         }
     }
 
@@ -73,6 +76,11 @@ impl UThread {
     pub unsafe fn runtime(&self) -> &Shared {
         // SAFETY: per the contract.
         unsafe { &*self.rt.get() }
+    }
+
+    #[inline]
+    pub fn fs_base(&self) -> usize {
+        self.fs_base.get()
     }
 
     pub fn mapping(&self) -> (usize, usize) {
@@ -430,6 +438,7 @@ unsafe fn prepare<F: FnOnce() + Send + 'static>(
     // SAFETY: nobody reads the name of a uthread that is not running yet.
     unsafe { *t.name.get() = name };
     t.rt.set(rt);
+    t.fs_base.set(0);
     t.running.release();
     let header = th.as_ptr() as usize;
     let top = if size_of::<F>() <= INLINE_CLOSURE_MAX && align_of::<F>() <= 64 {
@@ -473,6 +482,56 @@ unsafe extern "C" fn uthread_start(th: usize) -> ! {
     // SAFETY: entry/arg were set together by prepare; the closure catches its own panics.
     unsafe { entry(arg) };
     // SAFETY: the closure returned; nothing left to drop on this stack.
+    unsafe { sched::exit_current() }
+}
+
+/// Gives the calling uthread its own `%fs` base (thread control block and TLS), installed now
+/// and by every switch back to it; 0 returns it to its kthread's. Only in a runtime built with
+/// `Config::uthread_tls`, which is what lets unmodified C programs keep `errno`, `__thread`
+/// variables and their C library's per-thread state per uthread.
+///
+/// # Safety
+/// `fs` is 0 or a thread control block laid out as the C library expects, used by no other
+/// thread until this uthread sets another base or exits; the caller does not keep references
+/// to thread-local data across this call.
+pub unsafe fn set_uthread_fs_base(fs: usize) -> io::Result<()> {
+    preempt::disable();
+    let Some(k) = kthread::current_kthread().filter(|k| !k.current().is_null()) else {
+        preempt::enable();
+        return Err(io::Error::other(
+            "corral: set_uthread_fs_base called outside a uthread",
+        ));
+    };
+    if !k.shared().config.uthread_tls {
+        preempt::enable();
+        return Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "corral: set_uthread_fs_base needs Config::uthread_tls",
+        ));
+    }
+    // SAFETY: the current uthread is alive while it runs.
+    unsafe { (*k.current()).fs_base.set(fs) };
+    // SAFETY: on this kthread, preemption disabled; the base is the running uthread's own.
+    unsafe { k.install_fs(fs) };
+    // Read through the new base: the migration check in current_kthread must see true.
+    kthread::mark_tls_on_kthread();
+    preempt::enable();
+    Ok(())
+}
+
+/// Ends the calling uthread at once, like `pthread_exit`: whatever lives on its stack is
+/// leaked, not dropped. Returns an error off a uthread.
+///
+/// # Safety
+/// Nothing on the uthread's stack may be referenced by anyone once it is gone.
+pub unsafe fn exit_uthread() -> io::Error {
+    preempt::disable();
+    let on_uthread = kthread::current_kthread().is_some_and(|k| !k.current().is_null());
+    preempt::enable();
+    if !on_uthread {
+        return io::Error::other("corral: exit_uthread called outside a uthread");
+    }
+    // SAFETY: per the contract, nothing on this stack is needed any more.
     unsafe { sched::exit_current() }
 }
 

@@ -1,0 +1,89 @@
+//! The settings `corral-run` passes to the shim through the environment, and the runtime
+//! configuration they make.
+
+use corral::{Config, IokernelSettings};
+
+/// Set by `corral-run`: the shim then removes its variables and its own `LD_PRELOAD` entry from
+/// the environment, so that programs the program starts run as plain Linux programs.
+pub const LAUNCHED_ENV: &str = "CORRAL_RUN";
+pub const KTHREADS_ENV: &str = "CORRAL_RUN_KTHREADS";
+pub const MAX_CORES_ENV: &str = "CORRAL_RUN_MAX_CORES";
+pub const NAME_ENV: &str = "CORRAL_RUN_NAME";
+pub const GUARANTEED_ENV: &str = "CORRAL_RUN_GUARANTEED";
+/// `LD_PRELOAD` as it was before `corral-run` added the shim (unset if it was unset).
+pub const PREVIOUS_PRELOAD_ENV: &str = "CORRAL_RUN_LD_PRELOAD";
+/// iokerneld's control socket: the runtime's own variable.
+pub const IOKERNELD_ENV: &str = corral::IOKERNELD_SOCKET_ENV;
+
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Settings {
+    pub kthreads: Option<usize>,
+    pub max_cores: Option<usize>,
+    pub iokerneld: Option<String>,
+    pub name: Option<String>,
+    pub guaranteed: Option<usize>,
+}
+
+fn count(key: &str, value: Option<String>) -> Result<Option<usize>, String> {
+    value
+        .map(|v| {
+            v.parse::<usize>()
+                .map_err(|_| format!("{key}={v:?}: expected a whole number"))
+        })
+        .transpose()
+}
+
+impl Settings {
+    /// Reads the settings from `var` (the environment, or a test's table).
+    pub fn read(var: impl Fn(&str) -> Option<String>) -> Result<Settings, String> {
+        let s = Settings {
+            kthreads: count(KTHREADS_ENV, var(KTHREADS_ENV))?,
+            max_cores: count(MAX_CORES_ENV, var(MAX_CORES_ENV))?,
+            iokerneld: var(IOKERNELD_ENV).filter(|s| !s.is_empty()),
+            name: var(NAME_ENV),
+            guaranteed: count(GUARANTEED_ENV, var(GUARANTEED_ENV))?,
+        };
+        s.check()?;
+        Ok(s)
+    }
+
+    /// Checks what can be checked before starting the runtime (which checks the rest).
+    pub fn check(&self) -> Result<(), String> {
+        if let (Some(k), Some(m)) = (self.kthreads, self.max_cores)
+            && k > m
+        {
+            return Err(format!("--kthreads {k} exceeds --max-cores {m}"));
+        }
+        if self.iokerneld.is_none() {
+            if self.guaranteed.is_some() {
+                return Err("--guaranteed needs --iokerneld".into());
+            }
+            if self.name.is_some() {
+                return Err("--name needs --iokerneld".into());
+            }
+        }
+        Ok(())
+    }
+
+    /// The runtime configuration: each uthread has its own TLS; under iokerneld, the runtime
+    /// registers with this name and guarantee, and as many kthreads as the cores it may get.
+    pub fn config(&self, program: &str) -> Config {
+        let mut config = Config::default()
+            .uthread_tls(true)
+            .stack_size(crate::thread::DEFAULT_STACK_SIZE);
+        // Under iokerneld a runtime may hold as many cores as it has kthreads.
+        if let Some(k) = self.kthreads.or(self.max_cores) {
+            config = config.kthreads(k);
+        }
+        if let Some(socket) = &self.iokerneld {
+            let name = self
+                .name
+                .clone()
+                .unwrap_or_else(|| program.chars().take(32).collect());
+            config = config.iokernel(
+                IokernelSettings::new(socket, name).guaranteed_cores(self.guaranteed.unwrap_or(0)),
+            );
+        }
+        config
+    }
+}
