@@ -35,7 +35,7 @@ pub struct Outcome {
     /// Bytes written to the client.
     pub sent: u64,
     /// The first error, if the connection did not end cleanly.
-    pub error: Option<String>,
+    pub error: Option<io::ErrorKind>,
 }
 
 /// What the server has done so far; shared with the caller.
@@ -200,6 +200,6 @@ fn handle<N: Net>(mut stream: N::Stream, peer: SocketAddr, service: Service) -> 
         received: reader.received,
         sha256: reader.hasher.finalize().into(),
         sent,
-        error: result.err().map(|e| e.to_string()),
+        error: result.err().map(|e| e.kind()),
     }
 }
