@@ -51,6 +51,11 @@ pub(crate) enum TimerAction {
     Timeout(Arc<WaitNode>),
     /// Run the network stack's periodic work (ARP retries and expiry).
     NetPoll,
+    /// A TCP connection's next deadline (retransmission, delayed ACK, TIME-WAIT, ...).
+    Tcp {
+        conn: std::sync::Weak<crate::net::tcp::conn::ConnCell>,
+        deadline: u64,
+    },
 }
 
 // SAFETY: waking a uthread is allowed from any kthread.
@@ -65,6 +70,7 @@ impl TimerAction {
                 unsafe { waitq::finish(Arc::as_ptr(&node), waitq::WaitState::TimedOut) };
             }
             TimerAction::NetPoll => crate::net::timer_fired(),
+            TimerAction::Tcp { conn, deadline } => crate::net::tcp::timer_fired(conn, deadline),
         }
     }
 }

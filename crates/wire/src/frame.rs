@@ -285,6 +285,19 @@ impl Ipv4FrameSpec {
         Ok(L4_OFFSET + l4_len)
     }
 
+    /// Completes a TCP frame whose whole segment (header with checksum, and payload) is already
+    /// at `buf[L4_OFFSET..L4_OFFSET + segment_len]`, as a sans-I/O TCP engine writes it: only the
+    /// Ethernet and IPv4 headers are written. Returns the frame length.
+    pub fn wrap_tcp_segment(
+        &self,
+        buf: &mut [u8],
+        segment_len: usize,
+    ) -> Result<usize, BuildError> {
+        need(buf, L4_OFFSET.saturating_add(segment_len))?;
+        self.emit_l2_l3(buf, PROTO_TCP, segment_len)?;
+        Ok(L4_OFFSET + segment_len)
+    }
+
     /// Builds a TCP frame around a copy of `payload`; returns the frame length.
     pub fn build_tcp(
         &self,

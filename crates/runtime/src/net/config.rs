@@ -5,6 +5,7 @@ use std::net::Ipv4Addr;
 use corral_wire::MacAddr;
 
 use crate::config::ConfigError;
+use crate::net::tcp::TcpSettings;
 
 /// Environment variables read by [`NetConfig::from_env`].
 pub const IP_ENV: &str = "CORRAL_IP";
@@ -27,6 +28,8 @@ pub struct NetConfig {
     pub mac: Option<MacAddr>,
     /// Neighbours whose MAC is known in advance: never resolved, never expired.
     pub static_arp: Vec<(Ipv4Addr, MacAddr)>,
+    /// TCP: the engine's settings, the connection table bound, backlogs, SYN cookies.
+    pub tcp: TcpSettings,
 }
 
 impl NetConfig {
@@ -41,7 +44,13 @@ impl NetConfig {
             gateway: None,
             mac: None,
             static_arp: Vec::new(),
+            tcp: TcpSettings::default(),
         }
+    }
+
+    pub fn tcp(mut self, tcp: TcpSettings) -> Self {
+        self.tcp = tcp;
+        self
     }
 
     pub fn netmask(mut self, netmask: Ipv4Addr) -> Self {
@@ -144,12 +153,13 @@ impl NetConfig {
                 ));
             }
         }
-        Ok(())
+        self.tcp.validate()
     }
 
     /// Reads `CORRAL_IP` (`a.b.c.d` or `a.b.c.d/len`; default prefix 24), `CORRAL_NETMASK`,
     /// `CORRAL_GATEWAY`, `CORRAL_MAC` (`aa:bb:cc:dd:ee:ff`) and `CORRAL_STATIC_ARP`
-    /// (`ip=mac,ip=mac`). `Ok(None)` when `CORRAL_IP` is unset or empty.
+    /// (`ip=mac,ip=mac`), and the TCP settings' variables (`CORRAL_TCP_*`, see
+    /// [`TcpSettings::apply_env`]). `Ok(None)` when `CORRAL_IP` is unset or empty.
     pub fn from_env() -> Result<Option<NetConfig>, ConfigError> {
         let var = |key: &str| std::env::var(key).ok().filter(|v| !v.trim().is_empty());
         let Some(ip) = var(IP_ENV) else {
@@ -162,6 +172,10 @@ impl NetConfig {
             var(MAC_ENV).as_deref(),
             var(STATIC_ARP_ENV).as_deref(),
         )
+        .and_then(|mut cfg| {
+            cfg.tcp.apply_env(var)?;
+            Ok(cfg)
+        })
         .map(Some)
     }
 

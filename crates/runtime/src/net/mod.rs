@@ -1,8 +1,9 @@
-//! The runtime's network stack: Ethernet, ARP, IPv4, ICMP echo and UDP.
+//! The runtime's network stack: Ethernet, ARP, IPv4, ICMP echo, UDP and TCP.
 //!
 //! * [`config`]: the runtime's address ([`NetConfig`], given with [`crate::Config::net`]).
 //! * `stack`: protocol processing over frames in memory, independent of where frames come from.
 //! * [`socket`](UdpSocket): the UDP API, mirroring `std::net`, and [`UdpSpawner`].
+//! * `tcp`: TCP over the sans-I/O engine `corral-tcp`: [`TcpListener`], [`TcpStream`].
 //! * Frames reach the stack through iokerneld's rings (see `iokernel.rs`): each kthread drains
 //!   its own ingress ring whenever it passes through its scheduler, and steals from other
 //!   kthreads' rings when it has no uthread to run.
@@ -13,14 +14,24 @@
 pub(crate) mod config;
 pub(crate) mod socket;
 pub(crate) mod stack;
+pub(crate) mod tcp;
 
 use std::io;
 use std::sync::Arc;
 
 pub use config::{GATEWAY_ENV, IP_ENV, MAC_ENV, NETMASK_ENV, NetConfig, STATIC_ARP_ENV};
+pub use corral_tcp::{
+    CcAlgorithm, ConnStats as TcpConnStats, Keepalive, State as TcpState, TcpConfig, TcpCounters,
+    TcpDrop,
+};
 pub use corral_wire::{DropReason, MacAddr};
 pub use socket::{RECV_QUEUE_CAPACITY, UdpReply, UdpSocket, UdpSpawner};
 pub use stack::{ArpStats, MAX_UDP_PAYLOAD, NetStats, SocketStats, StackDrop};
+pub use tcp::settings::{
+    TCP_ACCEPT_BACKLOG_ENV, TCP_BUFFER_ENV, TCP_MAX_CONNECTIONS_ENV, TCP_NODELAY_ENV,
+    TCP_RTO_MIN_US_ENV, TCP_SYN_BACKLOG_ENV, TCP_SYN_COOKIES_ENV, TCP_TIME_WAIT_MS_ENV,
+};
+pub use tcp::{Incoming, TcpConnInfo, TcpListener, TcpSettings, TcpStats, TcpStream};
 
 use crate::sched::kthread;
 use crate::timer::{self, TimerAction};
@@ -32,6 +43,11 @@ pub(crate) fn current_stack() -> io::Result<Arc<NetStack>> {
     let net = kthread::current_kthread().and_then(|k| k.shared().net.clone());
     crate::preempt::enable();
     net.ok_or_else(|| io::Error::from_raw_os_error(libc::ENETDOWN))
+}
+
+/// The counters of the calling uthread's runtime (as [`crate::Runtime::net_stats`]).
+pub fn stats() -> io::Result<NetStats> {
+    Ok(current_stack()?.stats())
 }
 
 /// Builds the stack of a runtime; `iokerneld`: frames go through iokerneld's rings.
@@ -58,6 +74,10 @@ impl Link for IokLink {
 
     fn arm_timer(&self, deadline: u64) {
         arm_timer(deadline);
+    }
+
+    fn steers_by_rss(&self) -> bool {
+        true
     }
 }
 

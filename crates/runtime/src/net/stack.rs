@@ -16,6 +16,7 @@ use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::Arc;
 
+use corral_tcp::TcpDrop;
 use corral_wire::frame::{ICMP_PAYLOAD_OFFSET, UDP_PAYLOAD_OFFSET};
 use corral_wire::{
     ArpOp, ArpPacket, DropReason, EchoKind, IcmpEcho, Ipv4FrameSpec, Ipv4Packet, MacAddr, Packet,
@@ -24,6 +25,7 @@ use corral_wire::{
 
 use crate::net::config::NetConfig;
 use crate::net::socket::{Datagram, Socket};
+use crate::net::tcp::{TcpLayer, TcpStats};
 use crate::sync::spin::SpinLock;
 
 /// Bytes in every packet buffer, and the largest frame sent or accepted: iokerneld's contract.
@@ -66,7 +68,7 @@ pub enum StackDrop {
     UnsolicitedEchoReply,
     /// An echo request sent to a broadcast address (ignored, as Linux does by default).
     BroadcastEcho,
-    /// TCP is not handled by this stack yet.
+    /// No longer counted (TCP is handled by `net::tcp`); kept so counter names stay stable.
     NoTcp,
     /// UDP to a port with no socket.
     NoSocket,
@@ -153,6 +155,12 @@ pub(crate) trait Link: Send + Sync {
 
     /// Asks for [`NetStack::poll`] to run at `deadline` (monotonic ns) or soon after.
     fn arm_timer(&self, deadline: u64);
+
+    /// Whether arriving frames are steered to kthreads by iokerneld's RSS (so outgoing TCP
+    /// connections pick their local ports to match).
+    fn steers_by_rss(&self) -> bool {
+        false
+    }
 }
 
 /// Everything counted, as returned by [`crate::Runtime::net_stats`].
@@ -173,6 +181,8 @@ pub struct NetStats {
     pub drops: Vec<(&'static str, u64)>,
     /// One entry per open socket.
     pub sockets: Vec<SocketStats>,
+    /// TCP: totals (every drop reason, every retransmission kind) and live connections.
+    pub tcp: TcpStats,
 }
 
 impl NetStats {
@@ -253,7 +263,7 @@ enum Neighbour {
 }
 
 /// What the ARP table says about a next hop.
-enum Lookup {
+pub(crate) enum Lookup {
     Known(MacAddr),
     /// Queued; send a request if asked to.
     Queued {
@@ -275,6 +285,7 @@ pub(crate) struct NetStack {
     /// Earliest ARP retry, `u64::MAX` for none: the scheduler polls the stack when it passes.
     next_deadline: AtomicU64,
     counters: Counters,
+    pub tcp: TcpLayer,
 }
 
 impl NetStack {
@@ -302,6 +313,7 @@ impl NetStack {
             next_ident: AtomicU16::new(seed as u16),
             next_deadline: AtomicU64::new(u64::MAX),
             counters: Counters::default(),
+            tcp: TcpLayer::new(config.tcp.clone(), u64::from(seed)),
             config,
         }
     }
@@ -312,6 +324,29 @@ impl NetStack {
 
     pub fn mac(&self) -> MacAddr {
         self.mac
+    }
+
+    pub(crate) fn link(&self) -> &dyn Link {
+        &*self.link
+    }
+
+    /// Whether iokerneld steers arriving frames by RSS over this runtime's active kthreads.
+    pub(crate) fn steered(&self) -> bool {
+        self.link.steers_by_rss()
+    }
+
+    pub(crate) fn count_loopback(&self) {
+        bump(&self.counters.loopback);
+    }
+
+    /// The neighbour a packet to `dst` goes to: `dst` itself on the subnet (or ourselves),
+    /// else the gateway; `None` when unreachable.
+    pub(crate) fn next_hop(&self, dst: Ipv4Addr) -> Option<Ipv4Addr> {
+        if dst == self.ip || self.config.on_link(dst) {
+            Some(dst)
+        } else {
+            self.config.gateway
+        }
     }
 
     pub fn count(&self, reason: StackDrop) {
@@ -341,6 +376,11 @@ impl NetStack {
         match self.receive_inner(frame, now) {
             Ok(()) => None,
             Err(Rejected::Wire(r)) => {
+                match r {
+                    DropReason::BadTcpChecksum => self.tcp.count_drop(TcpDrop::BadChecksum),
+                    DropReason::BadTcpHeader => self.tcp.count_drop(TcpDrop::BadHeader),
+                    _ => {}
+                }
                 self.count_wire(r);
                 Some(r.as_str())
             }
@@ -388,7 +428,11 @@ impl NetStack {
                 self.icmp_input(eth.src(), &ip, &icmp, now)
             }
             Packet::Udp { udp, .. } => self.udp_input(&ip, &udp),
-            Packet::Tcp { .. } => Err(StackDrop::NoTcp.into()),
+            Packet::Tcp { .. } if is_broadcast_ip => Err(StackDrop::NotOurIp.into()),
+            Packet::Tcp { .. } => {
+                self.tcp.input(self, ip.src(), ip.dst(), ip.payload(), now);
+                Ok(())
+            }
             Packet::Arp(_) => unreachable!("handled above"),
         }
     }
@@ -538,11 +582,11 @@ impl NetStack {
     // -----------------------------------------------------------------------------------------
     // Send
 
-    fn ident(&self) -> u16 {
+    pub(crate) fn ident(&self) -> u16 {
         self.next_ident.fetch_add(1, Relaxed)
     }
 
-    fn count_tx(&self, len: usize) {
+    pub(crate) fn count_tx(&self, len: usize) {
         bump(&self.counters.tx_packets);
         self.counters.tx_bytes.fetch_add(len as u64, Relaxed);
     }
@@ -660,7 +704,7 @@ impl NetStack {
     }
 
     /// Looks up `ip`'s MAC, starting a resolution if there is none.
-    fn lookup(&self, ip: Ipv4Addr, now: u64) -> Lookup {
+    pub(crate) fn lookup(&self, ip: Ipv4Addr, now: u64) -> Lookup {
         let mut table = self.arp.lock();
         match table.get(&ip) {
             Some(Neighbour::Resolved { mac, expires }) if *expires > now => Lookup::Known(*mac),
@@ -698,7 +742,7 @@ impl NetStack {
     }
 
     /// Queues a frame for a neighbour being resolved. False if there is no room.
-    fn enqueue_unresolved(&self, ip: Ipv4Addr, frame: Vec<u8>) -> bool {
+    pub(crate) fn enqueue_unresolved(&self, ip: Ipv4Addr, frame: Vec<u8>) -> bool {
         let mut table = self.arp.lock();
         match table.get_mut(&ip) {
             Some(Neighbour::Resolving { queued, .. }) if queued.len() < ARP_QUEUE_PER_NEIGHBOUR => {
@@ -718,7 +762,7 @@ impl NetStack {
         }
     }
 
-    fn send_arp_request(&self, target: Ipv4Addr, may_block: bool) {
+    pub(crate) fn send_arp_request(&self, target: Ipv4Addr, may_block: bool) {
         let req = ArpPacket::request(self.mac, self.ip, target);
         match self
             .link
@@ -870,6 +914,7 @@ impl NetStack {
             },
             drops,
             sockets,
+            tcp: self.tcp.stats(self),
         }
     }
 }

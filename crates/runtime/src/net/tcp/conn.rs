@@ -1,0 +1,366 @@
+//! One connection as the runtime holds it: the engine behind a per-connection lock that never
+//! makes the receive path wait, the wait queues of blocked readers and writers, and the timer.
+//!
+//! # The lock and resequencing
+//!
+//! After packet stealing, segments of one flow may be handled by several kthreads at once, and
+//! the receive path runs in the scheduler with preemption disabled, so it must never wait for
+//! the connection. The lock is an *owner flag* plus a small queue of pending segments, both
+//! behind the gate (a spinlock held for a few instructions, never across engine work):
+//!
+//! * A kthread with a segment takes the gate; if nobody owns the connection it becomes the
+//!   owner, else it copies the segment into the pending queue (bounded, [`PENDING_MAX`]) and
+//!   goes on with its next packet at once.
+//! * The owner, before giving ownership up, takes the gate again and processes every pending
+//!   segment, oldest first, so segments reach the engine in the order they reached the runtime.
+//! * An application call (read, write, connect, close) or a timer needs the engine itself: it
+//!   waits for ownership by spinning on the gate. Owners never block and keep preemption
+//!   disabled, so that wait is one engine call long at most.
+//!
+//! Copying happens only under contention; the uncontended path takes the gate twice and
+//! copies nothing.
+
+use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::collections::VecDeque;
+use std::sync::{Arc, Weak};
+
+use corral_tcp::{Connection, Endpoints, Events, State, TcpDrop};
+use corral_wire::TcpSegment;
+
+use super::listen::ListenerCell;
+use crate::net::stack::NetStack;
+use crate::sync::spin::SpinLock;
+use crate::sync::waitq::WaitQueue;
+use crate::timer::{self, TimerAction};
+
+/// Segments a connection holds for its current owner; beyond it they are dropped (TCP recovers
+/// them like any loss) and counted.
+pub const PENDING_MAX: usize = 64;
+
+/// Delay before a connection that found no transmit buffer tries again.
+const TX_RETRY_NS: u64 = 10_000;
+
+struct Gate {
+    /// Someone owns the engine.
+    busy: bool,
+    pending: VecDeque<Vec<u8>>,
+    /// Buffers of processed pending segments, reused.
+    spare: Vec<Vec<u8>>,
+    /// Pending segments dropped because the queue was full.
+    overflow: u64,
+}
+
+/// What only the owner touches.
+pub(crate) struct Owned {
+    pub conn: Connection,
+    /// A passive connection's listener, until the connection is accepted or closes.
+    pub listener: Option<Arc<ListenerCell>>,
+    /// Counted in its listener's SYN backlog.
+    pub half_open: bool,
+    /// Still in the connection table.
+    pub in_table: bool,
+    /// The last transmission stopped for want of a transmit buffer.
+    pub tx_blocked: bool,
+}
+
+/// One connection.
+pub(crate) struct ConnCell {
+    ends: Endpoints,
+    gate: SpinLock<Gate>,
+    owned: UnsafeCell<Owned>,
+    pub readers: WaitQueue,
+    pub writers: WaitQueue,
+    /// Earliest deadline a runtime timer is armed for, `u64::MAX` for none.
+    armed: AtomicU64,
+}
+
+// SAFETY: `owned` is only touched by the owner, which the gate makes unique (see `enter`).
+unsafe impl Sync for ConnCell {}
+// SAFETY: as above.
+unsafe impl Send for ConnCell {}
+
+impl ConnCell {
+    pub fn new(conn: Connection, listener: Option<Arc<ListenerCell>>, half_open: bool) -> Self {
+        ConnCell {
+            ends: conn.ends(),
+            gate: SpinLock::new(Gate {
+                busy: false,
+                pending: VecDeque::new(),
+                spare: Vec::new(),
+                overflow: 0,
+            }),
+            owned: UnsafeCell::new(Owned {
+                conn,
+                listener,
+                half_open,
+                in_table: false,
+                tx_blocked: false,
+            }),
+            readers: WaitQueue::new(),
+            writers: WaitQueue::new(),
+            armed: AtomicU64::new(u64::MAX),
+        }
+    }
+
+    pub fn ends(&self) -> Endpoints {
+        self.ends
+    }
+
+    /// Becomes the owner, or queues a copy of `segment` for the owner. True: the caller owns
+    /// the connection and must process `segment` itself, then [`Held::release`].
+    pub fn own_or_queue(&self, segment: &[u8]) -> bool {
+        let mut g = self.gate.lock();
+        if !g.busy {
+            g.busy = true;
+            return true;
+        }
+        if g.pending.len() >= PENDING_MAX {
+            g.overflow += 1;
+            return false;
+        }
+        let mut buf = g.spare.pop().unwrap_or_default();
+        buf.clear();
+        buf.extend_from_slice(segment);
+        g.pending.push_back(buf);
+        false
+    }
+
+    /// Waits for ownership (short: owners never block). Preemption must be disabled.
+    fn own(&self) {
+        loop {
+            {
+                let mut g = self.gate.lock();
+                if !g.busy {
+                    g.busy = true;
+                    return;
+                }
+            }
+            core::hint::spin_loop();
+        }
+    }
+
+    /// Hands over one pending segment, or gives ownership up when there is none.
+    fn next_pending(&self, done: Option<Vec<u8>>) -> Option<Vec<u8>> {
+        let mut g = self.gate.lock();
+        if let Some(b) = done
+            && g.spare.len() < 4
+        {
+            g.spare.push(b);
+        }
+        let next = g.pending.pop_front();
+        if next.is_none() {
+            g.busy = false;
+        }
+        next
+    }
+
+    /// Pending segments dropped because the queue was full.
+    pub fn pending_overflow(&self) -> u64 {
+        self.gate.lock().overflow
+    }
+}
+
+/// Ownership of a connection; processes what queued up meanwhile, wakes waiters and sends
+/// looped-back frames when released.
+pub(crate) struct Held<'a> {
+    pub stack: &'a NetStack,
+    pub cell: &'a Arc<ConnCell>,
+    wake: Events,
+    released: bool,
+}
+
+impl<'a> Held<'a> {
+    /// Waits for ownership of `cell` (an application call or a timer).
+    pub fn enter(stack: &'a NetStack, cell: &'a Arc<ConnCell>) -> Held<'a> {
+        crate::preempt::disable();
+        cell.own();
+        Held {
+            stack,
+            cell,
+            wake: Events::NONE,
+            released: false,
+        }
+    }
+
+    /// Ownership already taken with [`ConnCell::own_or_queue`] (preemption is disabled by the
+    /// receive path's caller or here).
+    pub fn owned(stack: &'a NetStack, cell: &'a Arc<ConnCell>) -> Held<'a> {
+        crate::preempt::disable();
+        Held {
+            stack,
+            cell,
+            wake: Events::NONE,
+            released: false,
+        }
+    }
+
+    /// The owner's state.
+    #[allow(clippy::mut_from_ref)]
+    pub fn owned_state(&mut self) -> &mut Owned {
+        // SAFETY: this `Held` is the owner (the gate's busy flag), so nobody else touches
+        // `owned`; the borrow is tied to `&mut self`.
+        unsafe { &mut *self.cell.owned.get() }
+    }
+
+    pub fn conn(&mut self) -> &mut Connection {
+        &mut self.owned_state().conn
+    }
+
+    /// After every engine call: sends what the engine wants to send, re-arms the timer, and
+    /// handles the handshake's end and the connection's close.
+    pub fn after(&mut self, events: Events, now: u64) {
+        self.wake |= events;
+        let stack = self.stack;
+        let o = self.owned_state();
+        o.tx_blocked = !stack.tcp.transmit(stack, &mut o.conn, now);
+        if events.contains(Events::ESTABLISHED) && o.half_open {
+            o.half_open = false;
+            if let Some(l) = o.listener.take() {
+                l.half_open_done();
+                let cell = self.cell.clone();
+                if !l.push_accepted(cell) {
+                    stack.tcp.count_drop(TcpDrop::AcceptQueueFull);
+                    let o = self.owned_state();
+                    o.conn.abort(now);
+                    o.tx_blocked = !stack.tcp.transmit(stack, &mut o.conn, now);
+                }
+            }
+        }
+        let o = self.owned_state();
+        if o.conn.state() == State::Closed {
+            self.closed();
+        } else {
+            self.arm(now);
+        }
+    }
+
+    fn closed(&mut self) {
+        self.wake |= Events::CLOSED;
+        let stack = self.stack;
+        let cell = self.cell;
+        let o = self.owned_state();
+        if o.half_open {
+            o.half_open = false;
+            if let Some(l) = o.listener.take() {
+                l.half_open_done();
+            }
+        }
+        if o.in_table {
+            o.in_table = false;
+            stack.tcp.remove(cell, o.conn.stats());
+        }
+    }
+
+    /// Arms a runtime timer for the engine's next deadline if none is armed early enough.
+    fn arm(&mut self, now: u64) {
+        let o = self.owned_state();
+        let mut deadline = o.conn.next_deadline().unwrap_or(u64::MAX);
+        if o.tx_blocked {
+            deadline = deadline.min(now + TX_RETRY_NS);
+        }
+        if deadline >= self.cell.armed.load(Relaxed) {
+            return;
+        }
+        let Some(k) = crate::sched::kthread::current_kthread() else {
+            // Off the runtime (a stream moved to a foreign thread): the next call on the
+            // connection or segment for it re-arms.
+            return;
+        };
+        self.cell.armed.store(deadline, Relaxed);
+        k.timers.insert(
+            deadline,
+            TimerAction::Tcp {
+                conn: Arc::downgrade(self.cell),
+                deadline,
+            },
+        );
+        k.shared().timer_added(deadline);
+    }
+
+    /// Feeds one segment (already verified) to the engine. Returns false when the segment is
+    /// a new SYN for a TIME-WAIT connection that was just retired: the caller gives it to the
+    /// listener.
+    pub fn segment(&mut self, bytes: &[u8], now: u64) -> bool {
+        let Ok(seg) = TcpSegment::parse_unverified(bytes) else {
+            return true;
+        };
+        let o = self.owned_state();
+        if o.conn.state() == State::TimeWait && o.conn.time_wait_accepts_syn(&seg) {
+            o.conn.abort(now);
+            self.after(Events::NONE, now);
+            return false;
+        }
+        if seg.flags().contains(corral_wire::TcpFlags::RST) {
+            self.stack.tcp.count_reset_received();
+        }
+        let ev = self.conn().on_segment(now, &seg);
+        self.after(ev, now);
+        true
+    }
+
+    /// Processes queued segments and gives ownership up; then wakes waiters and sends looped-back
+    /// frames.
+    pub fn release(mut self) {
+        self.finish();
+    }
+
+    fn finish(&mut self) {
+        if self.released {
+            return;
+        }
+        self.released = true;
+        let mut done = None;
+        while let Some(bytes) = self.cell.next_pending(done.take()) {
+            let now = timer::now_ns();
+            if !self.segment(&bytes, now) {
+                let ends = self.cell.ends;
+                self.stack.tcp.to_listener(self.stack, ends, &bytes, now);
+            }
+            done = Some(bytes);
+        }
+        let w = self.wake;
+        let all = Events(Events::ERROR.0 | Events::CLOSED.0);
+        if w.0 & (Events::READABLE.0 | all.0) != 0 && self.cell.readers.maybe_waiters() {
+            self.cell.readers.wake_all();
+        }
+        let wmask = Events::WRITABLE.0 | Events::ESTABLISHED.0 | all.0;
+        if w.0 & wmask != 0 && self.cell.writers.maybe_waiters() {
+            self.cell.writers.wake_all();
+        }
+        crate::preempt::enable();
+        self.stack.tcp.flush_loopback(self.stack);
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+/// A connection's timer fired (armed for `deadline`).
+pub(crate) fn timer_fired(conn: Weak<ConnCell>, deadline: u64) {
+    let Some(cell) = conn.upgrade() else {
+        return;
+    };
+    let Ok(stack) = crate::net::current_stack() else {
+        return;
+    };
+    let mut held = Held::enter(&stack, &cell);
+    if cell.armed.load(Relaxed) == deadline {
+        cell.armed.store(u64::MAX, Relaxed);
+    }
+    let now = timer::now_ns();
+    let o = held.owned_state();
+    if o.conn.state() == State::Closed {
+        return;
+    }
+    let due = o.conn.next_deadline().is_some_and(|d| d <= now);
+    let ev = if due {
+        o.conn.on_timer(now)
+    } else {
+        Events::NONE
+    };
+    held.after(ev, now);
+}
