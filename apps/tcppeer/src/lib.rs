@@ -18,7 +18,7 @@ pub mod pattern;
 pub mod server;
 pub mod sockperf;
 
-pub use net::{LinuxNet, Net};
+pub use net::{CorralNet, LinuxNet, Net};
 pub use server::{Outcome, Served, Service, serve};
 
 /// Lower-case hex of `bytes`.

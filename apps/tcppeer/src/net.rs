@@ -34,10 +34,10 @@ macro_rules! impl_net {
                 <$listener>::bind(addr)
             }
             fn local_addr(listener: &Self::Listener) -> io::Result<SocketAddr> {
-                listener.local_addr()
+                listener.local_addr().map(Into::into)
             }
             fn accept(listener: &Self::Listener) -> io::Result<(Self::Stream, SocketAddr)> {
-                listener.accept()
+                listener.accept().map(|(stream, peer)| (stream, peer.into()))
             }
             fn connect(addr: SocketAddr, timeout: Duration) -> io::Result<Self::Stream> {
                 <$stream>::connect_timeout(&addr, timeout)
@@ -68,4 +68,16 @@ impl_net!(
     std::net::TcpListener,
     std::net::TcpStream,
     os_thread
+);
+
+fn uthread(f: impl FnOnce() + Send + 'static) {
+    corral::spawn_detached(f);
+}
+
+impl_net!(
+    /// Corral's TCP (`corral::net`), one uthread per connection; call from inside a runtime.
+    CorralNet,
+    corral::net::TcpListener,
+    corral::net::TcpStream,
+    uthread
 );

@@ -15,8 +15,9 @@ use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use corral::Runtime;
-use corral_app_tcppeer::{LinuxNet, Served, Service, serve};
+use corral::net::{NetConfig, TcpSettings, TcpStats};
+use corral::{Config, IokernelSettings, Runtime};
+use corral_app_tcppeer::{CorralNet, LinuxNet, Served, Service, serve};
 
 use crate::common;
 
@@ -118,10 +119,61 @@ pub const SINK: u16 = 9;
 pub const SOURCE: u16 = 19;
 pub const SOCKPERF: u16 = 11111;
 
+/// Which stack serves: Corral's, or Linux's standing in to check the harness.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Stack {
+    Corral,
+    Linux,
+}
+
+/// The stack under test.
+pub const STACK: Stack = Stack::Corral;
+
+/// TIME-WAIT in the test runtimes: short, so that tests see the tables empty soon after close.
+pub const TIME_WAIT: Duration = Duration::from_secs(1);
+
+/// A runtime with one kthread at `ip` under `daemon`, with a short TIME-WAIT.
+pub fn runtime(daemon: &TcpDaemon, name: &str, ip: Ipv4Addr) -> Runtime {
+    let mut tcp = TcpSettings::default();
+    tcp.tcp.time_wait = TIME_WAIT.as_nanos() as u64;
+    Runtime::new(
+        Config::default()
+            .kthreads(1)
+            .iokernel(IokernelSettings::new(&daemon.socket, name))
+            .net(NetConfig::new(ip, 24).tcp(tcp)),
+    )
+    .expect("start a networked runtime under iokerneld")
+}
+
 /// Starts the test peer with echo, sink, source (`source_len` bytes of the pattern for
-/// `SEED`) and sockperf on the stack under test.
+/// `SEED`) and sockperf on the stack under test: a runtime called `name` at `subnet.2`.
 pub fn start_server(daemon: &TcpDaemon, name: &str, source_len: u64) -> Server {
-    let _ = name;
+    match STACK {
+        Stack::Corral => start_corral_server(daemon, name, daemon.ip(2), source_len),
+        Stack::Linux => start_linux_server(daemon, source_len),
+    }
+}
+
+/// The test peer in a new runtime called `name` at `ip`.
+pub fn start_corral_server(
+    daemon: &TcpDaemon,
+    name: &str,
+    ip: Ipv4Addr,
+    source_len: u64,
+) -> Server {
+    let rt = runtime(daemon, name, ip);
+    let services = services(ip, source_len);
+    let (_, served) = rt
+        .block_on(move || serve::<CorralNet>(&services))
+        .expect("start the test peer");
+    Server {
+        runtime: Some(rt),
+        ip,
+        served,
+    }
+}
+
+fn start_linux_server(daemon: &TcpDaemon, source_len: u64) -> Server {
     let ip = daemon.host();
     let services = services(ip, source_len);
     // The TAP's host address may be assigned a moment after iokerneld's socket opens.
@@ -278,5 +330,35 @@ pub fn assert_connections_released(server: &Server, limit: Duration) {
         assert_eq!(server.served.live(), 0);
         return;
     }
-    let _ = limit;
+    let start = Instant::now();
+    loop {
+        let tcp = tcp_stats(server);
+        if tcp.connections == 0 && tcp.live.is_empty() {
+            return;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "{} connections still in the table after {limit:?}: {:?}",
+            tcp.connections,
+            tcp.live.iter().take(5).collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The TCP part of the serving runtime's `net_stats()`.
+pub fn tcp_stats(server: &Server) -> TcpStats {
+    server
+        .runtime
+        .as_ref()
+        .expect("a Corral server")
+        .net_stats()
+        .expect("net stats")
+        .tcp
+}
+
+/// Retransmissions of every kind in `tcp`.
+pub fn retransmissions(tcp: &TcpStats) -> u64 {
+    let c = &tcp.counters.conns;
+    c.rto_retransmits + c.fast_retransmits + c.syn_retransmits
 }
