@@ -13,6 +13,7 @@
 //! Each finished connection leaves an [`Outcome`] (bytes and SHA-256 of what the server
 //! received), so tests check both directions without trusting the client tool alone.
 
+pub mod client;
 pub mod net;
 pub mod pattern;
 pub mod server;
