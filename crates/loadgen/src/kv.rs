@@ -28,13 +28,26 @@ use crate::schedule::{ScheduleError, SplitMix64, open_unit};
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum SizeDist {
-    Fixed { bytes: u32 },
+    Fixed {
+        bytes: u32,
+    },
     /// Uniform over `min..=max`.
-    Uniform { min: u32, max: u32 },
+    Uniform {
+        min: u32,
+        max: u32,
+    },
     /// Generalized extreme value (mutilate's `gev:LOC,SCALE,SHAPE`).
-    Gev { loc: f64, scale: f64, shape: f64 },
+    Gev {
+        loc: f64,
+        scale: f64,
+        shape: f64,
+    },
     /// Generalized Pareto (mutilate's `gpareto:LOC,SCALE,SHAPE`).
-    GPareto { loc: f64, scale: f64, shape: f64 },
+    GPareto {
+        loc: f64,
+        scale: f64,
+        shape: f64,
+    },
 }
 
 impl SizeDist {
@@ -160,7 +173,9 @@ impl FromStr for SizeDist {
 pub enum Popularity {
     Uniform,
     /// Key of rank `r` (from 1) with probability proportional to `1 / r^s`; rank 1 is key 0.
-    Zipf { s: f64 },
+    Zipf {
+        s: f64,
+    },
 }
 
 impl fmt::Display for Popularity {
@@ -320,7 +335,11 @@ impl Keyspace {
                 (cdf.partition_point(|&c| c < u) as u64).min(self.workload.keys - 1)
             }
         };
-        if get { Op::Get { key } } else { Op::Set { key } }
+        if get {
+            Op::Get { key }
+        } else {
+            Op::Set { key }
+        }
     }
 
     /// Writes key `k`'s text into `out` (cleared first): its decimal number, zero-padded to
@@ -580,7 +599,12 @@ impl ReplyCheck {
         element: &Element<'_>,
     ) -> Option<Verdict> {
         let verdict = match (expect, element) {
-            (Expect::Get { key: k, lo, hi }, Element::Value { key, flags, data, .. }) => {
+            (
+                Expect::Get { key: k, lo, hi },
+                Element::Value {
+                    key, flags, data, ..
+                },
+            ) => {
                 let right = self.value.is_none()
                     && *flags >= (*lo).max(1)
                     && *flags <= *hi
@@ -663,7 +687,10 @@ mod tests {
         assert!((m - 344.0).abs() < 15.0, "{m}");
         // The median of a GPareto is loc + scale (2^ξ - 1)/ξ.
         let med = SizeDist::FB_VALUE.size(0.5, 1, u32::MAX);
-        assert_eq!(med, (15.0 + 214.476 * (2f64.powf(0.348238) - 1.0) / 0.348238).round() as u32);
+        assert_eq!(
+            med,
+            (15.0 + 214.476 * (2f64.powf(0.348238) - 1.0) / 0.348238).round() as u32
+        );
         for d in [
             SizeDist::FB_KEY,
             SizeDist::FB_VALUE,
@@ -685,7 +712,14 @@ mod tests {
             "uniform:9".parse::<SizeDist>().unwrap(),
             SizeDist::Uniform { min: 1, max: 9 }
         );
-        for bad in ["", "uniform:9:3", "gev:1:0:1", "gpareto:1:2", "fixed:-1", "x"] {
+        for bad in [
+            "",
+            "uniform:9:3",
+            "gev:1:0:1",
+            "gpareto:1:2",
+            "fixed:-1",
+            "x",
+        ] {
             assert!(bad.parse::<SizeDist>().is_err(), "{bad}");
         }
     }
@@ -764,7 +798,10 @@ mod tests {
         let mut check = ReplyCheck::new();
         let get = |versions: &Versions| versions.expect_get(5, Ordering::InOrder);
         // Never set: only a miss is right.
-        assert_eq!(check.check_whole(&space, &get(&versions), b"END\r\n"), Verdict::Miss);
+        assert_eq!(
+            check.check_whole(&space, &get(&versions), b"END\r\n"),
+            Verdict::Miss
+        );
         let e = encode_request(
             &space,
             &mut versions,
@@ -776,19 +813,41 @@ mod tests {
         );
         assert_eq!(e, Expect::Set { key: 5, version: 1 });
         assert!(out.starts_with(b"set "));
-        assert_eq!(check.check_whole(&space, &e, b"STORED\r\n"), Verdict::Stored);
-        assert_eq!(check.check_whole(&space, &e, b"NOT_STORED\r\n"), Verdict::WrongReply);
+        assert_eq!(
+            check.check_whole(&space, &e, b"STORED\r\n"),
+            Verdict::Stored
+        );
+        assert_eq!(
+            check.check_whole(&space, &e, b"NOT_STORED\r\n"),
+            Verdict::WrongReply
+        );
         assert_eq!(
             check.check_whole(&space, &e, b"SERVER_ERROR out of memory\r\n"),
             Verdict::ServerError
         );
         versions.next_set(5);
         let g = get(&versions);
-        assert_eq!(g, Expect::Get { key: 5, lo: 2, hi: 2 });
-        assert_eq!(check.check_whole(&space, &g, &reply_for(&space, 5, 2)), Verdict::Hit);
+        assert_eq!(
+            g,
+            Expect::Get {
+                key: 5,
+                lo: 2,
+                hi: 2
+            }
+        );
+        assert_eq!(
+            check.check_whole(&space, &g, &reply_for(&space, 5, 2)),
+            Verdict::Hit
+        );
         // A stale version, another key's value, a changed byte, a miss.
-        assert_eq!(check.check_whole(&space, &g, &reply_for(&space, 5, 1)), Verdict::WrongValue);
-        assert_eq!(check.check_whole(&space, &g, &reply_for(&space, 6, 2)), Verdict::WrongValue);
+        assert_eq!(
+            check.check_whole(&space, &g, &reply_for(&space, 5, 1)),
+            Verdict::WrongValue
+        );
+        assert_eq!(
+            check.check_whole(&space, &g, &reply_for(&space, 6, 2)),
+            Verdict::WrongValue
+        );
         let mut bad = reply_for(&space, 5, 2);
         let n = bad.len();
         bad[n - 10] ^= 1;
@@ -804,8 +863,17 @@ mod tests {
         assert_eq!(check.check_whole(&space, &g, &extra), Verdict::WrongReply);
         // Unordered: an older version is acceptable, a never-sent one is not.
         let u = versions.expect_get(5, Ordering::Unordered);
-        assert_eq!(check.check_whole(&space, &u, &reply_for(&space, 5, 1)), Verdict::Hit);
-        assert_eq!(check.check_whole(&space, &u, &reply_for(&space, 5, 3)), Verdict::WrongValue);
-        assert_eq!(check.check_whole(&space, &g, b"STORED\r\n"), Verdict::WrongReply);
+        assert_eq!(
+            check.check_whole(&space, &u, &reply_for(&space, 5, 1)),
+            Verdict::Hit
+        );
+        assert_eq!(
+            check.check_whole(&space, &u, &reply_for(&space, 5, 3)),
+            Verdict::WrongValue
+        );
+        assert_eq!(
+            check.check_whole(&space, &g, b"STORED\r\n"),
+            Verdict::WrongReply
+        );
     }
 }

@@ -532,7 +532,8 @@ mod tests {
 
     #[test]
     fn every_reply_kind_parses() {
-        let stream = b"VALUE foo 5 3\r\nbar\r\nVALUE k 0 0 99\r\n\r\nEND\r\nSTORED\r\nNOT_STORED\r\n\
+        let stream =
+            b"VALUE foo 5 3\r\nbar\r\nVALUE k 0 0 99\r\n\r\nEND\r\nSTORED\r\nNOT_STORED\r\n\
 EXISTS\r\nNOT_FOUND\r\nDELETED\r\nTOUCHED\r\nOK\r\n42\r\nVERSION 1.6.18\r\nERROR\r\n\
 CLIENT_ERROR bad data chunk\r\nSERVER_ERROR out of memory storing object\r\n";
         let mut s = ReplyStream::new();
