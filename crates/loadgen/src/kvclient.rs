@@ -53,8 +53,12 @@ pub enum Transport {
 /// Largest value a UDP run may set: the request must fit in one datagram.
 pub const UDP_MAX_VALUE: u32 = 60_000;
 
-/// Sets in flight per connection while preloading.
-const PRELOAD_WINDOW: usize = 16;
+/// Sets in flight per TCP connection while preloading.
+const PRELOAD_WINDOW: usize = 64;
+
+/// Sets in flight per UDP socket while preloading: few, so that a burst of large sets does
+/// not overflow the server's receive buffer (a lost set leaves its key unset).
+const UDP_PRELOAD_WINDOW: usize = 4;
 
 /// A TCP preload that makes no progress for this long fails.
 const PRELOAD_STALL: Duration = Duration::from_secs(5);
@@ -529,14 +533,16 @@ impl<'a> Worker<'a> {
         for (c, k) in next_key.iter_mut().enumerate() {
             *k = (c * self.cfg.threads + self.thread) as u64;
         }
+        let window = match self.cfg.transport {
+            Transport::Tcp => PRELOAD_WINDOW,
+            Transport::Udp => UDP_PRELOAD_WINDOW,
+        };
         let mut last_progress = Instant::now();
         let mut done_before = 0;
         loop {
             let mut all_sent = true;
             for c in 0..self.conns.len() {
-                while self.conns[c].in_flight < PRELOAD_WINDOW
-                    && next_key[c] < keys
-                    && !self.conns[c].dead
+                while self.conns[c].in_flight < window && next_key[c] < keys && !self.conns[c].dead
                 {
                     let k = next_key[c];
                     next_key[c] += self.cfg.connections as u64;
