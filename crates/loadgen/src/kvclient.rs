@@ -541,14 +541,13 @@ impl<'a> Worker<'a> {
         let mut done_before = 0;
         loop {
             let mut all_sent = true;
-            for c in 0..self.conns.len() {
-                while self.conns[c].in_flight < window && next_key[c] < keys && !self.conns[c].dead
-                {
-                    let k = next_key[c];
-                    next_key[c] += self.cfg.connections as u64;
+            for (c, next) in next_key.iter_mut().enumerate() {
+                while self.conns[c].in_flight < window && *next < keys && !self.conns[c].dead {
+                    let k = *next;
+                    *next += self.cfg.connections as u64;
                     self.issue(c, crate::kv::Op::Set { key: k }, None, 0);
                 }
-                all_sent &= next_key[c] >= keys || self.conns[c].dead;
+                all_sent &= *next >= keys || self.conns[c].dead;
             }
             for c in 0..self.conns.len() {
                 flush(&mut self.conns[c], &mut self.checks);

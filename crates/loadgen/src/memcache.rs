@@ -401,6 +401,9 @@ struct Partial {
     have: u16,
 }
 
+/// A request id and its whole reply (borrowed when it came in one datagram).
+pub type WholeReply<'a> = (u16, std::borrow::Cow<'a, [u8]>);
+
 /// Most parts a reply may have: a 1 MiB value in 1400-byte datagrams needs 750.
 pub const MAX_UDP_PARTS: u16 = 1024;
 
@@ -414,7 +417,7 @@ impl UdpReassembler {
     pub fn accept<'a>(
         &mut self,
         datagram: &'a [u8],
-    ) -> Result<Option<(u16, std::borrow::Cow<'a, [u8]>)>, BadUdpFrame> {
+    ) -> Result<Option<WholeReply<'a>>, BadUdpFrame> {
         let (frame, payload) = UdpFrame::decode(datagram)?;
         if frame.total == 1 {
             self.partial.remove(&frame.request_id);
