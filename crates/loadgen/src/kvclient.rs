@@ -19,7 +19,6 @@
 //! Before the clock starts, every key is set once (version 1) unless `preload` is off, with a
 //! bounded number of sets in flight per connection, and each set's reply is checked.
 
-use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
@@ -33,10 +32,9 @@ use serde::{Deserialize, Serialize};
 use corral_affinity::pin_current_thread;
 
 use crate::client::monotonic_ns;
-use crate::kv::{
-    Expect, Keyspace, KvChecks, KvWorkload, Ordering, ReplyCheck, Verdict, Versions, encode_request,
-};
-use crate::memcache::{ReplyStream, UdpFrame, UdpReassembler};
+use crate::kv::{Keyspace, KvChecks, KvWorkload, Ordering, ReplyCheck, Versions, encode_request};
+use crate::kvstream::{InFlight, StreamSession, settle};
+use crate::memcache::{UdpFrame, UdpReassembler};
 use crate::recorder::{
     AdherencePolicy, ResponseRecorder, RunInfo, SendRecorder, Summary, summarize,
 };
@@ -228,14 +226,6 @@ pub fn run(cfg: &KvClientConfig) -> io::Result<KvReport> {
     })
 }
 
-/// A request waiting for its reply. Preload sets have no id.
-#[derive(Clone, Copy, Debug)]
-struct InFlight {
-    id: Option<u64>,
-    scheduled_ns: u64,
-    expect: Expect,
-}
-
 enum Socket {
     Tcp(TcpStream),
     Udp(UdpSocket),
@@ -247,9 +237,8 @@ struct Conn {
     /// TCP: bytes encoded and not yet written.
     out: Vec<u8>,
     out_at: usize,
-    /// TCP: in order of sending.
-    queue: VecDeque<InFlight>,
-    stream: ReplyStream,
+    /// TCP: the requests in flight and the replies received.
+    session: StreamSession,
     /// UDP: by request id.
     slots: Vec<Option<InFlight>>,
     next_request_id: u16,
@@ -287,8 +276,7 @@ impl Conn {
             socket,
             out: Vec::with_capacity(64 << 10),
             out_at: 0,
-            queue: VecDeque::new(),
-            stream: ReplyStream::new(),
+            session: StreamSession::new(),
             slots,
             next_request_id: 0,
             reassembler: UdpReassembler::new(),
@@ -366,21 +354,15 @@ impl<'a> Worker<'a> {
         }
         match &conn.socket {
             Socket::Tcp(_) => {
-                let expect = encode_request(
+                conn.session.request(
                     self.space,
                     &mut self.versions,
-                    self.ordering,
                     op,
-                    &mut conn.out,
-                    &mut self.key,
-                    &mut self.value,
-                );
-                self.checks.count_op(&expect);
-                conn.queue.push_back(InFlight {
                     id,
                     scheduled_ns,
-                    expect,
-                });
+                    &mut conn.out,
+                    &mut self.checks,
+                );
                 conn.in_flight += 1;
                 flush(conn, &mut self.checks);
                 !conn.dead
@@ -438,7 +420,7 @@ impl<'a> Worker<'a> {
         }
         match &mut conn.socket {
             Socket::Tcp(s) => loop {
-                let n = match s.read(conn.stream.spare(64 << 10)) {
+                let n = match s.read(conn.session.spare(64 << 10)) {
                     Ok(0) => {
                         fail(conn, &mut self.checks);
                         return;
@@ -451,32 +433,17 @@ impl<'a> Worker<'a> {
                         return;
                     }
                 };
-                conn.stream.filled(n);
-                let now = now_ns();
-                loop {
-                    match conn.stream.next_element() {
-                        Ok(None) => break,
-                        Ok(Some(element)) => {
-                            let Some(front) = conn.queue.front() else {
-                                // A reply to nothing sent: the stream cannot be trusted.
-                                self.checks.wrong_reply += 1;
-                                fail(conn, &mut self.checks);
-                                return;
-                            };
-                            if let Some(v) =
-                                self.check.on_element(self.space, &front.expect, &element)
-                            {
-                                let done = conn.queue.pop_front().expect("front exists");
-                                conn.in_flight -= 1;
-                                settle(&mut self.checks, rec, &done, v, now);
-                            }
-                        }
-                        Err(_) => {
-                            self.checks.unparsable += 1;
-                            fail(conn, &mut self.checks);
-                            return;
-                        }
-                    }
+                conn.session.filled(n);
+                let taken = conn.session.take_replies(
+                    self.space,
+                    now_ns(),
+                    &mut self.checks,
+                    rec.as_deref_mut(),
+                );
+                conn.in_flight = conn.session.in_flight();
+                if taken.is_err() {
+                    fail(conn, &mut self.checks);
+                    return;
                 }
             },
             Socket::Udp(s) => loop {
@@ -504,7 +471,7 @@ impl<'a> Worker<'a> {
                         Some(done) => {
                             conn.in_flight -= 1;
                             let v = self.check.check_whole(self.space, &done.expect, &reply);
-                            settle(&mut self.checks, rec, &done, v, now);
+                            settle(&mut self.checks, rec.as_deref_mut(), &done, v, now);
                         }
                         None => {
                             if let Some(r) = rec.as_deref_mut() {
@@ -711,27 +678,8 @@ fn fail(conn: &mut Conn, checks: &mut KvChecks) {
     if !conn.dead {
         conn.dead = true;
         checks.connection_failures += 1;
-        conn.queue.clear();
+        conn.session.abandon();
         conn.in_flight = 0;
-    }
-}
-
-/// Counts a reply's verdict; a right one is a latency sample, a wrong one is not.
-fn settle(
-    checks: &mut KvChecks,
-    rec: &mut Option<&mut ResponseRecorder>,
-    done: &InFlight,
-    v: Verdict,
-    now: u64,
-) {
-    checks.count(v);
-    let (Some(rec), Some(id)) = (rec.as_deref_mut(), done.id) else {
-        return;
-    };
-    if v.is_correct() {
-        rec.record_response(id, done.scheduled_ns, now);
-    } else {
-        rec.record_malformed();
     }
 }
 

@@ -17,6 +17,8 @@
 //!   parser, and the UDP frame header with multi-datagram replies.
 //! - [`kv`]: mutilate-style key-value workloads (key and value sizes, get/set mix, key
 //!   popularity) and the check of every reply against its request.
+//! - [`kvstream`]: one memcached conversation over a byte stream (TCP), sans I/O: requests
+//!   out, bytes in, replies checked in order and recorded.
 //! - [`kvclient`]: a Linux memcached client (TCP or UDP) that plays a schedule of
 //!   key-value requests.
 //! - [`client`]: a Linux UDP client that plays a schedule against a server (the baseline; the
@@ -54,6 +56,7 @@
 pub mod client;
 pub mod kv;
 pub mod kvclient;
+pub mod kvstream;
 pub mod memcache;
 pub mod phases;
 pub mod queueing;
