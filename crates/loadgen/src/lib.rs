@@ -13,10 +13,18 @@
 //! - [`windows`]: latency per window of scheduled send time, to see it change over a run.
 //! - [`queueing`]: the zero-overhead bound, the sojourn time of one ideal FCFS server, from the
 //!   M/M/1 formula and by simulation of the same schedule.
+//! - [`memcache`]: memcached's text protocol for a client: requests, an incremental reply
+//!   parser, and the UDP frame header with multi-datagram replies.
+//! - [`kv`]: mutilate-style key-value workloads (key and value sizes, get/set mix, key
+//!   popularity) and the check of every reply against its request.
+//! - [`kvstream`]: one memcached conversation over a byte stream (TCP), sans I/O: requests
+//!   out, bytes in, replies checked in order and recorded.
+//! - [`kvclient`]: a Linux memcached client (TCP or UDP) that plays a schedule of
+//!   key-value requests.
 //! - [`client`]: a Linux UDP client that plays a schedule against a server (the baseline; the
 //!   `corral-loadgen-linux` binary).
 //!
-//! Everything but [`client`] is plain data and functions with no threads, sockets or clocks of
+//! Everything but [`client`] and [`kvclient`] is plain data and functions with no threads, sockets or clocks of
 //! its own, so a generator built into another program (iokerneld's `gen` NIC backend) drives it
 //! from its own loop:
 //!
@@ -46,6 +54,10 @@
 //! ```
 
 pub mod client;
+pub mod kv;
+pub mod kvclient;
+pub mod kvstream;
+pub mod memcache;
 pub mod phases;
 pub mod queueing;
 pub mod recorder;

@@ -114,6 +114,16 @@ impl SendRecorder {
         self.last_actual_ns = self.last_actual_ns.max(actual_ns);
     }
 
+    /// Adds another sender's attempts (a generator's other thread, same schedule clock).
+    pub fn merge(&mut self, other: &SendRecorder) {
+        self.lateness
+            .add(&other.lateness)
+            .expect("histograms of the same bounds add");
+        self.sent += other.sent;
+        self.errors += other.errors;
+        self.last_actual_ns = self.last_actual_ns.max(other.last_actual_ns);
+    }
+
     pub fn sent(&self) -> u64 {
         self.sent
     }
@@ -266,6 +276,30 @@ impl ResponseRecorder {
         id >= self.first_id
             && idx < self.bound
             && self.answered[(idx / 64) as usize] & (1 << (idx % 64)) != 0
+    }
+
+    /// Adds another receiver's responses to requests of the same schedule (a generator's
+    /// other thread). The deadline stays this one's.
+    pub fn merge(&mut self, other: &ResponseRecorder) {
+        assert_eq!(
+            (self.first_id, self.bound),
+            (other.first_id, other.bound),
+            "recorders of one schedule"
+        );
+        self.latency
+            .add(&other.latency)
+            .expect("histograms of the same bounds add");
+        for (a, b) in self.answered.iter_mut().zip(&other.answered) {
+            *a |= *b;
+        }
+        self.received += other.received;
+        self.matched += other.matched;
+        self.duplicates += other.duplicates;
+        self.unknown += other.unknown;
+        self.malformed += other.malformed;
+        self.late += other.late;
+        self.last_match_ns = self.last_match_ns.max(other.last_match_ns);
+        self.tail.merge(&other.tail);
     }
 
     pub fn matched(&self) -> u64 {
@@ -666,6 +700,32 @@ mod tests {
         assert_eq!((send.sent(), send.send_errors()), (1, 1));
         assert_eq!(send.lateness().len(), 2);
         assert_eq!(send.last_actual_ns(), 150);
+    }
+
+    #[test]
+    fn halves_from_several_threads_merge() {
+        let cfg = ScheduleConfig::new(1_000.0, Duration::from_secs(1)).arrivals(Arrivals::Constant);
+        let mut one = Recorder::for_schedule(&cfg);
+        let mut parts = [Recorder::for_schedule(&cfg), Recorder::for_schedule(&cfg)];
+        let mut n = 0;
+        for r in cfg.iter() {
+            n += 1;
+            let part = &mut parts[(r.id % 2) as usize];
+            for rec in [&mut one, part] {
+                rec.send.record_sent(r.send_ns, r.send_ns + r.id);
+                if r.id % 5 != 0 {
+                    rec.responses
+                        .record_response(r.id, r.send_ns, r.send_ns + 1_000 + r.id);
+                }
+            }
+        }
+        let [mut a, b] = parts;
+        a.send.merge(&b.send);
+        a.responses.merge(&b.responses);
+        let info = run_info(&cfg, n);
+        let policy = AdherencePolicy::default();
+        assert_eq!(a.summary(&info, &policy), one.summary(&info, &policy));
+        assert!(a.responses.is_answered(7) && !a.responses.is_answered(10));
     }
 
     #[test]

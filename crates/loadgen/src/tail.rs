@@ -75,6 +75,19 @@ impl TailKeeper {
         }
     }
 
+    /// Adds what another keeper of the same run saw (a generator's other thread).
+    pub fn merge(&mut self, other: &TailKeeper) {
+        let split = self.split;
+        for Reverse((latency_ns, s)) in other.heap.iter().copied() {
+            self.offer(latency_ns, s);
+        }
+        self.split = split + other.split;
+        self.unstamped += other.unstamped;
+        for (a, b) in self.out_of_order.iter_mut().zip(other.out_of_order) {
+            *a += b;
+        }
+    }
+
     /// The splits above p99 and above p99.9 of the requests offered.
     pub fn report(&self) -> TailReport {
         let out_of_order: BTreeMap<Stage, u64> = Stage::ALL

@@ -1,10 +1,14 @@
-//! Open-loop UDP load generator on Linux sockets: the baseline client for Corral's latency
-//! experiments. Plays a seeded schedule against a UDP echo or spin server and reports latency
-//! measured from each request's scheduled send time.
+//! Open-loop load generator on Linux sockets: the baseline client for Corral's latency
+//! experiments. Plays a seeded schedule against a UDP echo or spin server (`--protocol spin`,
+//! the default) or a memcached server over TCP or UDP (`--protocol memcache-tcp` /
+//! `memcache-udp`), and reports latency measured from each request's scheduled send time.
 //!
 //! ```text
 //! corral-loadgen-linux --server 127.0.0.1:5000 --rate 100000 --duration 5 \
 //!     --service exp:10us --clients 64 --cpu 0 --json out.json
+//! corral-loadgen-linux --protocol memcache-tcp --server 127.0.0.1:11211 --rate 100000 \
+//!     --duration 5 --keys 100000 --key-size fb_key --value-size fb_value --get-fraction 0.9 \
+//!     --connections 16 --threads 2 --json out.json
 //! ```
 
 use std::net::SocketAddr;
@@ -15,12 +19,31 @@ use clap::Parser;
 use serde::Serialize;
 
 use corral_loadgen::client::{self, ClientConfig};
+use corral_loadgen::kv::{KvChecks, Popularity, SizeDist};
+use corral_loadgen::kvclient::{self, KvClientConfig, Transport};
 use corral_loadgen::queueing::{self, QueueingBound};
 use corral_loadgen::{AdherencePolicy, Arrivals, ScheduleConfig, ServiceDist, Summary};
 
+/// What the requests are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+enum Protocol {
+    /// corral-loadgen's echo request over UDP (spin or any echo server).
+    Spin,
+    /// memcached's text protocol over TCP.
+    MemcacheTcp,
+    /// memcached's text protocol over UDP, with its 8-byte frame header.
+    MemcacheUdp,
+}
+
 #[derive(Parser, Debug)]
-#[command(about = "Open-loop UDP load generator (Linux sockets)")]
+#[command(
+    about = "Open-loop load generator (Linux sockets): spin over UDP, memcached over TCP or UDP"
+)]
 struct Args {
+    /// Which requests to send.
+    #[arg(long, value_enum, default_value = "spin")]
+    protocol: Protocol,
     /// Server address, IP:PORT.
     #[arg(long)]
     server: SocketAddr,
@@ -68,13 +91,57 @@ struct Args {
     /// Write the configuration and summary as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// memcached: keys in the key space.
+    #[arg(long, default_value_t = 10_000)]
+    keys: u64,
+    /// memcached: key sizes: `fixed:N`, `uniform:[MIN:]MAX`, `gev:LOC:SCALE:SHAPE`,
+    /// `gpareto:LOC:SCALE:SHAPE`, `fb_key` (mutilate's ETC key sizes).
+    #[arg(long, default_value = "fixed:30")]
+    key_size: SizeDist,
+    /// memcached: value sizes, in the same forms, or `fb_value` (mutilate's ETC value sizes).
+    #[arg(long, default_value = "fixed:200")]
+    value_size: SizeDist,
+    /// memcached: largest value; larger draws are clamped [default: 1 MiB over TCP, 60000
+    /// over UDP].
+    #[arg(long)]
+    max_value: Option<u32>,
+    /// memcached: fraction of requests that are gets (the rest are sets).
+    #[arg(long, default_value_t = 0.9)]
+    get_fraction: f64,
+    /// memcached: key popularity, `uniform` or `zipf:S`.
+    #[arg(long, default_value = "uniform")]
+    popularity: Popularity,
+    /// memcached: TCP connections (or UDP sockets); key K goes over connection K % N.
+    #[arg(long, default_value_t = 16)]
+    connections: usize,
+    /// memcached: threads; connection C belongs to thread C % T.
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// memcached: CPUs to pin the threads to, comma-separated (thread I on the I-th, round
+    /// robin) [default: --cpu if given].
+    #[arg(long, value_delimiter = ',')]
+    cpus: Vec<usize>,
+    /// memcached: do not set every key before the run (gets of unset keys then miss).
+    #[arg(long)]
+    no_preload: bool,
 }
 
 #[derive(Serialize)]
 struct Report<'a> {
+    protocol: Protocol,
     config: &'a ClientConfig,
     summary: &'a Summary,
     bound: Option<QueueingBound>,
+}
+
+/// A memcached run's JSON: the same `summary` as a spin run, and the reply checks.
+#[derive(Serialize)]
+struct KvJson<'a> {
+    protocol: Protocol,
+    config: &'a KvClientConfig,
+    summary: &'a Summary,
+    checks: &'a KvChecks,
+    preload_s: f64,
 }
 
 fn main() -> ExitCode {
@@ -110,16 +177,25 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
             .clients(args.clients)
             .seed(args.seed);
     schedule.first_id = 1;
+    let policy = AdherencePolicy {
+        max_p99_lateness_ns: (args.max_p99_lateness_us * 1e3) as u64,
+        ..AdherencePolicy::default()
+    };
+    let transport = match args.protocol {
+        Protocol::Spin => None,
+        Protocol::MemcacheTcp => Some(Transport::Tcp),
+        Protocol::MemcacheUdp => Some(Transport::Udp),
+    };
+    if let Some(transport) = transport {
+        return run_kv(args, transport, schedule, policy);
+    }
     let mut cfg = ClientConfig::new(args.server, schedule);
     cfg.payload = args.payload;
     cfg.flows = args.flows.unwrap_or(args.clients.clamp(1, 16) as usize);
     cfg.cpu = args.cpu;
     cfg.rx_cpu = args.rx_cpu.or(args.cpu);
     cfg.grace_ns = args.grace_ms.saturating_mul(1_000_000);
-    cfg.policy = AdherencePolicy {
-        max_p99_lateness_ns: (args.max_p99_lateness_us * 1e3) as u64,
-        ..AdherencePolicy::default()
-    };
+    cfg.policy = policy;
 
     let summary = client::run(&cfg)?;
     println!("{summary}");
@@ -138,11 +214,55 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
     };
     if let Some(path) = &args.json {
         let report = Report {
+            protocol: args.protocol,
             config: &cfg,
             summary: &summary,
             bound,
         };
         let text = serde_json::to_string_pretty(&report)?;
+        std::fs::write(path, text + "\n")
+            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn run_kv(
+    args: &Args,
+    transport: Transport,
+    schedule: ScheduleConfig,
+    policy: AdherencePolicy,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let mut cfg = KvClientConfig::new(args.server, transport, schedule);
+    cfg.workload.keys = args.keys;
+    cfg.workload.key_size = args.key_size;
+    cfg.workload.value_size = args.value_size;
+    if let Some(max) = args.max_value {
+        cfg.workload.max_value = max;
+    }
+    cfg.workload.get_fraction = args.get_fraction;
+    cfg.workload.popularity = args.popularity;
+    cfg.workload.seed = args.seed;
+    cfg.connections = args.connections;
+    cfg.threads = args.threads;
+    cfg.cpus = if args.cpus.is_empty() {
+        args.cpu.into_iter().collect()
+    } else {
+        args.cpus.clone()
+    };
+    cfg.preload = !args.no_preload;
+    cfg.grace_ns = args.grace_ms.saturating_mul(1_000_000);
+    cfg.policy = policy;
+    let report = kvclient::run(&cfg)?;
+    println!("{report}");
+    if let Some(path) = &args.json {
+        let json = KvJson {
+            protocol: args.protocol,
+            config: &cfg,
+            summary: &report.summary,
+            checks: &report.checks,
+            preload_s: report.preload_s,
+        };
+        let text = serde_json::to_string_pretty(&json)?;
         std::fs::write(path, text + "\n")
             .map_err(|e| format!("writing {}: {e}", path.display()))?;
     }
