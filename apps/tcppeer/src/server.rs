@@ -133,7 +133,7 @@ impl Reader {
         self.received += data.len() as u64;
     }
 
-    fn to_eof(&mut self, stream: &mut impl Read, buf: &mut [u8]) -> io::Result<()> {
+    fn drain_to_eof(&mut self, stream: &mut impl Read, buf: &mut [u8]) -> io::Result<()> {
         loop {
             match stream.read(buf) {
                 Ok(0) => return Ok(()),
@@ -167,7 +167,7 @@ fn handle<N: Net>(mut stream: N::Stream, peer: SocketAddr, service: Service) -> 
                 N::shutdown(&stream, Shutdown::Write)
             }
             Service::Sink => {
-                reader.to_eof(&mut stream, &mut buf)?;
+                reader.drain_to_eof(&mut stream, &mut buf)?;
                 let digest = reader.hasher.clone().finalize();
                 let line = format!("{}\n", crate::hex(&digest));
                 stream.write_all(line.as_bytes())?;
@@ -186,7 +186,7 @@ fn handle<N: Net>(mut stream: N::Stream, peer: SocketAddr, service: Service) -> 
                 });
                 result?;
                 N::shutdown(&stream, Shutdown::Write)?;
-                reader.to_eof(&mut stream, &mut buf)
+                reader.drain_to_eof(&mut stream, &mut buf)
             }
             Service::Sockperf => {
                 N::set_nodelay(&stream, true)?;
