@@ -17,7 +17,7 @@ command -v ip >/dev/null || need+=(iproute2)
 # Real Linux peers the end-to-end tests talk to, and unmodified programs run under corral-run.
 command -v socat >/dev/null || need+=(socat)
 command -v nc.openbsd >/dev/null || need+=(netcat-openbsd)
-python3 -c 'import scapy' 2>/dev/null || need+=(python3-scapy)
+/usr/bin/python3 -c 'import scapy' 2>/dev/null || need+=(python3-scapy)
 command -v iperf3 >/dev/null || need+=(iperf3)
 command -v sockperf >/dev/null || need+=(sockperf)
 command -v wrk >/dev/null || need+=(wrk)
