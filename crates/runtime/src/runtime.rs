@@ -94,12 +94,15 @@ impl Runtime {
         self.shared()
             .kthreads
             .iter()
-            .filter_map(|k| k.iok.as_ref())
-            .map(|iok| IokernelKthreadStats {
+            .filter_map(|k| Some((k, k.iok.as_ref()?)))
+            .map(|(k, iok)| IokernelKthreadStats {
                 cpu: Some(iok.cpu.load(Relaxed)).filter(|&c| c != u32::MAX),
                 grants: iok.grants.load(Relaxed),
                 preemptions: iok.preemptions.load(Relaxed),
                 spurious_wakes: iok.spurious_wakes.load(Relaxed),
+                kicks: iok.kicks.load(Relaxed),
+                parked: k.state.load(Relaxed) == crate::sched::kthread::KthreadState::Parked,
+                runnable: k.rq.len(),
             })
             .collect()
     }
@@ -185,6 +188,12 @@ pub struct IokernelKthreadStats {
     pub preemptions: u64,
     /// Wake-ups that came without a grant and were ignored.
     pub spurious_wakes: u64,
+    /// Preemption signals that came without a request for the core (iokerneld's kicks).
+    pub kicks: u64,
+    /// Whether it is parked in the kernel (holding no core) right now.
+    pub parked: bool,
+    /// Uthreads on its run queue right now.
+    pub runnable: usize,
 }
 
 impl Drop for Runtime {
