@@ -1,0 +1,207 @@
+//! What every experiment sets up: pinned threads, iokerneld with a TAP device or none, a Corral
+//! runtime on the managed core, and a Linux peer in a network namespace behind a veth pair.
+
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use corral::net::NetConfig;
+use corral::{Config, IokernelSettings, Runtime};
+
+use crate::Args;
+
+/// The host side of the TAP device, and the Corral runtime's address behind it.
+pub const TAP_HOST: Ipv4Addr = Ipv4Addr::new(10, 97, 0, 1);
+pub const TAP_RUNTIME: Ipv4Addr = Ipv4Addr::new(10, 97, 0, 2);
+
+/// The TAP device and host address every Corral experiment uses.
+pub const TAP_ARGS: [&str; 6] = [
+    "--nic",
+    "tap",
+    "--tap-name",
+    "crlbench0",
+    "--host-ip",
+    "10.97.0.1/24",
+];
+
+/// The host side of the veth pair, and the Linux peer's address in its namespace.
+pub const VETH_HOST: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 1);
+pub const VETH_PEER: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 2);
+
+/// A benchmark pinned somewhere else than asked measures something else: stop.
+pub fn pin(cpu: usize) {
+    if let Err(e) = corral_affinity::pin_current_thread(cpu) {
+        panic!("{e}");
+    }
+}
+
+pub fn run(cmd: &[&str]) {
+    let status = Command::new(cmd[0])
+        .args(&cmd[1..])
+        .stdin(Stdio::null())
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    assert!(status.success(), "{cmd:?} failed");
+}
+
+/// Runs `f` as the stand-in for a client on another machine: its own thread, pinned to `cpu`
+/// at `SCHED_FIFO` priority 1. On a 2-CPU machine there is no other CPU for it, so it shares
+/// iokerneld's; the real-time policy lets it take that CPU from iokerneld's busy loop the
+/// moment its answer arrives instead of waiting up to a CFS slice. Its own thread, so that the
+/// policy is not inherited by anything else (such as iokerneld, started from the main thread).
+pub fn as_remote_client<T: Send>(cpu: usize, f: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                pin(cpu);
+                let param = libc::sched_param { sched_priority: 1 };
+                // SAFETY: changing the calling thread's own policy with a valid parameter.
+                let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+                assert_eq!(rc, 0, "SCHED_FIFO: {}", std::io::Error::last_os_error());
+                f()
+            })
+            .join()
+            .expect("client thread")
+    })
+}
+
+/// iokerneld, killed on drop, its directory removed.
+pub struct Daemon {
+    child: Child,
+    dir: PathBuf,
+    pub socket: PathBuf,
+}
+
+impl Daemon {
+    /// Starts iokerneld on `args.iokernel_cpu`, managing `args.server_cpu`, with `nic_args`.
+    pub fn start(args: &Args, binary: &Path, nic_args: &[&str], tag: &str) -> Daemon {
+        let dir =
+            std::env::temp_dir().join(format!("corral-bench-net-{}-{tag}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let socket = dir.join("iokerneld.sock");
+        let child = Command::new(binary)
+            .args(["--core", &args.iokernel_cpu.to_string()])
+            .args(["--managed-cores", &args.server_cpu.to_string()])
+            .args(nic_args)
+            .args(["--log-level", "warn"])
+            .arg("--socket")
+            .arg(&socket)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("start iokerneld");
+        let daemon = Daemon { child, dir, socket };
+        let start = Instant::now();
+        while !daemon.socket.exists() {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "iokerneld did not start"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        daemon
+    }
+
+    /// A runtime with `kthreads` kthreads and the address `ip`; `spinning`: its first kthread
+    /// on a guaranteed core, never parking.
+    pub fn runtime(&self, name: &str, ip: Ipv4Addr, kthreads: usize, spinning: bool) -> Runtime {
+        let mut settings = IokernelSettings::new(&self.socket, name);
+        if spinning {
+            settings = settings.guaranteed_cores(1).spinning_kthreads(1);
+        }
+        Runtime::new(
+            Config::default()
+                .kthreads(kthreads)
+                .iokernel(settings)
+                .net(NetConfig::new(ip, 24)),
+        )
+        .expect("start a Corral runtime")
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A network namespace reached over a veth pair (`VETH_HOST` here, `VETH_PEER` inside);
+/// removed on drop.
+pub struct Namespace {
+    name: String,
+    path: String,
+}
+
+impl Namespace {
+    pub fn create() -> Namespace {
+        let name = format!("crlbench{}", std::process::id() % 100_000);
+        // A namespace or link left by an interrupted run.
+        for cmd in [
+            &["ip", "netns", "del", name.as_str()][..],
+            &["ip", "link", "del", "crlveth0"],
+        ] {
+            let _ = Command::new(cmd[0])
+                .args(&cmd[1..])
+                .stderr(Stdio::null())
+                .status();
+        }
+        run(&["ip", "netns", "add", &name]);
+        let ns = Namespace {
+            path: format!("/var/run/netns/{name}"),
+            name,
+        };
+        run(&[
+            "ip", "link", "add", "crlveth0", "type", "veth", "peer", "name", "crlveth1",
+        ]);
+        run(&["ip", "link", "set", "crlveth1", "netns", &ns.name]);
+        run(&["ip", "addr", "add", "10.96.0.1/24", "dev", "crlveth0"]);
+        run(&["ip", "link", "set", "crlveth0", "up"]);
+        let inside = |cmd: &[&str]| {
+            let mut full = vec!["ip", "netns", "exec", &ns.name];
+            full.extend_from_slice(cmd);
+            run(&full);
+        };
+        inside(&["ip", "addr", "add", "10.96.0.2/24", "dev", "crlveth1"]);
+        inside(&["ip", "link", "set", "crlveth1", "up"]);
+        inside(&["ip", "link", "set", "lo", "up"]);
+        ns
+    }
+
+    /// Runs `f` on a new thread inside the namespace, pinned to `cpu`. The thread is detached
+    /// in effect: servers loop forever and die with the process.
+    pub fn spawn<T: Send + 'static>(
+        &self,
+        cpu: usize,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> JoinHandle<T> {
+        let path = self.path.clone();
+        std::thread::spawn(move || {
+            let file = std::fs::File::open(&path).expect("open the namespace");
+            // SAFETY: moving only this thread into the namespace; the fd is valid.
+            let rc =
+                unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&file), libc::CLONE_NEWNET) };
+            assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
+            pin(cpu);
+            f()
+        })
+    }
+}
+
+impl Drop for Namespace {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["link", "del", "crlveth0"])
+            .status();
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .status();
+    }
+}
+
+pub fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}

@@ -1,0 +1,258 @@
+//! TCP: a Linux client against a Corral server through iokerneld's TAP device, and the same
+//! client against a Linux server in a namespace behind a veth pair, in one run. Request and
+//! response round trips on one connection, bulk transfer, and connections per second; and
+//! bulk transfer between two Corral runtimes through iokerneld's local switch.
+//!
+//! The Linux client shares iokerneld's CPU (there is no third one); the servers get the other.
+
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, Shutdown, SocketAddrV4, TcpListener, TcpStream};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use corral::Runtime;
+use corral::net::{TcpListener as CorralListener, TcpStream as CorralStream};
+use hdrhistogram::Histogram;
+
+use crate::setup::{Daemon, Namespace, TAP_ARGS, TAP_RUNTIME, VETH_PEER, as_remote_client, pin};
+use crate::{Args, Tails};
+
+const PORT: u16 = 7;
+/// Bytes per write of a bulk sender.
+const CHUNK: usize = 64 * 1024;
+
+/// What a server does with each accepted connection.
+#[derive(Clone, Copy)]
+pub enum Service {
+    /// Echoes whatever arrives, until end of stream.
+    Echo,
+    /// Reads to end of stream, then answers with the byte count (8 bytes, little-endian).
+    Sink,
+}
+
+/// Serves one connection, generic over the two stacks' streams.
+fn serve(service: Service, stream: &mut (impl Read + Write)) {
+    let mut buf = vec![0u8; CHUNK];
+    let mut total = 0u64;
+    loop {
+        let n = match stream.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        total += n as u64;
+        if let Service::Echo = service
+            && stream.write_all(&buf[..n]).is_err()
+        {
+            return;
+        }
+    }
+    if let Service::Sink = service {
+        let _ = stream.write_all(&total.to_le_bytes());
+    }
+}
+
+/// A Corral server on `addr`: each connection served by a uthread of its own.
+fn corral_server(rt: &Runtime, addr: SocketAddrV4, service: Service) {
+    let listener = rt.block_on(move || CorralListener::bind(addr).expect("bind the Corral server"));
+    rt.spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            stream.set_nodelay(true).expect("nodelay");
+            corral::spawn(move || serve(service, &mut stream));
+        }
+    });
+}
+
+/// A Linux server in `ns`, pinned to `cpu`: each connection served by a thread of its own,
+/// pinned there too.
+fn linux_server(ns: &Namespace, cpu: usize, service: Service) {
+    let listener = ns
+        .spawn(cpu, || {
+            TcpListener::bind((VETH_PEER, PORT)).expect("bind in the namespace")
+        })
+        .join()
+        .expect("bind thread");
+    ns.spawn(cpu, move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            stream.set_nodelay(true).expect("nodelay");
+            std::thread::spawn(move || {
+                pin(cpu);
+                serve(service, &mut stream)
+            });
+        }
+    });
+}
+
+/// One connection, `args.samples` closed-loop round trips of `args.payload` bytes each way.
+fn round_trips(server: SocketAddrV4, args: &Args) -> Tails {
+    as_remote_client(args.iokernel_cpu, || {
+        let mut stream = TcpStream::connect_timeout(&server.into(), Duration::from_secs(5))
+            .expect("connect to the server");
+        stream.set_nodelay(true).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let mut hist = Histogram::<u64>::new_with_bounds(1, 10_000_000_000, 3).unwrap();
+        let mut request = vec![0u8; args.payload.max(8)];
+        let mut response = vec![0u8; request.len()];
+        let warmup = args.samples / 10;
+        for seq in 0..warmup + args.samples {
+            request[..8].copy_from_slice(&seq.to_le_bytes());
+            let start = Instant::now();
+            stream.write_all(&request).unwrap();
+            stream
+                .read_exact(&mut response)
+                .expect("an echo within 5 s");
+            assert_eq!(response, request, "the echo differs");
+            if seq >= warmup {
+                hist.record(start.elapsed().as_nanos() as u64).unwrap();
+            }
+        }
+        crate::tails(&hist)
+    })
+}
+
+/// Connections per second, one at a time: connect, `args.payload` bytes each way, close.
+fn connection_rate(server: SocketAddrV4, args: &Args) -> f64 {
+    as_remote_client(args.iokernel_cpu, || {
+        let mut request = vec![7u8; args.payload];
+        let mut response = vec![0u8; args.payload];
+        let count = args.samples;
+        let start = Instant::now();
+        for seq in 0..count {
+            request[..8].copy_from_slice(&seq.to_le_bytes());
+            let mut stream = TcpStream::connect_timeout(&server.into(), Duration::from_secs(5))
+                .expect("connect to the server");
+            stream.set_nodelay(true).unwrap();
+            stream
+                .set_read_timeout(Some(Duration::from_secs(5)))
+                .unwrap();
+            stream.write_all(&request).unwrap();
+            stream
+                .read_exact(&mut response)
+                .expect("an echo within 5 s");
+            assert_eq!(response, request, "the echo differs");
+        }
+        count as f64 / start.elapsed().as_secs_f64()
+    })
+}
+
+/// Bytes per second a Linux sender on `cpu` gets to a sink at `server` over `seconds`,
+/// counted by the sink (the time runs until the sink's count arrives).
+fn bulk_from_linux(server: SocketAddrV4, cpu: usize, seconds: f64) -> f64 {
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                pin(cpu);
+                let stream = TcpStream::connect_timeout(&server.into(), Duration::from_secs(5))
+                    .expect("connect to the sink");
+                bulk(
+                    stream,
+                    |s| s.shutdown(Shutdown::Write).expect("shutdown"),
+                    seconds,
+                )
+            })
+            .join()
+            .expect("sender thread")
+    })
+}
+
+/// Sends for `seconds`, closes its side with `close_write`, and returns what the sink counted
+/// per second.
+fn bulk<S: Read + Write>(mut stream: S, close_write: impl FnOnce(&S), seconds: f64) -> f64 {
+    let chunk = vec![0x5au8; CHUNK];
+    let start = Instant::now();
+    let mut sent = 0u64;
+    while start.elapsed().as_secs_f64() < seconds {
+        stream.write_all(&chunk).expect("send");
+        sent += CHUNK as u64;
+    }
+    close_write(&stream);
+    let mut count = [0u8; 8];
+    stream.read_exact(&mut count).expect("the sink's count");
+    let counted = u64::from_le_bytes(count);
+    assert_eq!(counted, sent, "the sink counted other than what was sent");
+    counted as f64 / start.elapsed().as_secs_f64()
+}
+
+/// Round trips to a Corral echo server behind the TAP device, and to a Linux one over veth.
+pub fn round_trip(args: &Args, binary: &Path) -> (Vec<Tails>, Vec<Tails>) {
+    let linux = {
+        let ns = Namespace::create();
+        linux_server(&ns, args.server_cpu, Service::Echo);
+        let server = SocketAddrV4::new(VETH_PEER, PORT);
+        (0..args.reps).map(|_| round_trips(server, args)).collect()
+    };
+    let daemon = Daemon::start(args, binary, &TAP_ARGS, "tcp-rr");
+    let rt = daemon.runtime("tcp-echo", TAP_RUNTIME, 1, true);
+    let server = SocketAddrV4::new(TAP_RUNTIME, PORT);
+    corral_server(&rt, server, Service::Echo);
+    let corral = (0..args.reps).map(|_| round_trips(server, args)).collect();
+    (linux, corral)
+}
+
+/// Connections per second to a Linux server over veth and to a Corral server behind the TAP
+/// device, `args.reps` runs of `args.samples` connections each.
+pub fn connections(args: &Args, binary: &Path) -> (Vec<f64>, Vec<f64>) {
+    let linux = {
+        let ns = Namespace::create();
+        linux_server(&ns, args.server_cpu, Service::Echo);
+        let server = SocketAddrV4::new(VETH_PEER, PORT);
+        (0..args.reps)
+            .map(|_| connection_rate(server, args))
+            .collect()
+    };
+    let daemon = Daemon::start(args, binary, &TAP_ARGS, "tcp-cps");
+    let rt = daemon.runtime("tcp-accept", TAP_RUNTIME, 1, true);
+    let server = SocketAddrV4::new(TAP_RUNTIME, PORT);
+    corral_server(&rt, server, Service::Echo);
+    let corral = (0..args.reps)
+        .map(|_| connection_rate(server, args))
+        .collect();
+    (linux, corral)
+}
+
+/// Bulk throughput from a Linux sender: to a Linux sink over veth, and to a Corral sink behind
+/// the TAP device; bytes per second, `args.reps` runs of `seconds` each.
+pub fn bulk_linux_sender(args: &Args, binary: &Path, seconds: f64) -> (Vec<f64>, Vec<f64>) {
+    let linux = {
+        let ns = Namespace::create();
+        linux_server(&ns, args.server_cpu, Service::Sink);
+        let server = SocketAddrV4::new(VETH_PEER, PORT);
+        (0..args.reps)
+            .map(|_| bulk_from_linux(server, args.iokernel_cpu, seconds))
+            .collect()
+    };
+    let daemon = Daemon::start(args, binary, &TAP_ARGS, "tcp-bulk");
+    let rt = daemon.runtime("tcp-sink", TAP_RUNTIME, 1, true);
+    let server = SocketAddrV4::new(TAP_RUNTIME, PORT);
+    corral_server(&rt, server, Service::Sink);
+    let corral = (0..args.reps)
+        .map(|_| bulk_from_linux(server, args.iokernel_cpu, seconds))
+        .collect();
+    (linux, corral)
+}
+
+/// Bulk throughput between two Corral runtimes through iokerneld's local switch, both sharing
+/// the one managed core; bytes per second, `args.reps` runs of `seconds` each.
+pub fn bulk_between_runtimes(args: &Args, binary: &Path, seconds: f64) -> Vec<f64> {
+    let daemon = Daemon::start(args, binary, &["--nic", "none"], "tcp-local");
+    let (a_ip, b_ip) = (Ipv4Addr::new(10, 95, 0, 2), Ipv4Addr::new(10, 95, 0, 3));
+    let b = daemon.runtime("tcp-local-sink", b_ip, 1, false);
+    let server = SocketAddrV4::new(b_ip, PORT);
+    corral_server(&b, server, Service::Sink);
+    let a = daemon.runtime("tcp-local-source", a_ip, 1, false);
+    (0..args.reps)
+        .map(|_| {
+            a.block_on(move || {
+                let stream = CorralStream::connect(server).expect("connect to the sink");
+                bulk(
+                    stream,
+                    |s| s.shutdown(Shutdown::Write).expect("shutdown"),
+                    seconds,
+                )
+            })
+        })
+        .collect()
+}

@@ -1,0 +1,211 @@
+//! UDP: echo round trips (Corral through the TAP device against Linux over veth) and one-way
+//! datagram rates (through the TAP device, and between two runtimes through iokerneld's local
+//! switch).
+
+use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use corral::Runtime;
+use corral::net::UdpSocket as CorralUdp;
+use hdrhistogram::Histogram;
+
+use crate::setup::{Daemon, Namespace, TAP_ARGS, TAP_HOST, TAP_RUNTIME, VETH_HOST, VETH_PEER, pin};
+use crate::{Args, Tails};
+
+/// Closed-loop round trips from a socket bound to `local` to `server`.
+fn client(local: Ipv4Addr, server: SocketAddrV4, args: &Args) -> Tails {
+    crate::setup::as_remote_client(args.iokernel_cpu, || {
+        let socket = UdpSocket::bind((local, 0)).expect("bind the client");
+        socket
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .unwrap();
+        let mut hist = Histogram::<u64>::new_with_bounds(1, 10_000_000_000, 3).unwrap();
+        let mut buf = vec![0u8; 2048];
+        let mut request = vec![0u8; args.payload.max(8)];
+        let warmup = args.samples / 10;
+        for seq in 0..warmup + args.samples {
+            request[..8].copy_from_slice(&seq.to_le_bytes());
+            if args.parked_gap_us > 0 {
+                std::thread::sleep(Duration::from_micros(args.parked_gap_us));
+            }
+            let start = Instant::now();
+            socket.send_to(&request, server).unwrap();
+            loop {
+                let (n, _) = socket.recv_from(&mut buf).expect("an echo within 2 s");
+                if n >= 8 && buf[..8] == request[..8] {
+                    break;
+                }
+            }
+            if seq >= warmup {
+                hist.record(start.elapsed().as_nanos() as u64).unwrap();
+            }
+        }
+        crate::tails(&hist)
+    })
+}
+
+/// Round trips to a Corral echo server behind the TAP device.
+pub fn corral_echo(args: &Args, binary: &Path) -> Vec<Tails> {
+    let daemon = Daemon::start(args, binary, &TAP_ARGS, "echo");
+    let rt = daemon.runtime("echo-bench", TAP_RUNTIME, 1, args.parked_gap_us == 0);
+    let server = SocketAddrV4::new(TAP_RUNTIME, 7);
+    let _server = rt.spawn(move || {
+        let socket = CorralUdp::bind(server).expect("bind the echo port");
+        let mut buf = vec![0u8; 2048];
+        loop {
+            let (n, from) = socket.recv_from(&mut buf).expect("receive");
+            let _ = socket.send_to(&buf[..n], from);
+        }
+    });
+    (0..args.reps)
+        .map(|_| client(TAP_HOST, server, args))
+        .collect()
+}
+
+/// Round trips to a Linux echo server in a namespace behind a veth pair.
+pub fn linux_echo(args: &Args) -> Vec<Tails> {
+    let ns = Namespace::create();
+    let _server = ns.spawn(args.server_cpu, || {
+        let socket = UdpSocket::bind((VETH_PEER, 7)).expect("bind in the namespace");
+        let mut buf = vec![0u8; 2048];
+        loop {
+            let (n, from) = socket.recv_from(&mut buf).unwrap();
+            let _ = socket.send_to(&buf[..n], from);
+        }
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let server = SocketAddrV4::new(VETH_PEER, 7);
+    (0..args.reps)
+        .map(|_| client(VETH_HOST, server, args))
+        .collect()
+}
+
+/// Starts a uthread counting the datagrams that reach `addr` on `rt`.
+fn start_sink(rt: &Runtime, addr: SocketAddrV4) -> Arc<AtomicU64> {
+    let count = Arc::new(AtomicU64::new(0));
+    let counter = count.clone();
+    rt.spawn(move || {
+        let socket = CorralUdp::bind(addr).expect("bind the sink");
+        let mut buf = vec![0u8; 2048];
+        while socket.recv_from(&mut buf).is_ok() {
+            counter.fetch_add(1, Ordering::Relaxed);
+        }
+    });
+    count
+}
+
+/// Datagrams of `payload` bytes per second a Linux sender gets through the TAP device to a
+/// Corral receiver spinning on the managed core, and the rate it offered: flat out.
+pub fn tap_rate(args: &Args, binary: &Path, payload: usize, seconds: f64) -> (f64, f64) {
+    let daemon = Daemon::start(args, binary, &TAP_ARGS, "tap");
+    let rt = daemon.runtime("tap-sink", TAP_RUNTIME, 1, true);
+    let count = start_sink(&rt, SocketAddrV4::new(TAP_RUNTIME, 9));
+    tap_flood(args, &count, payload, seconds, None)
+}
+
+/// The most datagrams of `payload` bytes per second the TAP path delivers to a Corral receiver
+/// at any offered rate. A sender flat out on iokerneld's CPU takes that CPU from iokerneld
+/// (there is no third one), so the most is found by pacing: the sender sleeps between bursts
+/// and offers each rate of a ladder in turn. Returns the best received rate and the offered
+/// rate that gave it.
+pub fn tap_ceiling(args: &Args, binary: &Path, payload: usize, seconds: f64) -> (f64, f64) {
+    let daemon = Daemon::start(args, binary, &TAP_ARGS, "tap");
+    let rt = daemon.runtime("tap-sink", TAP_RUNTIME, 1, true);
+    let count = start_sink(&rt, SocketAddrV4::new(TAP_RUNTIME, 9));
+    let mut best = (0.0, 0.0);
+    for rate in (1..=12).map(|i| i as f64 * 25_000.0) {
+        let got = tap_flood(args, &count, payload, seconds, Some(rate));
+        if got.0 > best.0 {
+            best = got;
+        }
+    }
+    best
+}
+
+/// Floods the sink on port 9 that counts into `count`, through the TAP device, for `seconds`:
+/// flat out, or paced at `rate` datagrams per second (bursts of 16 with sleeps between them).
+fn tap_flood(
+    args: &Args,
+    count: &AtomicU64,
+    payload: usize,
+    seconds: f64,
+    rate: Option<f64>,
+) -> (f64, f64) {
+    const BURST: u64 = 16;
+    let to = SocketAddrV4::new(TAP_RUNTIME, 9);
+    // Let ARP settle before timing.
+    let sender = UdpSocket::bind((TAP_HOST, 0)).unwrap();
+    sender.send_to(&[0u8; 64], to).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let before = count.load(Ordering::Relaxed);
+    let cpu = args.iokernel_cpu;
+    let (sent, elapsed) = std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                pin(cpu);
+                let payload = vec![0u8; payload];
+                let start = Instant::now();
+                let mut sent = 0u64;
+                let mut bursts = 0u64;
+                while start.elapsed().as_secs_f64() < seconds {
+                    if let Some(rate) = rate {
+                        let due = Duration::from_secs_f64((bursts * BURST) as f64 / rate);
+                        if let Some(wait) = due.checked_sub(start.elapsed()) {
+                            std::thread::sleep(wait);
+                        }
+                    }
+                    for _ in 0..BURST {
+                        if sender.send_to(&payload, to).is_ok() {
+                            sent += 1;
+                        }
+                    }
+                    bursts += 1;
+                }
+                (sent, start.elapsed().as_secs_f64())
+            })
+            .join()
+            .unwrap()
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let received = count.load(Ordering::Relaxed) - before;
+    (received as f64 / elapsed, sent as f64 / elapsed)
+}
+
+/// Datagrams of `payload` bytes per second one Corral runtime gets to another through
+/// iokerneld's local switch, both sharing the one managed core, and the rate the sender
+/// managed.
+pub fn local_rate(args: &Args, binary: &Path, payload: usize, seconds: f64) -> (f64, f64) {
+    let daemon = Daemon::start(args, binary, &["--nic", "none"], "local");
+    let (a_ip, b_ip) = (Ipv4Addr::new(10, 95, 0, 2), Ipv4Addr::new(10, 95, 0, 3));
+    let b = daemon.runtime("local-sink", b_ip, 1, false);
+    let count = start_sink(&b, SocketAddrV4::new(b_ip, 9));
+    let a = daemon.runtime("local-source", a_ip, 1, false);
+    let to = SocketAddrV4::new(b_ip, 9);
+    // One datagram first, so that ARP is resolved before timing.
+    a.block_on(move || {
+        let s = CorralUdp::bind(SocketAddrV4::new(a_ip, 0)).unwrap();
+        s.send_to(&[0u8; 64], to).unwrap();
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let before = count.load(Ordering::Relaxed);
+    let (sent, elapsed) = a.block_on(move || {
+        let s = CorralUdp::bind(SocketAddrV4::new(a_ip, 0)).unwrap();
+        let buf = vec![0u8; payload];
+        let start = Instant::now();
+        let mut sent = 0u64;
+        while start.elapsed().as_secs_f64() < seconds {
+            for _ in 0..64 {
+                if s.send_to(&buf, to).is_ok() {
+                    sent += 1;
+                }
+            }
+        }
+        (sent, start.elapsed().as_secs_f64())
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let received = count.load(Ordering::Relaxed) - before;
+    (received as f64 / elapsed, sent as f64 / elapsed)
+}
