@@ -228,10 +228,42 @@ pub fn bulk_linux_sender(args: &Args, binary: &Path, seconds: f64) -> (Vec<f64>,
     let rt = daemon.runtime("tcp-sink", TAP_RUNTIME, 1, true);
     let server = SocketAddrV4::new(TAP_RUNTIME, PORT);
     corral_server(&rt, server, Service::Sink);
+    let retrans_before = linux_retransmissions();
     let corral = (0..args.reps)
         .map(|_| bulk_from_linux(server, args.iokernel_cpu, seconds))
         .collect();
+    let c = rt
+        .net_stats()
+        .expect("a networked runtime")
+        .tcp
+        .counters
+        .conns;
+    eprintln!(
+        "Corral sink: {} segments in, {} out, {} out of order, {} duplicate, {} drops; \
+         Linux sender: {} retransmissions",
+        c.segments_in,
+        c.segments_out,
+        c.ooo_segments,
+        c.duplicate_segments,
+        c.drops.iter().sum::<u64>(),
+        linux_retransmissions().saturating_sub(retrans_before)
+    );
     (linux, corral)
+}
+
+/// Segments Linux's TCP has retransmitted since boot (`/proc/net/snmp`).
+fn linux_retransmissions() -> u64 {
+    let snmp = std::fs::read_to_string("/proc/net/snmp").unwrap_or_default();
+    let mut tcp = snmp.lines().filter(|l| l.starts_with("Tcp:"));
+    let (Some(names), Some(values)) = (tcp.next(), tcp.next()) else {
+        return 0;
+    };
+    names
+        .split_whitespace()
+        .zip(values.split_whitespace())
+        .find(|(name, _)| *name == "RetransSegs")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0)
 }
 
 /// Bulk throughput between two Corral runtimes through iokerneld's local switch, both sharing
