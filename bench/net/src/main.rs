@@ -69,6 +69,10 @@ pub struct Args {
     /// between two Corral runtimes, each against its frame-rate ceiling.
     #[arg(long)]
     tcp_bulk: Option<f64>,
+    /// Each Corral TCP connection's send and receive buffer, in bytes (default: the
+    /// runtime's).
+    #[arg(long)]
+    tcp_buffer: Option<usize>,
 }
 
 /// Percentiles in microseconds: p50, p99, p99.9.

@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use corral::net::NetConfig;
+use corral::net::{NetConfig, TcpSettings};
 use corral::{Config, IokernelSettings, Runtime};
 
 use crate::Args;
@@ -72,6 +72,9 @@ pub struct Daemon {
     child: Child,
     dir: PathBuf,
     pub socket: PathBuf,
+    /// Each TCP connection's send and receive buffer in the runtimes it starts, if not the
+    /// default.
+    tcp_buffer: Option<usize>,
 }
 
 impl Daemon {
@@ -91,7 +94,12 @@ impl Daemon {
             .stdin(Stdio::null())
             .spawn()
             .expect("start iokerneld");
-        let daemon = Daemon { child, dir, socket };
+        let daemon = Daemon {
+            child,
+            dir,
+            socket,
+            tcp_buffer: args.tcp_buffer,
+        };
         let start = Instant::now();
         while !daemon.socket.exists() {
             assert!(
@@ -110,11 +118,16 @@ impl Daemon {
         if spinning {
             settings = settings.guaranteed_cores(1).spinning_kthreads(1);
         }
+        let mut tcp = TcpSettings::default();
+        if let Some(bytes) = self.tcp_buffer {
+            tcp.tcp.send_buffer = bytes;
+            tcp.tcp.recv_buffer = bytes;
+        }
         Runtime::new(
             Config::default()
                 .kthreads(kthreads)
                 .iokernel(settings)
-                .net(NetConfig::new(ip, 24)),
+                .net(NetConfig::new(ip, 24).tcp(tcp)),
         )
         .expect("start a Corral runtime")
     }

@@ -141,20 +141,14 @@ fn connection_rate(server: SocketAddrV4, args: &Args) -> f64 {
 /// Bytes per second a Linux sender on `cpu` gets to a sink at `server` over `seconds`,
 /// counted by the sink (the time runs until the sink's count arrives).
 fn bulk_from_linux(server: SocketAddrV4, cpu: usize, seconds: f64) -> f64 {
-    std::thread::scope(|scope| {
-        scope
-            .spawn(|| {
-                pin(cpu);
-                let stream = TcpStream::connect_timeout(&server.into(), Duration::from_secs(5))
-                    .expect("connect to the sink");
-                bulk(
-                    stream,
-                    |s| s.shutdown(Shutdown::Write).expect("shutdown"),
-                    seconds,
-                )
-            })
-            .join()
-            .expect("sender thread")
+    as_remote_client(cpu, || {
+        let stream = TcpStream::connect_timeout(&server.into(), Duration::from_secs(5))
+            .expect("connect to the sink");
+        bulk(
+            stream,
+            |s| s.shutdown(Shutdown::Write).expect("shutdown"),
+            seconds,
+        )
     })
 }
 

@@ -103,21 +103,22 @@ pub fn tap_rate(args: &Args, binary: &Path, payload: usize, seconds: f64) -> (f6
     let daemon = Daemon::start(args, binary, &TAP_ARGS, "tap");
     let rt = daemon.runtime("tap-sink", TAP_RUNTIME, 1, true);
     let count = start_sink(&rt, SocketAddrV4::new(TAP_RUNTIME, 9));
-    tap_flood(args, &count, payload, seconds, None)
+    tap_flood(args, &count, payload, seconds, None, false)
 }
 
 /// The most datagrams of `payload` bytes per second the TAP path delivers to a Corral receiver
 /// at any offered rate. A sender flat out on iokerneld's CPU takes that CPU from iokerneld
 /// (there is no third one), so the most is found by pacing: the sender sleeps between bursts
-/// and offers each rate of a ladder in turn. Returns the best received rate and the offered
-/// rate that gave it.
+/// and offers each rate of a ladder in turn. Each burst is one segmented send, so that the
+/// sender's cost per frame is close to a TCP sender's. Returns the best received rate and the
+/// offered rate that gave it.
 pub fn tap_ceiling(args: &Args, binary: &Path, payload: usize, seconds: f64) -> (f64, f64) {
     let daemon = Daemon::start(args, binary, &TAP_ARGS, "tap");
     let rt = daemon.runtime("tap-sink", TAP_RUNTIME, 1, true);
     let count = start_sink(&rt, SocketAddrV4::new(TAP_RUNTIME, 9));
     let mut best = (0.0, 0.0);
     for rate in (1..=12).map(|i| i as f64 * 25_000.0) {
-        let got = tap_flood(args, &count, payload, seconds, Some(rate));
+        let got = tap_flood(args, &count, payload, seconds, Some(rate), true);
         if got.0 > best.0 {
             best = got;
         }
@@ -126,18 +127,36 @@ pub fn tap_ceiling(args: &Args, binary: &Path, payload: usize, seconds: f64) -> 
 }
 
 /// Floods the sink on port 9 that counts into `count`, through the TAP device, for `seconds`:
-/// flat out, or paced at `rate` datagrams per second (bursts of 16 with sleeps between them).
+/// flat out, or paced at `rate` datagrams per second (bursts of 16 with sleeps between them);
+/// `segmented`: each burst one send, segmented by the kernel.
 fn tap_flood(
     args: &Args,
     count: &AtomicU64,
     payload: usize,
     seconds: f64,
     rate: Option<f64>,
+    segmented: bool,
 ) -> (f64, f64) {
     const BURST: u64 = 16;
     let to = SocketAddrV4::new(TAP_RUNTIME, 9);
     // Let ARP settle before timing.
     let sender = UdpSocket::bind((TAP_HOST, 0)).unwrap();
+    if segmented {
+        // UDP generic segmentation: one send of a burst, cut into `payload`-byte datagrams
+        // below the socket layer, as TCP's segmentation offload cuts a large write.
+        let size = payload as libc::c_int;
+        // SAFETY: a valid socket, option and option length.
+        let rc = unsafe {
+            libc::setsockopt(
+                std::os::fd::AsRawFd::as_raw_fd(&sender),
+                libc::SOL_UDP,
+                libc::UDP_SEGMENT,
+                (&size as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        assert_eq!(rc, 0, "UDP_SEGMENT: {}", std::io::Error::last_os_error());
+    }
     sender.send_to(&[0u8; 64], to).unwrap();
     std::thread::sleep(Duration::from_millis(200));
     let before = count.load(Ordering::Relaxed);
@@ -146,7 +165,8 @@ fn tap_flood(
         scope
             .spawn(|| {
                 pin(cpu);
-                let payload = vec![0u8; payload];
+                let burst = vec![0u8; payload * BURST as usize];
+                let payload = &burst[..payload];
                 let start = Instant::now();
                 let mut sent = 0u64;
                 let mut bursts = 0u64;
@@ -157,9 +177,15 @@ fn tap_flood(
                             std::thread::sleep(wait);
                         }
                     }
-                    for _ in 0..BURST {
-                        if sender.send_to(&payload, to).is_ok() {
-                            sent += 1;
+                    if segmented {
+                        if sender.send_to(&burst, to).is_ok() {
+                            sent += BURST;
+                        }
+                    } else {
+                        for _ in 0..BURST {
+                            if sender.send_to(payload, to).is_ok() {
+                                sent += 1;
+                            }
                         }
                     }
                     bursts += 1;
