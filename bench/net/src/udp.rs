@@ -161,40 +161,49 @@ fn tap_flood(
     std::thread::sleep(Duration::from_millis(200));
     let before = count.load(Ordering::Relaxed);
     let cpu = args.iokernel_cpu;
-    let (sent, elapsed) = std::thread::scope(|scope| {
-        scope
-            .spawn(|| {
-                pin(cpu);
-                let burst = vec![0u8; payload * BURST as usize];
-                let payload = &burst[..payload];
-                let start = Instant::now();
-                let mut sent = 0u64;
-                let mut bursts = 0u64;
-                while start.elapsed().as_secs_f64() < seconds {
-                    if let Some(rate) = rate {
-                        let due = Duration::from_secs_f64((bursts * BURST) as f64 / rate);
-                        if let Some(wait) = due.checked_sub(start.elapsed()) {
-                            std::thread::sleep(wait);
-                        }
-                    }
-                    if segmented {
-                        if sender.send_to(&burst, to).is_ok() {
-                            sent += BURST;
-                        }
-                    } else {
-                        for _ in 0..BURST {
-                            if sender.send_to(payload, to).is_ok() {
-                                sent += 1;
-                            }
-                        }
-                    }
-                    bursts += 1;
+    let send = || {
+        let burst = vec![0u8; payload * BURST as usize];
+        let payload = &burst[..payload];
+        let start = Instant::now();
+        let mut sent = 0u64;
+        let mut bursts = 0u64;
+        while start.elapsed().as_secs_f64() < seconds {
+            if let Some(rate) = rate {
+                // Behind schedule it still sleeps a moment, so that iokerneld keeps its CPU.
+                let due = Duration::from_secs_f64((bursts * BURST) as f64 / rate);
+                let wait = due.saturating_sub(start.elapsed());
+                std::thread::sleep(wait.max(Duration::from_micros(1)));
+            }
+            if segmented {
+                if sender.send_to(&burst, to).is_ok() {
+                    sent += BURST;
                 }
-                (sent, start.elapsed().as_secs_f64())
-            })
-            .join()
-            .unwrap()
-    });
+            } else {
+                for _ in 0..BURST {
+                    if sender.send_to(payload, to).is_ok() {
+                        sent += 1;
+                    }
+                }
+            }
+            bursts += 1;
+        }
+        (sent, start.elapsed().as_secs_f64())
+    };
+    // Paced, the sender sleeps between bursts and may run as the remote client does; flat
+    // out, it would starve iokerneld at a real-time priority.
+    let (sent, elapsed) = if rate.is_some() {
+        crate::setup::as_remote_client(cpu, send)
+    } else {
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    pin(cpu);
+                    send()
+                })
+                .join()
+                .unwrap()
+        })
+    };
     std::thread::sleep(Duration::from_millis(100));
     let received = count.load(Ordering::Relaxed) - before;
     (received as f64 / elapsed, sent as f64 / elapsed)
