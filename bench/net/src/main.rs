@@ -69,6 +69,10 @@ pub struct Args {
     /// between two Corral runtimes, each against its frame-rate ceiling.
     #[arg(long)]
     tcp_bulk: Option<f64>,
+    /// Memory per idle established TCP connection instead, server side, over `--samples`
+    /// connections.
+    #[arg(long)]
+    tcp_idle_memory: bool,
     /// Each Corral TCP connection's send and receive buffer, in bytes (default: the
     /// runtime's).
     #[arg(long)]
@@ -98,6 +102,21 @@ fn main() {
         rates(&args, &binary, seconds);
     } else if let Some(seconds) = args.tcp_bulk {
         tcp_bulk(&args, &binary, seconds);
+    } else if args.tcp_idle_memory {
+        let m = tcp::idle_memory(&args, &binary);
+        println!(
+            "memory per idle established TCP connection, server side, {} connections",
+            args.samples
+        );
+        println!(
+            "linux (kernel slab)    {:>8.0} B   (client and server sockets together: {:.0} B)",
+            m.linux_server, m.linux_client_and_server
+        );
+        println!("corral (resident)      {:>8.0} B", m.corral_server);
+        println!(
+            "ratio                  {:>7.2}x",
+            m.corral_server / m.linux_server
+        );
     } else if args.tcp_connections {
         let (linux, corral) = tcp::connections(&args, &binary);
         println!(

@@ -28,6 +28,8 @@ pub enum Service {
     Echo,
     /// Reads to end of stream, then answers with the byte count (8 bytes, little-endian).
     Sink,
+    /// Keeps the connection open and idle, with no thread or uthread of its own.
+    Hold,
 }
 
 /// Serves one connection, generic over the two stacks' streams.
@@ -55,8 +57,13 @@ fn serve(service: Service, stream: &mut (impl Read + Write)) {
 fn corral_server(rt: &Runtime, addr: SocketAddrV4, service: Service) {
     let listener = rt.block_on(move || CorralListener::bind(addr).expect("bind the Corral server"));
     rt.spawn(move || {
+        let mut held = Vec::new();
         for stream in listener.incoming() {
             let Ok(mut stream) = stream else { continue };
+            if let Service::Hold = service {
+                held.push(stream);
+                continue;
+            }
             stream.set_nodelay(true).expect("nodelay");
             corral::spawn(move || serve(service, &mut stream));
         }
@@ -73,8 +80,13 @@ fn linux_server(ns: &Namespace, cpu: usize, service: Service) {
         .join()
         .expect("bind thread");
     ns.spawn(cpu, move || {
+        let mut held = Vec::new();
         for stream in listener.incoming() {
             let Ok(mut stream) = stream else { continue };
+            if let Service::Hold = service {
+                held.push(stream);
+                continue;
+            }
             stream.set_nodelay(true).expect("nodelay");
             std::thread::spawn(move || {
                 pin(cpu);
@@ -243,6 +255,110 @@ pub fn bulk_linux_sender(args: &Args, binary: &Path, seconds: f64) -> (Vec<f64>,
         linux_retransmissions().saturating_sub(retrans_before)
     );
     (linux, corral)
+}
+
+/// Memory per idle established connection, server side: opens `args.samples` connections
+/// from a Linux client to a server that holds them (no thread or uthread per connection) and
+/// reads what grew. Linux's server sockets live in the kernel's slab caches, so the slab
+/// objects added with a Linux server, less those added with the Corral server (where the
+/// kernel holds only the client's sockets), are the Linux server's share. The Corral server's is the growth
+/// of this process's resident memory (the Linux client's sockets add nothing there).
+pub fn idle_memory(args: &Args, binary: &Path) -> IdleMemory {
+    raise_file_limit(4 * args.samples + 1024);
+    let linux_slab = {
+        let ns = Namespace::create();
+        linux_server(&ns, args.server_cpu, Service::Hold);
+        hold_connections(SocketAddrV4::new(VETH_PEER, PORT), args.samples).0
+    };
+    let daemon = Daemon::start(args, binary, &TAP_ARGS, "tcp-idle");
+    let rt = daemon.runtime("tcp-idle", TAP_RUNTIME, 1, true);
+    corral_server(&rt, SocketAddrV4::new(TAP_RUNTIME, PORT), Service::Hold);
+    let (corral_slab, corral_rss) =
+        hold_connections(SocketAddrV4::new(TAP_RUNTIME, PORT), args.samples);
+    let live = rt.net_stats().expect("a networked runtime").tcp.connections;
+    assert!(
+        live >= args.samples,
+        "the Corral server holds {live} connections, not {}",
+        args.samples
+    );
+    let per = |bytes: i64| bytes as f64 / args.samples as f64;
+    IdleMemory {
+        linux_server: per(linux_slab - corral_slab),
+        linux_client_and_server: per(linux_slab),
+        corral_server: per(corral_rss),
+    }
+}
+
+/// Bytes per idle connection, server side.
+pub struct IdleMemory {
+    pub linux_server: f64,
+    pub linux_client_and_server: f64,
+    pub corral_server: f64,
+}
+
+/// Opens `n` connections to `server` and keeps them open while it reads how much the kernel's
+/// slab caches and this process's resident memory grew (bytes).
+fn hold_connections(server: SocketAddrV4, n: u64) -> (i64, i64) {
+    let (slab, rss) = (slab_bytes(), rss_bytes());
+    let held: Vec<TcpStream> = (0..n)
+        .map(|_| {
+            TcpStream::connect_timeout(&server.into(), Duration::from_secs(5))
+                .expect("connect to the server")
+        })
+        .collect();
+    // The server accepts at its own pace; let it take the last ones.
+    std::thread::sleep(Duration::from_millis(500));
+    let grown = (slab_bytes() - slab, rss_bytes() - rss);
+    drop(held);
+    grown
+}
+
+/// Bytes of the kernel's slab objects in use (`/proc/slabinfo`: active objects times object
+/// size, over every cache). Unlike the slab pages in `/proc/meminfo`, this does not depend on
+/// whether new objects found room in pages that earlier frees left partly empty.
+fn slab_bytes() -> i64 {
+    let slabinfo = std::fs::read_to_string("/proc/slabinfo").expect("/proc/slabinfo (as root)");
+    slabinfo
+        .lines()
+        .skip(2)
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace().skip(1);
+            let active: i64 = fields.next()?.parse().ok()?;
+            let size: i64 = fields.nth(1)?.parse().ok()?;
+            Some(active * size)
+        })
+        .sum()
+}
+
+fn rss_bytes() -> i64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").expect("/proc/self/statm");
+    let pages: i64 = statm
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .expect("resident pages in statm");
+    // SAFETY: sysconf has no preconditions.
+    pages * unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as i64
+}
+
+/// Lets this process hold `n` file descriptors, within its hard limit.
+fn raise_file_limit(n: u64) {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: a valid resource and a place for the limit.
+    let rc = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
+    assert_eq!(rc, 0, "RLIMIT_NOFILE: {}", std::io::Error::last_os_error());
+    assert!(
+        limit.rlim_max >= n,
+        "{n} file descriptors are needed and the hard limit is {}: use fewer --samples",
+        limit.rlim_max
+    );
+    limit.rlim_cur = limit.rlim_cur.max(n);
+    // SAFETY: a valid resource and limit, within the hard limit.
+    let rc = unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) };
+    assert_eq!(rc, 0, "RLIMIT_NOFILE: {}", std::io::Error::last_os_error());
 }
 
 /// Segments Linux's TCP has retransmitted since boot (`/proc/net/snmp`).
