@@ -133,6 +133,25 @@ impl Daemon {
     }
 }
 
+impl Daemon {
+    /// CPU seconds iokerneld has spent in the kernel (its system calls, and what the kernel did
+    /// on their behalf) since it started.
+    pub fn system_seconds(&self) -> f64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id()))
+            .expect("iokerneld's /proc stat");
+        // Fields after the command name (which may hold spaces) closes with ')'; stime is
+        // the 15th field overall, the 13th after it.
+        let after = &stat[stat.rfind(')').expect("a stat line") + 2..];
+        let ticks: f64 = after
+            .split_whitespace()
+            .nth(12)
+            .and_then(|v| v.parse().ok())
+            .expect("stime in stat");
+        // SAFETY: sysconf has no preconditions.
+        ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+    }
+}
+
 impl Drop for Daemon {
     fn drop(&mut self) {
         let _ = self.child.kill();

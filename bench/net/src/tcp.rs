@@ -235,9 +235,11 @@ pub fn bulk_linux_sender(args: &Args, binary: &Path, seconds: f64) -> (Vec<f64>,
     let server = SocketAddrV4::new(TAP_RUNTIME, PORT);
     corral_server(&rt, server, Service::Sink);
     let retrans_before = linux_retransmissions();
+    let system = daemon.system_seconds();
     let corral = (0..args.reps)
         .map(|_| bulk_from_linux(server, args.iokernel_cpu, seconds))
         .collect();
+    let system = daemon.system_seconds() - system;
     let c = rt
         .net_stats()
         .expect("a networked runtime")
@@ -246,13 +248,14 @@ pub fn bulk_linux_sender(args: &Args, binary: &Path, seconds: f64) -> (Vec<f64>,
         .conns;
     eprintln!(
         "Corral sink: {} segments in, {} out, {} out of order, {} duplicate, {} drops; \
-         Linux sender: {} retransmissions",
+         Linux sender: {} retransmissions; iokerneld's system time {:.2} us per segment in",
         c.segments_in,
         c.segments_out,
         c.ooo_segments,
         c.duplicate_segments,
         c.drops.iter().sum::<u64>(),
-        linux_retransmissions().saturating_sub(retrans_before)
+        linux_retransmissions().saturating_sub(retrans_before),
+        system / c.segments_in.max(1) as f64 * 1e6
     );
     (linux, corral)
 }
@@ -261,8 +264,9 @@ pub fn bulk_linux_sender(args: &Args, binary: &Path, seconds: f64) -> (Vec<f64>,
 /// from a Linux client to a server that holds them (no thread or uthread per connection) and
 /// reads what grew. Linux's server sockets live in the kernel's slab caches, so the slab
 /// objects added with a Linux server, less those added with the Corral server (where the
-/// kernel holds only the client's sockets), are the Linux server's share. The Corral server's is the growth
-/// of this process's resident memory (the Linux client's sockets add nothing there).
+/// kernel holds only the client's sockets), are the Linux server's share. The Corral server's
+/// is the growth of this process's resident memory (the Linux client's sockets add nothing
+/// there).
 pub fn idle_memory(args: &Args, binary: &Path) -> IdleMemory {
     raise_file_limit(4 * args.samples + 1024);
     let linux_slab = {
