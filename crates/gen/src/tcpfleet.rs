@@ -1,0 +1,658 @@
+//! A fleet of memcached clients over TCP, sans I/O: `connections` client connections of the
+//! `corral-tcp` engine from the generator's address to one target, fed by a key-value request
+//! stream, emitting and taking whole Ethernet/IPv4/TCP frames.
+//!
+//! The caller owns the clock (nanoseconds on the schedule's clock, the same one requests are
+//! scheduled on) and the frames: [`TcpFleet::submit`] queues a request on its connection,
+//! [`TcpFleet::poll`] writes every frame that is due (handshakes, requests, ACKs,
+//! retransmissions, FINs) into the caller's buffers, [`TcpFleet::receive`] takes a frame from
+//! the target, and [`TcpFleet::next_deadline`] says when the engine's timers next need a poll.
+//!
+//! A request for key `k` always goes on connection `k % connections`: memcached answers one
+//! connection's requests in order, so a get then must see exactly the last set sent before it
+//! ([`Ordering::InOrder`]), and every reply is checked against its request. Replies are matched
+//! first in, first out to their connection's outstanding requests; a right one is a latency
+//! sample from the request's *scheduled* time, a wrong one is counted (as a `KvChecks` error
+//! and as malformed in the recorder) and never timed. Connection `c` uses source port
+//! [`CLIENT_PORT_BASE`] + `c`, so that RSS at the target sees one flow per connection.
+//!
+//! Memory is bounded and sized at start: one slot per connection, each holding at most
+//! `max_in_flight` requests (submitting more is refused and counted), the engine's fixed send
+//! and receive buffers, and the bytes of requests the engine has not taken yet (at most
+//! `max_in_flight` requests' worth).
+//!
+//! A connection that fails (reset by the target, refused, timed out, closed by the target, or
+//! whose reply stream cannot be parsed) loses the requests it had outstanding, which are
+//! counted; the next request for it opens a new connection on the same port.
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+
+use corral_abi::MAX_FRAME;
+use corral_iokernel::nic::FrameBatch;
+use corral_loadgen::kv::{Keyspace, KvChecks, Op, Versions};
+use corral_loadgen::kvstream::StreamSession;
+use corral_loadgen::recorder::ResponseRecorder;
+use corral_tcp::listener::initial_sequence;
+use corral_tcp::{Connection, ConnStats, Endpoints, Nanos, State, TcpConfig, TcpCounters, TcpError};
+use corral_wire::frame::L4_OFFSET;
+use corral_wire::{Ipv4FrameSpec, MacAddr, Packet, parse_frame};
+
+use crate::nic::CLIENT_PORT_BASE;
+
+/// Most connections a fleet may have: each needs a distinct source port above
+/// [`CLIENT_PORT_BASE`].
+pub const MAX_CONNECTIONS: usize = 16_384;
+
+/// Bytes asked of the reply stream for each read from a connection.
+const READ_CHUNK: usize = 16 * 1024;
+
+const TTL: u8 = 64;
+
+/// Where a fleet's frames come from and go to, and how its connections behave.
+#[derive(Clone, Debug)]
+pub struct FleetConfig {
+    /// Client connections, 1 to [`MAX_CONNECTIONS`].
+    pub connections: usize,
+    /// The generator's addresses.
+    pub local_mac: MacAddr,
+    pub local_ip: Ipv4Addr,
+    /// The target's MAC (next hop) and address.
+    pub target_mac: MacAddr,
+    pub target: SocketAddrV4,
+    /// Each connection's engine settings.
+    pub tcp: TcpConfig,
+    /// Requests a connection may have outstanding (sent or waiting to be sent, not answered).
+    pub max_in_flight: usize,
+    /// Secret for initial sequence numbers (RFC 6528).
+    pub iss_secret: [u8; 16],
+}
+
+impl FleetConfig {
+    /// 16 requests outstanding per connection, the engine's defaults with Nagle off (a request
+    /// is sent as soon as it is queued).
+    pub fn new(
+        connections: usize,
+        local: (MacAddr, Ipv4Addr),
+        target: (MacAddr, SocketAddrV4),
+    ) -> FleetConfig {
+        FleetConfig {
+            connections,
+            local_mac: local.0,
+            local_ip: local.1,
+            target_mac: target.0,
+            target: target.1,
+            tcp: TcpConfig {
+                nodelay: true,
+                ..TcpConfig::default()
+            },
+            max_in_flight: 16,
+            iss_secret: *b"corral-gen-fleet",
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        if !(1..=MAX_CONNECTIONS).contains(&self.connections) {
+            return Err(format!(
+                "invalid connections = {}: expected 1 to {MAX_CONNECTIONS}",
+                self.connections
+            ));
+        }
+        if !(1..=65_536).contains(&self.max_in_flight) {
+            return Err(format!(
+                "invalid max_in_flight = {}: expected 1 to 65536",
+                self.max_in_flight
+            ));
+        }
+        self.tcp
+            .validate()
+            .map_err(|e| format!("invalid tcp.{}: {}", e.field, e.problem))
+    }
+}
+
+/// Everything a fleet counted. Engine counters (retransmissions, segments, drops) are in
+/// [`TcpFleet::tcp_counters`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FleetCounters {
+    /// Connections opened (SYNs queued), reconnections included.
+    pub connects: u64,
+    /// Connections that completed their handshake.
+    pub established: u64,
+    /// Connections opened again after an earlier one on the same slot ended.
+    pub reconnects: u64,
+    /// Connections the target reset (RST while synchronized).
+    pub resets: u64,
+    /// Connections refused (RST to the SYN).
+    pub refused: u64,
+    /// Connections whose retransmissions (or handshake) went unanswered.
+    pub timed_out: u64,
+    /// Connections the target closed (its FIN) while this side still wanted to talk.
+    pub closed_by_peer: u64,
+    /// Connections aborted because their reply stream could not be parsed or had a reply
+    /// nobody asked for.
+    pub broken_streams: u64,
+    /// Requests accepted by [`TcpFleet::submit`].
+    pub requests: u64,
+    /// Requests refused because their connection had `max_in_flight` outstanding.
+    pub refused_requests: u64,
+    /// Requests outstanding on a connection when it failed: never answered.
+    pub lost_requests: u64,
+    /// Frames written by [`TcpFleet::poll`].
+    pub frames_out: u64,
+    /// Frames handed to [`TcpFleet::receive`] that belong to a fleet connection.
+    pub frames_in: u64,
+    /// Frames for anything else (another protocol, address or port), or damaged.
+    pub foreign_frames: u64,
+    /// Segments for a fleet port whose connection is gone.
+    pub stray_segments: u64,
+}
+
+/// Why [`TcpFleet::submit`] did not take a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// Its connection already has `max_in_flight` requests outstanding.
+    TooManyInFlight,
+}
+
+/// One request of the stream: its operation, its id in the timed run (`None` for a preload,
+/// which is checked but not timed), and when it was scheduled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FleetRequest {
+    pub op: Op,
+    pub id: Option<u64>,
+    pub scheduled_ns: u64,
+}
+
+/// Buffers the fleet writes frames into: [`FrameBatch`] in iokerneld, a list in tests.
+pub trait FrameOut {
+    /// A buffer for the next frame (at least [`MAX_FRAME`] bytes), `None` when full.
+    fn buffer(&mut self) -> Option<&mut [u8]>;
+    /// Keeps the first `len` bytes of the last buffer.
+    fn commit(&mut self, len: usize);
+}
+
+impl FrameOut for FrameBatch {
+    fn buffer(&mut self) -> Option<&mut [u8]> {
+        self.next_buffer()
+    }
+
+    fn commit(&mut self, len: usize) {
+        FrameBatch::commit(self, len);
+    }
+}
+
+/// Frames as owned vectors, for tests and tools: at most `limit` of them are held.
+#[derive(Debug)]
+pub struct FrameList {
+    frames: Vec<Vec<u8>>,
+    scratch: Vec<u8>,
+    limit: usize,
+}
+
+impl FrameList {
+    pub fn new(limit: usize) -> FrameList {
+        FrameList {
+            frames: Vec::new(),
+            scratch: vec![0; MAX_FRAME],
+            limit,
+        }
+    }
+
+    /// The frames written so far, oldest first; the list is empty afterwards.
+    pub fn take(&mut self) -> Vec<Vec<u8>> {
+        std::mem::take(&mut self.frames)
+    }
+}
+
+impl FrameOut for FrameList {
+    fn buffer(&mut self) -> Option<&mut [u8]> {
+        (self.frames.len() < self.limit).then_some(self.scratch.as_mut_slice())
+    }
+
+    fn commit(&mut self, len: usize) {
+        self.frames.push(self.scratch[..len].to_vec());
+    }
+}
+
+/// One client connection and its conversation.
+struct Slot {
+    conn: Option<Connection>,
+    session: StreamSession,
+    /// Request bytes the engine has not taken yet, from `unsent_at`.
+    unsent: Vec<u8>,
+    unsent_at: usize,
+    deadline: Option<Nanos>,
+    dirty: bool,
+    /// The engine counted the handshake's completion for this connection.
+    established: bool,
+    /// Whether any connection was ever opened on this slot.
+    opened: bool,
+}
+
+/// See the module documentation.
+pub struct TcpFleet {
+    config: FleetConfig,
+    space: Keyspace,
+    versions: Versions,
+    slots: Vec<Slot>,
+    /// Slots that may have output, a new deadline, or bytes to move; each listed once.
+    dirty: Vec<u32>,
+    /// The earliest of the slots' deadlines (`u64::MAX` when none).
+    next_timer: Nanos,
+    spec: Ipv4FrameSpec,
+    checks: KvChecks,
+    recorder: ResponseRecorder,
+    counters: FleetCounters,
+    /// Engine counters of connections already gone.
+    closed_stats: ConnStats,
+}
+
+impl TcpFleet {
+    /// A fleet with no connection open yet: each opens on its first request. `recorder` takes
+    /// the timed requests' latencies; validate `config` and the workload first.
+    pub fn new(config: FleetConfig, space: Keyspace, recorder: ResponseRecorder) -> TcpFleet {
+        config.validate().expect("a validated fleet config");
+        let per_request = space.workload.max_value as usize + 2 * 256;
+        let unsent_cap = (config.max_in_flight * per_request).min(config.tcp.send_buffer);
+        let slots = (0..config.connections)
+            .map(|_| Slot {
+                conn: None,
+                session: StreamSession::new(),
+                unsent: Vec::with_capacity(unsent_cap),
+                unsent_at: 0,
+                deadline: None,
+                dirty: false,
+                established: false,
+                opened: false,
+            })
+            .collect();
+        let spec = Ipv4FrameSpec {
+            src_mac: config.local_mac,
+            dst_mac: config.target_mac,
+            src_ip: config.local_ip,
+            dst_ip: *config.target.ip(),
+            ttl: TTL,
+            ident: 0,
+            tos: 0,
+        };
+        TcpFleet {
+            versions: Versions::new(space.workload.keys),
+            space,
+            dirty: Vec::with_capacity(config.connections),
+            slots,
+            next_timer: u64::MAX,
+            spec,
+            checks: KvChecks::default(),
+            recorder,
+            counters: FleetCounters::default(),
+            closed_stats: ConnStats::default(),
+            config,
+        }
+    }
+
+    pub fn config(&self) -> &FleetConfig {
+        &self.config
+    }
+
+    /// The connection requests for `op` go on.
+    pub fn connection_of(&self, op: Op) -> usize {
+        (op.key() % self.config.connections as u64) as usize
+    }
+
+    /// The source port of connection `c`.
+    pub fn port_of(c: usize) -> u16 {
+        CLIENT_PORT_BASE + c as u16
+    }
+
+    fn ends_of(&self, c: usize) -> Endpoints {
+        Endpoints {
+            local: SocketAddrV4::new(self.config.local_ip, Self::port_of(c)),
+            remote: self.config.target,
+        }
+    }
+
+    fn mark(&mut self, c: usize) {
+        let slot = &mut self.slots[c];
+        if !slot.dirty {
+            slot.dirty = true;
+            self.dirty.push(c as u32);
+        }
+    }
+
+    /// Opens connection `c` (its first, or again after one ended).
+    fn open(&mut self, c: usize, now: Nanos) {
+        let ends = self.ends_of(c);
+        let iss = initial_sequence(&self.config.iss_secret, now, ends);
+        let slot = &mut self.slots[c];
+        slot.conn = Some(Connection::connect(&self.config.tcp, ends, iss, now));
+        slot.established = false;
+        if slot.opened {
+            self.counters.reconnects += 1;
+        }
+        slot.opened = true;
+        self.counters.connects += 1;
+        self.mark(c);
+    }
+
+    /// Opens every connection now, ahead of the first request.
+    pub fn connect_all(&mut self, now: Nanos) {
+        for c in 0..self.slots.len() {
+            if self.slots[c].conn.is_none() {
+                self.open(c, now);
+            }
+        }
+    }
+
+    /// Queues `req` on its connection (opening it if there is none); returns the connection.
+    /// It goes out on the next [`poll`](Self::poll).
+    pub fn submit(&mut self, now: Nanos, req: FleetRequest) -> Result<usize, Refused> {
+        let c = self.connection_of(req.op);
+        if self.slots[c].session.in_flight() >= self.config.max_in_flight {
+            self.counters.refused_requests += 1;
+            return Err(Refused::TooManyInFlight);
+        }
+        if self.slots[c].conn.is_none() {
+            self.open(c, now);
+        }
+        let slot = &mut self.slots[c];
+        if slot.unsent_at == slot.unsent.len() {
+            slot.unsent.clear();
+            slot.unsent_at = 0;
+        }
+        slot.session.request(
+            &self.space,
+            &mut self.versions,
+            req.op,
+            req.id,
+            req.scheduled_ns,
+            &mut slot.unsent,
+            &mut self.checks,
+        );
+        self.counters.requests += 1;
+        self.mark(c);
+        Ok(c)
+    }
+
+    /// A frame arrived from the network at `now`: a segment for one of the connections is
+    /// given to it, and the replies it completes are checked and recorded.
+    pub fn receive(&mut self, frame: &[u8], now: Nanos) {
+        let Ok(parsed) = parse_frame(frame) else {
+            self.counters.foreign_frames += 1;
+            return;
+        };
+        let Packet::Tcp { ip, tcp } = parsed.packet else {
+            self.counters.foreign_frames += 1;
+            return;
+        };
+        let port = tcp.dst_port();
+        let c = usize::from(port.wrapping_sub(CLIENT_PORT_BASE));
+        if ip.dst() != self.config.local_ip
+            || ip.src() != *self.config.target.ip()
+            || tcp.src_port() != self.config.target.port()
+            || port < CLIENT_PORT_BASE
+            || c >= self.slots.len()
+        {
+            self.counters.foreign_frames += 1;
+            return;
+        }
+        self.counters.frames_in += 1;
+        let Some(conn) = self.slots[c].conn.as_mut() else {
+            self.counters.stray_segments += 1;
+            return;
+        };
+        conn.on_segment(now, &tcp);
+        self.read(c, now);
+        self.mark(c);
+    }
+
+    /// Moves what connection `c` received into its conversation, checking replies at `now`.
+    fn read(&mut self, c: usize, now: Nanos) {
+        let slot = &mut self.slots[c];
+        let Some(conn) = slot.conn.as_mut() else {
+            return;
+        };
+        let mut peer_closed = false;
+        while conn.readable() {
+            match conn.recv(now, slot.session.spare(READ_CHUNK)) {
+                Ok(0) => {
+                    peer_closed = true;
+                    break;
+                }
+                Ok(n) => slot.session.filled(n),
+                Err(_) => break,
+            }
+        }
+        let taken = slot
+            .session
+            .take_replies(&self.space, now, &mut self.checks, Some(&mut self.recorder));
+        if taken.is_err() {
+            self.counters.broken_streams += 1;
+            conn.abort(now);
+            self.fail(c);
+        } else if peer_closed && conn.state() == State::CloseWait {
+            self.counters.closed_by_peer += 1;
+            conn.close(now);
+            self.fail(c);
+        }
+    }
+
+    /// Connection `c` can carry no more replies: what it had outstanding is lost.
+    fn fail(&mut self, c: usize) {
+        let slot = &mut self.slots[c];
+        let lost = slot.session.in_flight() as u64;
+        if lost > 0 {
+            self.checks.connection_failures += 1;
+            self.counters.lost_requests += lost;
+        }
+        slot.session.abandon();
+        slot.unsent.clear();
+        slot.unsent_at = 0;
+    }
+
+    /// Fires the timers due by `now`, then writes every frame due into `out` until it is
+    /// full (what did not fit goes on the next poll).
+    pub fn poll(&mut self, now: Nanos, out: &mut impl FrameOut) {
+        if now >= self.next_timer {
+            for c in 0..self.slots.len() {
+                let slot = &mut self.slots[c];
+                if let (Some(conn), Some(at)) = (slot.conn.as_mut(), slot.deadline)
+                    && at <= now
+                {
+                    slot.deadline = None;
+                    conn.on_timer(now);
+                    self.mark(c);
+                }
+            }
+            self.next_timer = u64::MAX;
+            for slot in &self.slots {
+                if let Some(at) = slot.deadline {
+                    self.next_timer = self.next_timer.min(at);
+                }
+            }
+        }
+        let mut i = 0;
+        let mut full = false;
+        while i < self.dirty.len() {
+            let c = self.dirty[i] as usize;
+            if self.service(c, now, out, &mut full) {
+                self.slots[c].dirty = false;
+                self.dirty.swap_remove(i);
+            } else {
+                i += 1;
+            }
+            if full {
+                break;
+            }
+        }
+    }
+
+    /// Moves connection `c`'s request bytes into its engine and its segments into `out`;
+    /// returns whether it is done (false: `out` filled up first).
+    fn service(&mut self, c: usize, now: Nanos, out: &mut impl FrameOut, full: &mut bool) -> bool {
+        loop {
+            match self.service_once(c, now, out, full) {
+                Some(done) => return done,
+                None => continue,
+            }
+        }
+    }
+
+    /// One round of [`service`](Self::service): `None` when the engine took bytes and sent
+    /// them and has room for more.
+    fn service_once(
+        &mut self,
+        c: usize,
+        now: Nanos,
+        out: &mut impl FrameOut,
+        full: &mut bool,
+    ) -> Option<bool> {
+        let slot = &mut self.slots[c];
+        let Some(conn) = slot.conn.as_mut() else {
+            slot.deadline = None;
+            return Some(true);
+        };
+        let offered = slot.unsent_at;
+        if !slot.established && matches!(conn.state(), State::Established | State::CloseWait) {
+            slot.established = true;
+            self.counters.established += 1;
+        }
+        if slot.unsent_at < slot.unsent.len() && conn.send_space() > 0 {
+            if let Ok(n) = conn.send(now, &slot.unsent[slot.unsent_at..]) {
+                slot.unsent_at += n;
+            }
+            if slot.unsent_at == slot.unsent.len() {
+                slot.unsent.clear();
+                slot.unsent_at = 0;
+            }
+        }
+        let mut done = true;
+        loop {
+            let Some(buf) = out.buffer() else {
+                *full = true;
+                done = false;
+                break;
+            };
+            let end = buf.len().min(MAX_FRAME);
+            let Some(n) = conn.poll_transmit(now, &mut buf[L4_OFFSET..end]) else {
+                break;
+            };
+            self.spec.ident = self.spec.ident.wrapping_add(1);
+            match self.spec.wrap_tcp_segment(buf, n) {
+                Ok(len) => {
+                    out.commit(len);
+                    self.counters.frames_out += 1;
+                }
+                Err(_) => break,
+            }
+        }
+        // The handshake may have completed, or room opened, since the bytes were offered.
+        let slot = &mut self.slots[c];
+        let conn = slot.conn.as_mut().expect("checked above");
+        let more = slot.unsent_at < slot.unsent.len() && conn.send_space() > 0;
+        if conn.state() == State::Closed {
+            match conn.error() {
+                Some(TcpError::Reset) => self.counters.resets += 1,
+                Some(TcpError::Refused) => self.counters.refused += 1,
+                Some(TcpError::TimedOut) => self.counters.timed_out += 1,
+                _ => {}
+            }
+            let stats = conn.stats().clone();
+            absorb(&mut self.closed_stats, &stats);
+            slot.conn = None;
+            slot.deadline = None;
+            self.fail(c);
+            return Some(done);
+        }
+        slot.deadline = conn.next_deadline();
+        if let Some(at) = slot.deadline {
+            self.next_timer = self.next_timer.min(at);
+        }
+        let took = slot.unsent_at > offered;
+        if done && more && took {
+            return None;
+        }
+        Some(done)
+    }
+
+    /// When [`poll`](Self::poll) is next needed for a timer, if ever (frames received and
+    /// requests submitted need a poll too).
+    pub fn next_deadline(&self) -> Option<Nanos> {
+        (self.next_timer != u64::MAX).then_some(self.next_timer)
+    }
+
+    /// Whether a poll has work regardless of timers.
+    pub fn has_output(&self) -> bool {
+        !self.dirty.is_empty()
+    }
+
+    /// Closes every connection (FIN after the requests already queued).
+    pub fn close_all(&mut self, now: Nanos) {
+        for c in 0..self.slots.len() {
+            if let Some(conn) = self.slots[c].conn.as_mut() {
+                conn.close(now);
+                self.mark(c);
+            }
+        }
+    }
+
+    /// Connections open (in any state but closed).
+    pub fn open_connections(&self) -> usize {
+        self.slots.iter().filter(|s| s.conn.is_some()).count()
+    }
+
+    /// Requests sent or queued and not answered, over all connections.
+    pub fn in_flight(&self) -> usize {
+        self.slots.iter().map(|s| s.session.in_flight()).sum()
+    }
+
+    pub fn counters(&self) -> &FleetCounters {
+        &self.counters
+    }
+
+    pub fn checks(&self) -> &KvChecks {
+        &self.checks
+    }
+
+    pub fn recorder(&self) -> &ResponseRecorder {
+        &self.recorder
+    }
+
+    /// The engine's counters over every connection, open and gone: segments, bytes,
+    /// retransmissions (RTO, fast, SYN), timeouts, drops by reason.
+    pub fn tcp_counters(&self) -> TcpCounters {
+        let mut t = TcpCounters {
+            active_opens: self.counters.connects,
+            failed_opens: self.counters.refused,
+            resets_received: self.counters.resets + self.counters.refused,
+            ..TcpCounters::default()
+        };
+        t.absorb(&self.closed_stats);
+        for s in &self.slots {
+            if let Some(conn) = &s.conn {
+                t.absorb(conn.stats());
+            }
+        }
+        t
+    }
+
+    /// Retransmitted segments of every kind, over every connection.
+    pub fn retransmissions(&self) -> u64 {
+        let c = self.tcp_counters().conns;
+        c.rto_retransmits + c.fast_retransmits + c.syn_retransmits
+    }
+
+    /// The checks, the recorder and the counters, for the run's report.
+    pub fn finish(self) -> (KvChecks, ResponseRecorder, FleetCounters, TcpCounters) {
+        let tcp = self.tcp_counters();
+        (self.checks, self.recorder, self.counters, tcp)
+    }
+}
+
+/// Adds `s` into `into` (a connection gone, into the fleet's totals).
+fn absorb(into: &mut ConnStats, s: &ConnStats) {
+    let mut t = TcpCounters {
+        conns: into.clone(),
+        ..TcpCounters::default()
+    };
+    t.absorb(s);
+    *into = t.conns;
+}
