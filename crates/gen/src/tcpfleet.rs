@@ -33,7 +33,9 @@ use corral_loadgen::kv::{Keyspace, KvChecks, Op, Versions};
 use corral_loadgen::kvstream::StreamSession;
 use corral_loadgen::recorder::ResponseRecorder;
 use corral_tcp::listener::initial_sequence;
-use corral_tcp::{Connection, ConnStats, Endpoints, Nanos, State, TcpConfig, TcpCounters, TcpError};
+use corral_tcp::{
+    ConnStats, Connection, Endpoints, Nanos, State, TcpConfig, TcpCounters, TcpError,
+};
 use corral_wire::frame::L4_OFFSET;
 use corral_wire::{Ipv4FrameSpec, MacAddr, Packet, parse_frame};
 
@@ -132,7 +134,8 @@ pub struct FleetCounters {
     pub broken_streams: u64,
     /// Requests accepted by [`TcpFleet::submit`].
     pub requests: u64,
-    /// Requests refused because their connection had `max_in_flight` outstanding.
+    /// Requests refused because their connection had `max_in_flight` outstanding or was
+    /// closing.
     pub refused_requests: u64,
     /// Requests outstanding on a connection when it failed: never answered.
     pub lost_requests: u64,
@@ -151,6 +154,8 @@ pub struct FleetCounters {
 pub enum Refused {
     /// Its connection already has `max_in_flight` requests outstanding.
     TooManyInFlight,
+    /// Its connection is closing (this side or the target closed it) and takes no more.
+    Closing,
 }
 
 /// One request of the stream: its operation, its id in the timed run (`None` for a preload,
@@ -350,8 +355,13 @@ impl TcpFleet {
             self.counters.refused_requests += 1;
             return Err(Refused::TooManyInFlight);
         }
-        if self.slots[c].conn.is_none() {
-            self.open(c, now);
+        match self.slots[c].conn.as_ref().map(Connection::state) {
+            None => self.open(c, now),
+            Some(State::SynSent | State::Established) => {}
+            Some(_) => {
+                self.counters.refused_requests += 1;
+                return Err(Refused::Closing);
+            }
         }
         let slot = &mut self.slots[c];
         if slot.unsent_at == slot.unsent.len() {
@@ -421,9 +431,9 @@ impl TcpFleet {
                 Err(_) => break,
             }
         }
-        let taken = slot
-            .session
-            .take_replies(&self.space, now, &mut self.checks, Some(&mut self.recorder));
+        let taken =
+            slot.session
+                .take_replies(&self.space, now, &mut self.checks, Some(&mut self.recorder));
         if taken.is_err() {
             self.counters.broken_streams += 1;
             conn.abort(now);

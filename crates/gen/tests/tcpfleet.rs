@@ -1,0 +1,603 @@
+//! The TCP client fleet against memcached servers made of the same TCP engine's server
+//! connections around `corral_memcache` sessions, exchanging whole frames over an in-memory
+//! link on a virtual clock: every frame either side sends is parsed (checksums verified) on
+//! arrival, and the link can lose, delay and reorder frames.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
+use std::net::{Ipv4Addr, SocketAddrV4};
+
+use corral_gen::nic::GEN_MAC;
+use corral_gen::tcpfleet::{FleetConfig, FleetRequest, FrameList, TcpFleet};
+use corral_loadgen::kv::{Keyspace, KvWorkload, Op, SizeDist};
+use corral_loadgen::recorder::ResponseRecorder;
+use corral_memcache::{Limits, Session, Status, Store, StoreConfig};
+use corral_tcp::listener::ListenerConfig;
+use corral_tcp::reset::reset_for;
+use corral_tcp::{Connection, Endpoints, Listener, Nanos, State, SynOutcome, TcpConfig};
+use corral_wire::frame::L4_OFFSET;
+use corral_wire::{Ipv4FrameSpec, MacAddr, Packet, TcpFlags, parse_frame};
+
+const US: Nanos = 1_000;
+const MS: Nanos = 1_000_000;
+const S: Nanos = 1_000_000_000;
+
+const GEN_IP: Ipv4Addr = Ipv4Addr::new(10, 9, 0, 2);
+const SERVER_IP: Ipv4Addr = Ipv4Addr::new(10, 9, 0, 1);
+const SERVER_MAC: MacAddr = MacAddr([0x02, 0, 0, 0, 0, 0x01]);
+const PORT: u16 = 11211;
+const MAX_FRAME: usize = 1514;
+
+/// xorshift64*: the link's faults, reproducible from a seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn chance(&mut self, p: f64) -> bool {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64 <= p && p > 0.0
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct LinkStats {
+    carried: u64,
+    lost: u64,
+    reordered: u64,
+}
+
+/// Frames in flight one way or the other, delivered in order of arrival time.
+struct Link {
+    rng: Rng,
+    loss: f64,
+    reorder: f64,
+    delay: Nanos,
+    /// (arrival, sequence number, towards the server?, frame)
+    queue: BinaryHeap<Reverse<(Nanos, u64, bool, Vec<u8>)>>,
+    seq: u64,
+    stats: LinkStats,
+}
+
+impl Link {
+    fn new(seed: u64, loss: f64, reorder: f64) -> Link {
+        Link {
+            rng: Rng(seed | 1),
+            loss,
+            reorder,
+            delay: 10 * US,
+            queue: BinaryHeap::new(),
+            seq: 0,
+            stats: LinkStats::default(),
+        }
+    }
+
+    fn send(&mut self, now: Nanos, to_server: bool, frame: Vec<u8>) {
+        self.stats.carried += 1;
+        if self.rng.chance(self.loss) {
+            self.stats.lost += 1;
+            return;
+        }
+        let mut at = now + self.delay;
+        if self.rng.chance(self.reorder) {
+            // Held back behind the frames sent in the next 5 to 50 µs.
+            at += 5 * US + self.rng.next() % (45 * US);
+            self.stats.reordered += 1;
+        }
+        self.seq += 1;
+        self.queue.push(Reverse((at, self.seq, to_server, frame)));
+    }
+
+    fn next_arrival(&self) -> Option<Nanos> {
+        self.queue.peek().map(|Reverse((at, ..))| *at)
+    }
+
+    fn pop_due(&mut self, now: Nanos) -> Option<(bool, Vec<u8>)> {
+        if self.next_arrival()? > now {
+            return None;
+        }
+        let Reverse((_, _, to_server, frame)) = self.queue.pop()?;
+        Some((to_server, frame))
+    }
+}
+
+/// What a test server does wrong on purpose.
+#[derive(Clone, Copy, Debug, Default)]
+struct Faults {
+    /// Change one byte of the data of this many `VALUE` replies.
+    corrupt_values: u32,
+    /// Reset the connection from this client port on its first data at or after this time,
+    /// instead of answering.
+    reset: Option<(u16, Nanos)>,
+}
+
+struct ServerConn {
+    conn: Connection,
+    session: Session,
+    half_open: bool,
+    /// Reply bytes the engine has not taken yet, from `out_at`.
+    out: Vec<u8>,
+    out_at: usize,
+}
+
+/// A memcached server: one listener and the engine's server connections, each around a
+/// memcached session on one shared store.
+struct Server {
+    listener: Listener,
+    tcp: TcpConfig,
+    conns: BTreeMap<u16, ServerConn>,
+    store: Store,
+    faults: Faults,
+    resets_sent: u64,
+    values_corrupted: u32,
+    accepted: u64,
+}
+
+impl Server {
+    fn new(faults: Faults) -> Server {
+        let tcp = TcpConfig {
+            nodelay: true,
+            time_wait: 10 * MS,
+            ..TcpConfig::default()
+        };
+        let config = ListenerConfig {
+            tcp: tcp.clone(),
+            ..ListenerConfig::new(*b"memcached-server")
+        };
+        config.validate().unwrap();
+        Server {
+            listener: Listener::new(SocketAddrV4::new(SERVER_IP, PORT), config),
+            tcp,
+            conns: BTreeMap::new(),
+            store: Store::new(StoreConfig::new(64 << 20, 1 << 20, 0)),
+            faults,
+            resets_sent: 0,
+            values_corrupted: 0,
+            accepted: 0,
+        }
+    }
+
+    fn spec() -> Ipv4FrameSpec {
+        Ipv4FrameSpec {
+            src_mac: SERVER_MAC,
+            dst_mac: GEN_MAC,
+            src_ip: SERVER_IP,
+            dst_ip: GEN_IP,
+            ttl: 64,
+            ident: 0,
+            tos: 0,
+        }
+    }
+
+    fn receive(&mut self, now: Nanos, frame: &[u8], link: &mut Link) {
+        let parsed = parse_frame(frame).expect("the fleet's frames verify");
+        assert_eq!(parsed.eth.src(), GEN_MAC);
+        assert_eq!(parsed.eth.dst(), SERVER_MAC);
+        let Packet::Tcp { ip, tcp } = parsed.packet else {
+            panic!("the fleet sends only TCP: {:?}", parsed.packet);
+        };
+        assert_eq!(
+            (ip.src(), ip.dst(), tcp.dst_port()),
+            (GEN_IP, SERVER_IP, PORT)
+        );
+        let port = tcp.src_port();
+        let ends = Endpoints {
+            local: SocketAddrV4::new(SERVER_IP, PORT),
+            remote: SocketAddrV4::new(GEN_IP, port),
+        };
+        if let Some(sc) = self.conns.get_mut(&port) {
+            sc.conn.on_segment(now, &tcp);
+            if let Some((p, at)) = self.faults.reset
+                && p == port
+                && now >= at
+                && !tcp.payload().is_empty()
+            {
+                self.faults.reset = None;
+                sc.conn.abort(now);
+                self.resets_sent += 1;
+            }
+            self.pump(port, now, link);
+            return;
+        }
+        let flags = tcp.flags();
+        let mut buf = [0u8; MAX_FRAME];
+        if flags.contains(TcpFlags::SYN) && !flags.contains(TcpFlags::ACK) {
+            match self
+                .listener
+                .on_syn(now, ends.remote, &tcp, &mut buf[L4_OFFSET..])
+            {
+                SynOutcome::HalfOpen { iss } => {
+                    let conn = Connection::accept_syn(&self.tcp, ends, &tcp, iss, now);
+                    self.conns.insert(
+                        port,
+                        ServerConn {
+                            conn,
+                            session: Session::new(Limits::default()),
+                            half_open: true,
+                            out: Vec::new(),
+                            out_at: 0,
+                        },
+                    );
+                    self.pump(port, now, link);
+                }
+                SynOutcome::Cookie { .. } => panic!("the backlog holds every connection"),
+                SynOutcome::Dropped(why) => panic!("SYN dropped: {why:?}"),
+            }
+            return;
+        }
+        if let Some(n) = reset_for(ends.local, ends.remote, &tcp, &mut buf[L4_OFFSET..]) {
+            let len = Self::spec().wrap_tcp_segment(&mut buf, n).unwrap();
+            link.send(now, false, buf[..len].to_vec());
+        }
+    }
+
+    /// Moves bytes between connection `port`'s engine and its session and sends its segments.
+    fn pump(&mut self, port: u16, now: Nanos, link: &mut Link) {
+        let sc = self.conns.get_mut(&port).expect("present");
+        let mut chunk = [0u8; 4096];
+        let mut peer_done = false;
+        while sc.conn.readable() {
+            match sc.conn.recv(now, &mut chunk) {
+                Ok(0) => {
+                    peer_done = true;
+                    break;
+                }
+                Ok(n) => sc.session.feed(&chunk[..n]),
+                Err(_) => break,
+            }
+        }
+        let before = sc.out.len();
+        if sc.session.run(&self.store, 0, &mut sc.out) == Status::Close {
+            sc.conn.close(now);
+        }
+        if self.values_corrupted < self.faults.corrupt_values
+            && let Some(at) = find(&sc.out[before..], b"VALUE ")
+        {
+            let header = before + at;
+            let data = header + find(&sc.out[header..], b"\r\n").unwrap() + 2;
+            sc.out[data] = if sc.out[data] == b'#' { b'$' } else { b'#' };
+            self.values_corrupted += 1;
+        }
+        if sc.out_at < sc.out.len()
+            && let Ok(n) = sc.conn.send(now, &sc.out[sc.out_at..])
+        {
+            sc.out_at += n;
+            if sc.out_at == sc.out.len() {
+                sc.out.clear();
+                sc.out_at = 0;
+            }
+        }
+        if peer_done && sc.conn.state() == State::CloseWait {
+            sc.conn.close(now);
+        }
+        let mut frame = [0u8; MAX_FRAME];
+        while let Some(n) = sc.conn.poll_transmit(now, &mut frame[L4_OFFSET..]) {
+            let len = Self::spec().wrap_tcp_segment(&mut frame, n).unwrap();
+            link.send(now, false, frame[..len].to_vec());
+        }
+        if sc.half_open && sc.conn.state() != State::SynReceived {
+            sc.half_open = false;
+            self.listener.half_open_done();
+            if sc.conn.state() != State::Closed {
+                assert!(self.listener.push_accept());
+                self.listener.pop_accept();
+                self.accepted += 1;
+            }
+        }
+        if sc.conn.state() == State::Closed {
+            self.conns.remove(&port);
+        }
+    }
+
+    fn fire_timers(&mut self, now: Nanos, link: &mut Link) {
+        let due: Vec<u16> = self
+            .conns
+            .iter()
+            .filter(|(_, sc)| sc.conn.next_deadline().is_some_and(|d| d <= now))
+            .map(|(&p, _)| p)
+            .collect();
+        for port in due {
+            self.conns.get_mut(&port).unwrap().conn.on_timer(now);
+            self.pump(port, now, link);
+        }
+    }
+
+    fn next_deadline(&self) -> Option<Nanos> {
+        self.conns
+            .values()
+            .filter_map(|sc| sc.conn.next_deadline())
+            .min()
+    }
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// A workload over 2,000 keys with values of 10 to 3,000 bytes (some span several segments).
+fn keyspace(get_fraction: f64) -> Keyspace {
+    let workload = KvWorkload {
+        value_size: SizeDist::Uniform { min: 10, max: 3000 },
+        get_fraction,
+        seed: 42,
+        ..KvWorkload::new(2000)
+    };
+    workload.validate().unwrap();
+    Keyspace::new(workload)
+}
+
+fn fleet(connections: usize, space: Keyspace, timed: u64) -> TcpFleet {
+    let mut config = FleetConfig::new(
+        connections,
+        (GEN_MAC, GEN_IP),
+        (SERVER_MAC, SocketAddrV4::new(SERVER_IP, PORT)),
+    );
+    config.tcp.time_wait = 10 * MS;
+    config.tcp.rto_initial = 20 * MS;
+    config.max_in_flight = 1024;
+    config.validate().unwrap();
+    TcpFleet::new(config, space, ResponseRecorder::new(0, timed))
+}
+
+/// One request of the test stream: what `submit` was given, and the connection it went on
+/// (`None`: refused).
+struct Sent {
+    req: FleetRequest,
+    conn: Option<usize>,
+}
+
+/// Runs `stream` (in order of scheduled time) through the fleet against `server` until every
+/// request is answered or lost and the link is quiet, then closes every connection and runs
+/// until both sides' tables are empty.
+fn run(
+    fleet: &mut TcpFleet,
+    server: &mut Server,
+    link: &mut Link,
+    stream: &[FleetRequest],
+) -> Vec<Sent> {
+    let mut now: Nanos = 0;
+    let mut next = 0;
+    let mut sent = Vec::with_capacity(stream.len());
+    let mut out = FrameList::new(32);
+    let mut closing = false;
+    let mut steps = 0u64;
+    loop {
+        steps += 1;
+        assert!(steps < 50_000_000, "the run makes no progress");
+        while next < stream.len() && stream[next].scheduled_ns <= now {
+            let req = stream[next];
+            sent.push(Sent {
+                req,
+                conn: fleet.submit(now, req).ok(),
+            });
+            next += 1;
+        }
+        server.fire_timers(now, link);
+        loop {
+            fleet.poll(now, &mut out);
+            let frames = out.take();
+            if frames.is_empty() {
+                break;
+            }
+            for f in frames {
+                link.send(now, true, f);
+            }
+        }
+        while let Some((to_server, frame)) = link.pop_due(now) {
+            if to_server {
+                server.receive(now, &frame, link);
+            } else {
+                fleet.receive(&frame, now);
+            }
+        }
+        if fleet.has_output() {
+            continue;
+        }
+        let quiet = next == stream.len() && fleet.in_flight() == 0;
+        if quiet && !closing {
+            closing = true;
+            fleet.close_all(now);
+            continue;
+        }
+        if closing && fleet.open_connections() == 0 && server.conns.is_empty() {
+            return sent;
+        }
+        let wake = [
+            stream.get(next).map(|r| r.scheduled_ns),
+            link.next_arrival(),
+            fleet.next_deadline(),
+            server.next_deadline(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .expect("something is pending while connections are open");
+        assert!(wake < 3600 * S, "stuck: nothing due within an hour");
+        now = now.max(wake);
+    }
+}
+
+/// `n` requests, one every 1.5 µs from 1 ms on, the first `preload` of them untimed sets of
+/// every key in turn.
+fn stream(space: &Keyspace, n: u64, preload: u64) -> Vec<FleetRequest> {
+    let mut out: Vec<FleetRequest> = (0..preload)
+        .map(|k| FleetRequest {
+            op: Op::Set {
+                key: k % space.workload.keys,
+            },
+            id: None,
+            scheduled_ns: MS / 2 + k * US / 2,
+        })
+        .collect();
+    let start = out.last().map_or(MS, |r| r.scheduled_ns + MS);
+    out.extend((0..n).map(|id| FleetRequest {
+        op: space.op(id),
+        id: Some(id),
+        scheduled_ns: start + id * 3 * US / 2,
+    }));
+    out
+}
+
+fn assert_all_answered(fleet: &TcpFleet, sent: &[Sent]) {
+    for s in sent {
+        assert!(s.conn.is_some(), "refused: {:?}", s.req);
+        if let Some(id) = s.req.id {
+            assert!(fleet.recorder().is_answered(id), "request {id} unanswered");
+        }
+    }
+}
+
+#[test]
+fn sixty_four_connections_answer_ten_thousand_mixed_requests_correctly() {
+    let space = keyspace(0.7);
+    let requests = stream(&space, 10_000, 0);
+    let mut fleet = fleet(64, space, 10_000);
+    let mut server = Server::new(Faults::default());
+    let mut link = Link::new(1, 0.0, 0.0);
+    let sent = run(&mut fleet, &mut server, &mut link, &requests);
+
+    assert_all_answered(&fleet, &sent);
+    let checks = *fleet.checks();
+    assert_eq!(checks.errors(), 0, "{checks}");
+    assert_eq!(checks.gets + checks.sets, 10_000);
+    assert_eq!(checks.correct(), 10_000, "{checks}");
+    assert!(
+        checks.hits > 0 && checks.misses > 0 && checks.stored > 0,
+        "{checks}"
+    );
+    assert_eq!(fleet.recorder().matched(), 10_000);
+    // Every connection carried requests, on its own port.
+    let mut used = [false; 64];
+    for s in &sent {
+        used[s.conn.unwrap()] = true;
+    }
+    assert!(used.iter().all(|&u| u));
+    let c = *fleet.counters();
+    assert_eq!(
+        (c.connects, c.established, c.reconnects),
+        (64, 64, 0),
+        "{c:?}"
+    );
+    assert_eq!((c.resets, c.lost_requests, c.refused_requests), (0, 0, 0));
+    assert_eq!((c.foreign_frames, c.stray_segments), (0, 0), "{c:?}");
+    assert_eq!(server.accepted, 64);
+    assert_eq!(fleet.retransmissions(), 0);
+    let tcp = fleet.tcp_counters();
+    assert_eq!(tcp.active_opens, 64);
+    assert_eq!(tcp.conns.segments_out, c.frames_out);
+    assert_eq!(tcp.conns.segments_in, c.frames_in);
+}
+
+#[test]
+fn five_percent_loss_and_reordering_still_answer_every_request_correctly() {
+    let space = keyspace(0.8);
+    let requests = stream(&space, 10_000, 0);
+    let mut fleet = fleet(64, space, 10_000);
+    let mut server = Server::new(Faults::default());
+    let mut link = Link::new(0x5eed, 0.05, 0.10);
+    let sent = run(&mut fleet, &mut server, &mut link, &requests);
+
+    assert!(
+        link.stats.lost > 0 && link.stats.reordered > 0,
+        "{:?}",
+        link.stats
+    );
+    assert_all_answered(&fleet, &sent);
+    let checks = *fleet.checks();
+    assert_eq!(checks.errors(), 0, "{checks}");
+    assert_eq!(checks.correct(), 10_000, "{checks}");
+    assert_eq!(fleet.recorder().matched(), 10_000);
+    let c = *fleet.counters();
+    assert_eq!(
+        (c.resets, c.lost_requests, c.reconnects),
+        (0, 0, 0),
+        "{c:?}"
+    );
+    let tcp = fleet.tcp_counters();
+    let retransmissions = fleet.retransmissions();
+    assert!(retransmissions > 0, "{tcp:?}");
+    assert_eq!(
+        retransmissions,
+        tcp.conns.rto_retransmits + tcp.conns.fast_retransmits + tcp.conns.syn_retransmits
+    );
+    eprintln!("link {:?}, fleet {c:?}, engine {tcp:?}", link.stats);
+}
+
+#[test]
+fn a_wrong_value_is_an_error_and_not_a_latency_sample() {
+    let space = keyspace(1.0);
+    let keys = space.workload.keys;
+    let requests = stream(&space, 2_000, keys);
+    let mut fleet = fleet(16, space, 2_000);
+    let mut server = Server::new(Faults {
+        corrupt_values: 1,
+        ..Faults::default()
+    });
+    let mut link = Link::new(3, 0.0, 0.0);
+    let sent = run(&mut fleet, &mut server, &mut link, &requests);
+
+    assert_eq!(server.values_corrupted, 1);
+    let checks = *fleet.checks();
+    assert_eq!(checks.sets, keys);
+    assert_eq!(checks.stored, keys);
+    // Every key was preloaded, so every get hits, one of them with a damaged value.
+    assert_eq!(checks.wrong_value, 1, "{checks}");
+    assert_eq!(checks.errors(), 1, "{checks}");
+    assert_eq!(checks.hits, 2_000 - 1, "{checks}");
+    assert_eq!(fleet.recorder().matched(), 2_000 - 1);
+    let unanswered: Vec<u64> = sent
+        .iter()
+        .filter_map(|s| s.req.id)
+        .filter(|&id| !fleet.recorder().is_answered(id))
+        .collect();
+    assert_eq!(unanswered.len(), 1, "{unanswered:?}");
+    // The stream stayed in step: the connection went on answering correctly.
+    let c = *fleet.counters();
+    assert_eq!(
+        (c.broken_streams, c.lost_requests, c.resets),
+        (0, 0, 0),
+        "{c:?}"
+    );
+}
+
+#[test]
+fn a_reset_connection_is_counted_and_the_others_are_unaffected() {
+    let space = keyspace(0.7);
+    let requests = stream(&space, 10_000, 0);
+    let victim = 5;
+    let mut fleet = fleet(64, space, 10_000);
+    // Mid-run: the requests run from 1 ms to 16 ms.
+    let mut server = Server::new(Faults {
+        reset: Some((TcpFleet::port_of(victim), 8 * MS)),
+        ..Faults::default()
+    });
+    let mut link = Link::new(4, 0.0, 0.0);
+    let sent = run(&mut fleet, &mut server, &mut link, &requests);
+
+    assert_eq!(server.resets_sent, 1);
+    let c = *fleet.counters();
+    assert_eq!(c.resets, 1, "{c:?}");
+    assert!(c.lost_requests > 0, "{c:?}");
+    // Later requests for the victim's keys opened it again.
+    assert_eq!((c.reconnects, c.connects), (1, 65), "{c:?}");
+    let checks = *fleet.checks();
+    assert_eq!(checks.connection_failures, 1, "{checks}");
+    assert_eq!(checks.errors(), 1, "{checks}");
+    let mut victim_unanswered = 0;
+    for s in &sent {
+        let id = s.req.id.unwrap();
+        let conn = s.conn.expect("nothing refused");
+        if conn != victim {
+            assert!(fleet.recorder().is_answered(id), "request {id} on {conn}");
+        } else if !fleet.recorder().is_answered(id) {
+            victim_unanswered += 1;
+        }
+    }
+    assert_eq!(victim_unanswered, c.lost_requests);
+    assert_eq!(fleet.recorder().matched(), 10_000 - c.lost_requests);
+    assert_eq!(checks.correct(), 10_000 - c.lost_requests, "{checks}");
+}
