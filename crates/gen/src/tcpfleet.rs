@@ -33,6 +33,7 @@ use corral_loadgen::kv::{Keyspace, KvChecks, Op, Versions};
 use corral_loadgen::kvstream::StreamSession;
 use corral_loadgen::recorder::ResponseRecorder;
 use corral_tcp::listener::initial_sequence;
+use corral_tcp::reset::reset_for;
 use corral_tcp::{
     ConnStats, Connection, Endpoints, Nanos, State, TcpConfig, TcpCounters, TcpError,
 };
@@ -44,6 +45,10 @@ use crate::nic::CLIENT_PORT_BASE;
 /// Most connections a fleet may have: each needs a distinct source port above
 /// [`CLIENT_PORT_BASE`].
 pub const MAX_CONNECTIONS: usize = 16_384;
+
+/// RSTs owed to segments that matched no connection, held until a poll sends them; more are
+/// dropped (the peer retransmits and is answered then).
+const RST_QUEUE: usize = 64;
 
 /// Bytes asked of the reply stream for each read from a connection.
 const READ_CHUNK: usize = 16 * 1024;
@@ -147,6 +152,8 @@ pub struct FleetCounters {
     pub foreign_frames: u64,
     /// Segments for a fleet port whose connection is gone.
     pub stray_segments: u64,
+    /// RSTs sent in answer to them.
+    pub resets_sent: u64,
 }
 
 /// Why [`TcpFleet::submit`] did not take a request.
@@ -249,7 +256,12 @@ pub struct TcpFleet {
     counters: FleetCounters,
     /// Engine counters of connections already gone.
     closed_stats: ConnStats,
+    /// RST segments owed to stray segments: (length, segment).
+    rst_owed: Vec<(usize, [u8; RST_LEN])>,
 }
+
+/// Room for a RST segment ([`reset_for`] writes a bare 20-byte header).
+const RST_LEN: usize = 20;
 
 impl TcpFleet {
     /// A fleet with no connection open yet: each opens on its first request. `recorder` takes
@@ -290,6 +302,7 @@ impl TcpFleet {
             recorder,
             counters: FleetCounters::default(),
             closed_stats: ConnStats::default(),
+            rst_owed: Vec::with_capacity(RST_QUEUE),
             config,
         }
     }
@@ -407,6 +420,13 @@ impl TcpFleet {
         self.counters.frames_in += 1;
         let Some(conn) = self.slots[c].conn.as_mut() else {
             self.counters.stray_segments += 1;
+            let mut seg = [0u8; RST_LEN];
+            if self.rst_owed.len() < RST_QUEUE
+                && let Some(n) =
+                    reset_for(self.ends_of(c).local, self.config.target, &tcp, &mut seg)
+            {
+                self.rst_owed.push((n, seg));
+            }
             return;
         };
         conn.on_segment(now, &tcp);
@@ -461,6 +481,19 @@ impl TcpFleet {
     /// Fires the timers due by `now`, then writes every frame due into `out` until it is
     /// full (what did not fit goes on the next poll).
     pub fn poll(&mut self, now: Nanos, out: &mut impl FrameOut) {
+        while let Some(&(n, seg)) = self.rst_owed.last() {
+            let Some(buf) = out.buffer() else {
+                return;
+            };
+            buf[L4_OFFSET..L4_OFFSET + n].copy_from_slice(&seg[..n]);
+            self.spec.ident = self.spec.ident.wrapping_add(1);
+            if let Ok(len) = self.spec.wrap_tcp_segment(buf, n) {
+                out.commit(len);
+                self.counters.frames_out += 1;
+                self.counters.resets_sent += 1;
+            }
+            self.rst_owed.pop();
+        }
         if now >= self.next_timer {
             for c in 0..self.slots.len() {
                 let slot = &mut self.slots[c];
@@ -591,7 +624,7 @@ impl TcpFleet {
 
     /// Whether a poll has work regardless of timers.
     pub fn has_output(&self) -> bool {
-        !self.dirty.is_empty()
+        !self.dirty.is_empty() || !self.rst_owed.is_empty()
     }
 
     /// Closes every connection (FIN after the requests already queued).
@@ -633,6 +666,16 @@ impl TcpFleet {
             active_opens: self.counters.connects,
             failed_opens: self.counters.refused,
             resets_received: self.counters.resets + self.counters.refused,
+            resets_sent: self.counters.resets_sent,
+            established_now: self
+                .slots
+                .iter()
+                .filter(|s| {
+                    s.conn
+                        .as_ref()
+                        .is_some_and(|c| c.state() == State::Established)
+                })
+                .count() as u64,
             ..TcpCounters::default()
         };
         t.absorb(&self.closed_stats);
@@ -665,4 +708,152 @@ fn absorb(into: &mut ConnStats, s: &ConnStats) {
     };
     t.absorb(s);
     *into = t.conns;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use corral_loadgen::kv::KvWorkload;
+    use corral_wire::TcpFlags;
+
+    const TARGET: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(10, 0, 0, 1), 11211);
+
+    fn fleet(connections: usize, max_in_flight: usize) -> TcpFleet {
+        let mut config = FleetConfig::new(
+            connections,
+            (MacAddr([2, 0, 0, 0, 0, 2]), Ipv4Addr::new(10, 0, 0, 2)),
+            (MacAddr([2, 0, 0, 0, 0, 1]), TARGET),
+        );
+        config.max_in_flight = max_in_flight;
+        TcpFleet::new(
+            config,
+            Keyspace::new(KvWorkload::new(100)),
+            ResponseRecorder::new(0, 100),
+        )
+    }
+
+    fn request(key: u64, id: u64) -> FleetRequest {
+        FleetRequest {
+            op: Op::Get { key },
+            id: Some(id),
+            scheduled_ns: id,
+        }
+    }
+
+    #[test]
+    fn bad_configs_are_refused_with_the_field_named() {
+        let ok = fleet(1, 1).config().clone();
+        for (bad, field) in [
+            (
+                FleetConfig {
+                    connections: 0,
+                    ..ok.clone()
+                },
+                "connections",
+            ),
+            (
+                FleetConfig {
+                    connections: MAX_CONNECTIONS + 1,
+                    ..ok.clone()
+                },
+                "connections",
+            ),
+            (
+                FleetConfig {
+                    max_in_flight: 0,
+                    ..ok.clone()
+                },
+                "max_in_flight",
+            ),
+            (
+                FleetConfig {
+                    tcp: TcpConfig {
+                        mss: 0,
+                        ..ok.tcp.clone()
+                    },
+                    ..ok.clone()
+                },
+                "tcp.mss",
+            ),
+        ] {
+            let e = bad.validate().unwrap_err();
+            assert!(e.contains(field), "{e}");
+        }
+    }
+
+    #[test]
+    fn each_connection_opens_on_its_own_port_and_requests_beyond_the_bound_are_refused() {
+        let mut f = fleet(4, 2);
+        // Keys 1 and 5 share connection 1; key 2 goes on connection 2.
+        assert_eq!(f.submit(0, request(1, 0)), Ok(1));
+        assert_eq!(f.submit(0, request(5, 1)), Ok(1));
+        assert_eq!(f.submit(0, request(9, 2)), Err(Refused::TooManyInFlight));
+        assert_eq!(f.submit(0, request(2, 3)), Ok(2));
+        let mut out = FrameList::new(16);
+        f.poll(0, &mut out);
+        let frames = out.take();
+        assert_eq!(frames.len(), 2, "one SYN per opened connection");
+        let mut ports = Vec::new();
+        for frame in &frames {
+            let parsed = parse_frame(frame).expect("a valid frame");
+            let Packet::Tcp { ip, tcp } = parsed.packet else {
+                panic!("not TCP");
+            };
+            assert_eq!((ip.dst(), tcp.dst_port()), (*TARGET.ip(), TARGET.port()));
+            assert_eq!(tcp.flags(), TcpFlags::SYN);
+            assert!(tcp.payload().is_empty());
+            ports.push(tcp.src_port());
+        }
+        ports.sort_unstable();
+        assert_eq!(ports, [TcpFleet::port_of(1), TcpFleet::port_of(2)]);
+        let c = f.counters();
+        assert_eq!((c.connects, c.requests, c.refused_requests), (2, 3, 1));
+        assert_eq!(f.in_flight(), 3);
+        // The SYN's retransmission timer is the next deadline.
+        let at = f.next_deadline().expect("a SYN timer");
+        f.poll(at, &mut out);
+        assert_eq!(out.take().len(), 2);
+        assert_eq!(f.retransmissions(), 2);
+    }
+
+    #[test]
+    fn frames_for_other_addresses_or_ports_are_counted_as_foreign() {
+        let mut f = fleet(2, 1);
+        f.receive(&[0u8; 10], 0);
+        let spec = Ipv4FrameSpec {
+            src_mac: MacAddr([2, 0, 0, 0, 0, 1]),
+            dst_mac: MacAddr([2, 0, 0, 0, 0, 2]),
+            src_ip: *TARGET.ip(),
+            dst_ip: Ipv4Addr::new(10, 0, 0, 2),
+            ttl: 64,
+            ident: 0,
+            tos: 0,
+        };
+        let mut buf = [0u8; 128];
+        // To a port past the fleet's connections.
+        let header = corral_wire::TcpHeader {
+            src_port: TARGET.port(),
+            dst_port: TcpFleet::port_of(2),
+            seq: 1,
+            ack: 0,
+            flags: TcpFlags::RST,
+            window: 0,
+            urgent: 0,
+            options: corral_wire::TcpOptionSet::default(),
+        };
+        let n = spec.build_tcp(&mut buf, &header, &[]).unwrap();
+        f.receive(&buf[..n], 0);
+        // A RST to a connection never opened: stray, and not answered.
+        let header = corral_wire::TcpHeader {
+            dst_port: TcpFleet::port_of(1),
+            ..header
+        };
+        let n = spec.build_tcp(&mut buf, &header, &[]).unwrap();
+        f.receive(&buf[..n], 0);
+        let c = *f.counters();
+        assert_eq!((c.foreign_frames, c.frames_in, c.stray_segments), (2, 1, 1));
+        let mut out = FrameList::new(4);
+        f.poll(0, &mut out);
+        assert!(out.take().is_empty());
+    }
 }
