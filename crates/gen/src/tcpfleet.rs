@@ -31,7 +31,8 @@ use corral_abi::MAX_FRAME;
 use corral_iokernel::nic::FrameBatch;
 use corral_loadgen::kv::{Keyspace, KvChecks, Op, Versions};
 use corral_loadgen::kvstream::StreamSession;
-use corral_loadgen::recorder::ResponseRecorder;
+use corral_loadgen::recorder::{ResponseRecorder, SendRecorder, summarize};
+use corral_loadgen::{AdherencePolicy, RunInfo, Summary};
 use corral_tcp::listener::initial_sequence;
 use corral_tcp::reset::reset_for;
 use corral_tcp::{
@@ -253,6 +254,8 @@ pub struct TcpFleet {
     spec: Ipv4FrameSpec,
     checks: KvChecks,
     recorder: ResponseRecorder,
+    /// Timed requests taken (at their submission time) or refused.
+    send: SendRecorder,
     counters: FleetCounters,
     /// Engine counters of connections already gone.
     closed_stats: ConnStats,
@@ -300,6 +303,7 @@ impl TcpFleet {
             spec,
             checks: KvChecks::default(),
             recorder,
+            send: SendRecorder::new(),
             counters: FleetCounters::default(),
             closed_stats: ConnStats::default(),
             rst_owed: Vec::with_capacity(RST_QUEUE),
@@ -362,19 +366,31 @@ impl TcpFleet {
 
     /// Queues `req` on its connection (opening it if there is none); returns the connection.
     /// It goes out on the next [`poll`](Self::poll).
+    /// A timed request counts as sent at `now` (its lateness is `now` less its scheduled
+    /// time), a refused one as a send error.
     pub fn submit(&mut self, now: Nanos, req: FleetRequest) -> Result<usize, Refused> {
         let c = self.connection_of(req.op);
-        if self.slots[c].session.in_flight() >= self.config.max_in_flight {
-            self.counters.refused_requests += 1;
-            return Err(Refused::TooManyInFlight);
-        }
-        match self.slots[c].conn.as_ref().map(Connection::state) {
-            None => self.open(c, now),
-            Some(State::SynSent | State::Established) => {}
-            Some(_) => {
-                self.counters.refused_requests += 1;
-                return Err(Refused::Closing);
+        let refused = if self.slots[c].session.in_flight() >= self.config.max_in_flight {
+            Some(Refused::TooManyInFlight)
+        } else {
+            match self.slots[c].conn.as_ref().map(Connection::state) {
+                None => {
+                    self.open(c, now);
+                    None
+                }
+                Some(State::SynSent | State::Established) => None,
+                Some(_) => Some(Refused::Closing),
             }
+        };
+        if let Some(why) = refused {
+            self.counters.refused_requests += 1;
+            if req.id.is_some() {
+                self.send.record_send_error(req.scheduled_ns, now);
+            }
+            return Err(why);
+        }
+        if req.id.is_some() {
+            self.send.record_sent(req.scheduled_ns, now);
         }
         let slot = &mut self.slots[c];
         if slot.unsent_at == slot.unsent.len() {
@@ -659,6 +675,17 @@ impl TcpFleet {
         &self.recorder
     }
 
+    /// Replies after `deadline_ns` count as late, and their requests as lost.
+    pub fn set_deadline(&mut self, deadline_ns: u64) {
+        self.recorder.set_deadline(deadline_ns);
+    }
+
+    /// The loadgen summary of the timed requests so far: latency from scheduled time, send
+    /// lateness, matched, malformed (wrong replies), late and lost.
+    pub fn summary(&self, run: &RunInfo, policy: &AdherencePolicy) -> Summary {
+        summarize(run, &self.send, &self.recorder, policy)
+    }
+
     /// The engine's counters over every connection, open and gone: segments, bytes,
     /// retransmissions (RTO, fast, SYN), timeouts, drops by reason.
     pub fn tcp_counters(&self) -> TcpCounters {
@@ -693,10 +720,18 @@ impl TcpFleet {
         c.rto_retransmits + c.fast_retransmits + c.syn_retransmits
     }
 
-    /// The checks, the recorder and the counters, for the run's report.
-    pub fn finish(self) -> (KvChecks, ResponseRecorder, FleetCounters, TcpCounters) {
+    /// The checks, both recorders and the counters, for the run's report.
+    pub fn finish(
+        self,
+    ) -> (
+        KvChecks,
+        SendRecorder,
+        ResponseRecorder,
+        FleetCounters,
+        TcpCounters,
+    ) {
         let tcp = self.tcp_counters();
-        (self.checks, self.recorder, self.counters, tcp)
+        (self.checks, self.send, self.recorder, self.counters, tcp)
     }
 }
 

@@ -11,6 +11,7 @@ use corral_gen::nic::GEN_MAC;
 use corral_gen::tcpfleet::{FleetConfig, FleetRequest, FrameList, TcpFleet};
 use corral_loadgen::kv::{Keyspace, KvWorkload, Op, SizeDist};
 use corral_loadgen::recorder::ResponseRecorder;
+use corral_loadgen::{AdherencePolicy, RunInfo};
 use corral_memcache::{Limits, Session, Status, Store, StoreConfig};
 use corral_tcp::listener::ListenerConfig;
 use corral_tcp::reset::reset_for;
@@ -444,6 +445,16 @@ fn stream(space: &Keyspace, n: u64, preload: u64) -> Vec<FleetRequest> {
     out
 }
 
+/// The timed part of `stream`, as a run.
+fn run_info(stream: &[FleetRequest]) -> RunInfo {
+    let timed: Vec<&FleetRequest> = stream.iter().filter(|r| r.id.is_some()).collect();
+    RunInfo {
+        target_rps: 1e9 / (3 * US / 2) as f64,
+        duration_ns: timed.last().unwrap().scheduled_ns + 3 * US / 2,
+        scheduled: timed.len() as u64,
+    }
+}
+
 fn assert_all_answered(fleet: &TcpFleet, sent: &[Sent]) {
     for s in sent {
         assert!(s.conn.is_some(), "refused: {:?}", s.req);
@@ -472,6 +483,13 @@ fn sixty_four_connections_answer_ten_thousand_mixed_requests_correctly() {
         "{checks}"
     );
     assert_eq!(fleet.recorder().matched(), 10_000);
+    let summary = fleet.summary(&run_info(&requests), &AdherencePolicy::default());
+    assert_eq!(
+        (summary.sent, summary.matched, summary.lost),
+        (10_000, 10_000, 0)
+    );
+    // Over a 10 µs link, no request waits less than a round trip.
+    assert!(summary.latency.p50_ns >= 20 * US, "{summary:?}");
     // Every connection carried requests, on its own port.
     let mut used = [false; 64];
     for s in &sent {
@@ -557,6 +575,9 @@ fn a_wrong_value_is_an_error_and_not_a_latency_sample() {
         .filter(|&id| !fleet.recorder().is_answered(id))
         .collect();
     assert_eq!(unanswered.len(), 1, "{unanswered:?}");
+    let summary = fleet.summary(&run_info(&requests), &AdherencePolicy::default());
+    assert_eq!((summary.sent, summary.matched), (2_000, 2_000 - 1));
+    assert_eq!((summary.malformed, summary.lost, summary.late), (1, 1, 0));
     // The stream stayed in step: the connection went on answering correctly.
     let c = *fleet.counters();
     assert_eq!(
@@ -602,4 +623,26 @@ fn a_reset_connection_is_counted_and_the_others_are_unaffected() {
     assert_eq!(victim_unanswered, c.lost_requests);
     assert_eq!(fleet.recorder().matched(), 10_000 - c.lost_requests);
     assert_eq!(checks.correct(), 10_000 - c.lost_requests, "{checks}");
+}
+
+#[test]
+fn replies_after_the_deadline_are_late_and_not_samples() {
+    let space = keyspace(0.7);
+    let requests = stream(&space, 10_000, 0);
+    let mut fleet = fleet(64, space, 10_000);
+    // Halfway through the schedule (1 ms to 16 ms).
+    fleet.set_deadline(8 * MS);
+    let mut server = Server::new(Faults::default());
+    let mut link = Link::new(5, 0.0, 0.0);
+    run(&mut fleet, &mut server, &mut link, &requests);
+
+    let summary = fleet.summary(&run_info(&requests), &AdherencePolicy::default());
+    assert_eq!(summary.sent, 10_000);
+    assert!(summary.late > 0 && summary.matched > 0, "{summary:?}");
+    assert_eq!(summary.matched + summary.late, 10_000, "{summary:?}");
+    assert_eq!(summary.lost, summary.late);
+    assert_eq!(fleet.recorder().latency().len(), summary.matched);
+    // Every reply was still right: lateness is not an error.
+    assert_eq!(fleet.checks().errors(), 0);
+    assert_eq!(fleet.checks().correct(), 10_000);
 }
