@@ -23,8 +23,12 @@
 //!
 //! A connection that fails (reset by the target, refused, timed out, closed by the target, or
 //! whose reply stream cannot be parsed) loses the requests it had outstanding, which are
-//! counted; the next request for it opens a new connection on the same port.
+//! counted; the next request for it opens a new connection on the same port. A set it lost
+//! may or may not have been stored, so before that request the new connection stores each
+//! such key again (an untimed set, counted in `repair_sets`): a later get of the key is then
+//! checked against a value the target certainly has.
 
+use std::collections::VecDeque;
 use std::net::{Ipv4Addr, SocketAddrV4};
 
 use corral_abi::MAX_FRAME;
@@ -70,6 +74,7 @@ pub struct FleetConfig {
     /// Each connection's engine settings.
     pub tcp: TcpConfig,
     /// Requests a connection may have outstanding (sent or waiting to be sent, not answered).
+    /// After a failed connection, sets repairing what it lost may briefly double that.
     pub max_in_flight: usize,
     /// Secret for initial sequence numbers (RFC 6528).
     pub iss_secret: [u8; 16],
@@ -145,6 +150,9 @@ pub struct FleetCounters {
     pub refused_requests: u64,
     /// Requests outstanding on a connection when it failed: never answered.
     pub lost_requests: u64,
+    /// Untimed sets of keys whose set was lost with a failed connection, sent first on the
+    /// connection opened after it.
+    pub repair_sets: u64,
     /// Frames written by [`TcpFleet::poll`].
     pub frames_out: u64,
     /// Frames handed to [`TcpFleet::receive`] that belong to a fleet connection.
@@ -230,6 +238,10 @@ impl FrameOut for FrameList {
 struct Slot {
     conn: Option<Connection>,
     session: StreamSession,
+    /// The operations `session` has outstanding, oldest first.
+    ops: VecDeque<Op>,
+    /// Keys whose set was lost with the last connection, to be stored again first.
+    repair: Vec<u64>,
     /// Request bytes the engine has not taken yet, from `unsent_at`.
     unsent: Vec<u8>,
     unsent_at: usize,
@@ -277,6 +289,8 @@ impl TcpFleet {
             .map(|_| Slot {
                 conn: None,
                 session: StreamSession::new(),
+                ops: VecDeque::with_capacity(config.max_in_flight),
+                repair: Vec::with_capacity(config.max_in_flight),
                 unsent: Vec::with_capacity(unsent_cap),
                 unsent_at: 0,
                 deadline: None,
@@ -393,9 +407,22 @@ impl TcpFleet {
             self.send.record_sent(req.scheduled_ns, now);
         }
         let slot = &mut self.slots[c];
-        if slot.unsent_at == slot.unsent.len() {
-            slot.unsent.clear();
-            slot.unsent_at = 0;
+        // Keep only the bytes the engine has not taken.
+        slot.unsent.drain(..slot.unsent_at);
+        slot.unsent_at = 0;
+        while let Some(key) = slot.repair.pop() {
+            let op = Op::Set { key };
+            slot.session.request(
+                &self.space,
+                &mut self.versions,
+                op,
+                None,
+                now,
+                &mut slot.unsent,
+                &mut self.checks,
+            );
+            slot.ops.push_back(op);
+            self.counters.repair_sets += 1;
         }
         slot.session.request(
             &self.space,
@@ -406,6 +433,7 @@ impl TcpFleet {
             &mut slot.unsent,
             &mut self.checks,
         );
+        slot.ops.push_back(req.op);
         self.counters.requests += 1;
         self.mark(c);
         Ok(c)
@@ -488,6 +516,13 @@ impl TcpFleet {
         if lost > 0 {
             self.checks.connection_failures += 1;
             self.counters.lost_requests += lost;
+        }
+        for op in slot.ops.drain(..) {
+            if let Op::Set { key } = op
+                && !slot.repair.contains(&key)
+            {
+                slot.repair.push(key);
+            }
         }
         slot.session.abandon();
         slot.unsent.clear();
