@@ -42,7 +42,9 @@ pub struct GenArgs {
     #[arg(long, value_name = "KIND", default_value = "poisson")]
     pub arrivals: corral_loadgen::Arrivals,
 
-    /// Simulated clients; client C sends from UDP port 40000 + C % 1024.
+    /// Simulated clients; client C sends from UDP port 40000 + C % 1024 (with
+    /// `--protocol memcache-tcp`: TCP connections, connection C from port 40000 + C, key K
+    /// over connection K % N).
     #[arg(long, value_name = "N", default_value_t = 64)]
     pub clients: u32,
 
@@ -71,9 +73,48 @@ pub struct GenArgs {
     #[arg(long, value_name = "FRACTION", default_value_t = 0.99)]
     pub min_send_ratio: f64,
 
+    /// What the requests are: `spin` (UDP, echoed by a spin server) or `memcache-tcp`
+    /// (memcached gets and sets over one TCP connection per client, replies checked).
+    #[arg(long, value_name = "PROTOCOL", default_value = "spin")]
+    pub protocol: crate::run::Protocol,
+
+    /// The key-value workload of `--protocol memcache-tcp` (boxed: the flags are many and
+    /// large, and every other run leaves them at their defaults).
+    #[command(flatten)]
+    pub kv: Box<KvArgs>,
+
     /// Write the JSON results to this file instead of standard output.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+}
+
+/// `iokerneld gen`'s key-value workload flags.
+#[derive(Debug, Args)]
+pub struct KvArgs {
+    /// memcached: keys in the key space.
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    pub keys: u64,
+
+    /// memcached: key sizes: `fixed:N`, `uniform:[MIN:]MAX`, `gev:LOC:SCALE:SHAPE`,
+    /// `gpareto:LOC:SCALE:SHAPE`, `fb_key` (mutilate's ETC key sizes).
+    #[arg(long, value_name = "DIST", default_value = "fixed:30")]
+    pub key_size: corral_loadgen::kv::SizeDist,
+
+    /// memcached: value sizes, in the same forms, or `fb_value` (mutilate's ETC value sizes).
+    #[arg(long, value_name = "DIST", default_value = "fixed:200")]
+    pub value_size: corral_loadgen::kv::SizeDist,
+
+    /// memcached: largest value; larger draws are clamped.
+    #[arg(long, value_name = "BYTES", default_value_t = 1 << 20)]
+    pub max_value: u32,
+
+    /// memcached: fraction of requests that are gets (the rest are sets).
+    #[arg(long, value_name = "FRACTION", default_value_t = 0.9)]
+    pub get_fraction: f64,
+
+    /// memcached: key popularity, `uniform` or `zipf:S`.
+    #[arg(long, value_name = "KIND", default_value = "uniform")]
+    pub popularity: corral_loadgen::kv::Popularity,
 }
 
 /// `RPS@SECONDS`.
@@ -124,6 +165,16 @@ impl GenArgs {
             policy: corral_loadgen::AdherencePolicy {
                 max_p99_lateness_ns: lateness_ns.round() as u64,
                 min_send_ratio: self.min_send_ratio,
+            },
+            protocol: self.protocol,
+            kv: corral_loadgen::kv::KvWorkload {
+                keys: self.kv.keys,
+                key_size: self.kv.key_size,
+                value_size: self.kv.value_size,
+                max_value: self.kv.max_value,
+                get_fraction: self.kv.get_fraction,
+                popularity: self.kv.popularity,
+                seed: self.seed,
             },
         };
         spec.validate()?;

@@ -113,6 +113,7 @@ impl GenBackend {
         } = *self.run.take()?;
         let (run, after) = finishing?;
         let target = run.target();
+        let kv = run.kv_report();
         let (summary, windows, gen_cost) = run.finish(&spec.policy);
         let span_s = after.at_ns.saturating_sub(before.at_ns) as f64 / 1e9;
         let reallocations = after.reallocations.saturating_sub(before.reallocations);
@@ -141,6 +142,7 @@ impl GenBackend {
             windows,
             daemon,
             gen_cost,
+            kv,
         };
         Some(match serde_json::to_string(&result) {
             Ok(json) if json.len() <= MAX_REPLY_LEN - HEADER_LEN => Reply::Gen { json },

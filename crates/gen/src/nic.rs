@@ -35,7 +35,8 @@ use hdrhistogram::Histogram;
 use corral_iokernel::nic::{FrameBatch, Nic, NicCounters};
 use corral_iokernel::sys::now_ns;
 
-use crate::run::{GenCost, GenSpec};
+use crate::run::{GenCost, GenSpec, KvReport, Protocol};
+use crate::tcpfleet::{FleetConfig, FleetRequest, TcpFleet};
 
 /// The generator's MAC: locally administered, `GEN` in ASCII.
 pub const GEN_MAC: MacAddr = MacAddr([0x02, 0x47, 0x45, 0x4e, 0x00, 0x01]);
@@ -130,6 +131,12 @@ struct Run {
     /// Run time of the next ARP announcement.
     next_arp_ns: u64,
     meter: Meter,
+    /// The connections of a `memcache-tcp` run, which then send the requests and check and
+    /// time the replies instead of the spin path.
+    fleet: Option<Box<TcpFleet>>,
+    /// Whether the fleet was asked to close its connections (once the schedule is over and
+    /// every request answered).
+    fleet_closing: bool,
 }
 
 /// The generator's own cost, measured on a sample of bursts and responses (see
@@ -246,6 +253,23 @@ impl Gen {
         let target = spec.target_addr().map_err(|e| e.to_string())?;
         let phases = spec.schedule();
         let request_bound = phases.request_bound();
+        let fleet = match spec.protocol {
+            Protocol::Spin => None,
+            Protocol::MemcacheTcp => {
+                let config = FleetConfig::new(
+                    spec.clients as usize,
+                    (GEN_MAC, self.ip),
+                    (MacAddr(target_mac), target),
+                );
+                config.validate()?;
+                spec.kv.validate().map_err(|e| e.to_string())?;
+                let space = corral_loadgen::kv::Keyspace::new(spec.kv);
+                let responses = ResponseRecorder::new(phases.first_id, request_bound);
+                Some(Box::new(TcpFleet::new(config, space, responses)))
+            }
+        };
+        // A memcache-tcp run's fleet times the replies; this recorder then stays empty.
+        let udp_bound = if fleet.is_some() { 0 } else { request_bound };
         let duration_ns = phases.duration_ns();
         let mut schedule = phases.iter();
         let next = schedule.next();
@@ -261,7 +285,7 @@ impl Gen {
             deadline_ns: None,
             scheduled: 0,
             send: SendRecorder::new(),
-            responses: ResponseRecorder::new(phases.first_id, request_bound),
+            responses: ResponseRecorder::new(phases.first_id, udp_bound),
             windows: spec
                 .window_ns()
                 .map(|w| WindowedLatency::new(w, duration_ns)),
@@ -278,6 +302,8 @@ impl Gen {
             next_due_ns: u64::MAX,
             next_arp_ns: ARP_REFRESH_NS,
             meter: Meter::new(),
+            fleet,
+            fleet_closing: false,
         });
         if run.next.is_none() {
             run.schedule_over(0);
@@ -371,11 +397,19 @@ impl Run {
         let deadline = last_ns.max(self.duration_ns).saturating_add(self.grace_ns);
         self.deadline_ns = Some(deadline);
         self.responses.set_deadline(deadline);
+        if let Some(fleet) = self.fleet.as_deref_mut() {
+            fleet.set_deadline(deadline);
+        }
     }
 
     /// Builds every request due by `now` (at least one is) that fits in `out`; returns frames
     /// and bytes.
     fn emit(&mut self, out: &mut FrameBatch, now: u64) -> (usize, u64) {
+        if let Some(mut fleet) = self.fleet.take() {
+            let emitted = self.emit_tcp(&mut fleet, out, now);
+            self.fleet = Some(fleet);
+            return emitted;
+        }
         let at = now.saturating_sub(self.start_ns);
         let (mut frames, mut bytes) = (0, 0);
         while let Some(req) = self.next
@@ -414,6 +448,52 @@ impl Run {
         }
         m.bursts += 1;
         m.requests += frames as u64;
+        (frames, bytes)
+    }
+
+    /// [`emit`](Run::emit) for a `memcache-tcp` run (its fleet taken out of the run for the
+    /// call): queues every request due on its connection, then writes the frames the
+    /// connections have due (requests, ACKs, handshakes, retransmissions). Returns frames and
+    /// bytes.
+    fn emit_tcp(&mut self, fleet: &mut TcpFleet, out: &mut FrameBatch, now: u64) -> (usize, u64) {
+        let at = now.saturating_sub(self.start_ns);
+        let mut submitted = 0;
+        while let Some(req) = self.next
+            && req.send_ns <= at
+        {
+            self.scheduled += 1;
+            submitted += 1;
+            let request = FleetRequest {
+                op: fleet.op_of(req.id),
+                id: Some(req.id),
+                scheduled_ns: req.send_ns,
+            };
+            // A refusal is counted by the fleet (a send error, so the request is lost).
+            let _ = fleet.submit(at, request);
+            self.next = self.schedule.next();
+            if self.next.is_none() {
+                self.schedule_over(at);
+                fleet.set_deadline(self.deadline_ns.unwrap_or(u64::MAX));
+            }
+        }
+        if self.next.is_none() && !self.fleet_closing && fleet.in_flight() == 0 {
+            self.fleet_closing = true;
+            fleet.close_all(at);
+        }
+        let before = out.len();
+        fleet.poll(at, out);
+        let frames = out.len() - before;
+        let bytes = (before..out.len()).map(|i| out.frame(i).len() as u64).sum();
+        let timer = fleet
+            .next_deadline()
+            .map_or(u64::MAX, |d| self.start_ns.saturating_add(d));
+        self.next_due_ns = if fleet.has_output() {
+            now
+        } else {
+            self.due_ns().min(timer)
+        };
+        self.meter.bursts += 1;
+        self.meter.requests += submitted;
         (frames, bytes)
     }
 
@@ -555,6 +635,23 @@ impl Nic for Gen {
                     ArpOp::Request => Taken::ArpRequest(arp),
                     ArpOp::Reply => Taken::ArpReply,
                 },
+                Packet::Tcp { ip, .. } => match self.run.as_deref_mut() {
+                    Some(run)
+                        if ip.dst() == self.ip
+                            && ip.src() == *run.target.ip()
+                            && run.fleet.is_some() =>
+                    {
+                        let at = received.saturating_sub(run.start_ns);
+                        let fleet = run.fleet.as_deref_mut().expect("checked in the guard");
+                        fleet.receive(frame, at);
+                        if fleet.has_output() {
+                            // Answer (ACKs, more requests) on the next poll.
+                            run.next_due_ns = 0;
+                        }
+                        Taken::Run
+                    }
+                    _ => Taken::Ignored,
+                },
                 Packet::Udp { ip, udp } => match self.run.as_deref_mut() {
                     Some(run)
                         if ip.dst() == self.ip
@@ -644,8 +741,24 @@ impl FinishedRun {
             duration_ns: run.duration_ns,
             scheduled: run.scheduled,
         };
-        let summary = summarize(&info, &run.send, &run.responses, policy);
+        let summary = match run.fleet.as_deref() {
+            Some(fleet) => fleet.summary(&info, policy),
+            None => summarize(&info, &run.send, &run.responses, policy),
+        };
         (summary, self.windows, run.meter.cost())
+    }
+
+    /// What a `memcache-tcp` run's connections did; `None` for a spin run.
+    pub fn kv_report(&self) -> Option<KvReport> {
+        let fleet = self.run.fleet.as_deref()?;
+        let tcp = fleet.tcp_counters().conns;
+        Some(KvReport {
+            checks: *fleet.checks(),
+            connections: *fleet.counters(),
+            rto_retransmits: tcp.rto_retransmits,
+            fast_retransmits: tcp.fast_retransmits,
+            syn_retransmits: tcp.syn_retransmits,
+        })
     }
 }
 

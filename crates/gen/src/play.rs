@@ -10,7 +10,7 @@ use corral_iokernel::control;
 use corral_loadgen::recorder::human_ns;
 
 use crate::args::GenArgs;
-use crate::run::GenResult;
+use crate::run::{GenResult, Protocol};
 
 /// `iokerneld gen`: asks the daemon for a run, waits for its end, and prints the results.
 pub fn play(args: &GenArgs, socket: Result<PathBuf, ExitCode>) -> ExitCode {
@@ -29,16 +29,31 @@ pub fn play(args: &GenArgs, socket: Result<PathBuf, ExitCode>) -> ExitCode {
     // start delay and the time the daemon takes to set it up and report it.
     let run_s = spec.duration_ns() as f64 / 1e9 + spec.grace_ms / 1e3;
     let timeout = Duration::from_secs_f64(run_s + 30.0);
+    let what = match spec.protocol {
+        Protocol::Spin => format!(
+            "{} clients, {} service, {} arrivals, {}-byte payloads",
+            spec.clients, spec.service, spec.arrivals, spec.payload
+        ),
+        Protocol::MemcacheTcp => {
+            let kv = &spec.kv;
+            format!(
+                "memcached over {} TCP connections, {} arrivals, {} keys of {} bytes, values of \
+                 {} bytes, {:.0}% gets, {} popularity",
+                spec.clients,
+                spec.arrivals,
+                kv.keys,
+                kv.key_size,
+                kv.value_size,
+                kv.get_fraction * 100.0,
+                kv.popularity
+            )
+        }
+    };
     eprintln!(
-        "iokerneld gen: {} phase(s) over {:.3} s against {} ({} clients, {} service, {} \
-         arrivals, {}-byte payloads)",
+        "iokerneld gen: {} phase(s) over {:.3} s against {} ({what})",
         spec.phases.len(),
         spec.duration_ns() as f64 / 1e9,
         spec.target,
-        spec.clients,
-        spec.service,
-        spec.arrivals,
-        spec.payload
     );
     let request = Request::Gen {
         json: spec.to_json(),
@@ -91,6 +106,27 @@ pub fn play(args: &GenArgs, socket: Result<PathBuf, ExitCode>) -> ExitCode {
             result.windows.len(),
             spec.window_ms.unwrap_or(0.0),
             human_ns(worst)
+        );
+    }
+    if let Some(kv) = &result.kv {
+        let c = &kv.connections;
+        eprintln!("  memcached: {}", kv.checks);
+        eprintln!(
+            "  connections: {} opened ({} again), {} established, {} reset, {} refused, {} \
+             timed out, {} closed by the server; {} requests lost with them, {} refused; \
+             retransmissions: {} timeout, {} fast, {} SYN",
+            c.connects,
+            c.reconnects,
+            c.established,
+            c.resets,
+            c.refused,
+            c.timed_out,
+            c.closed_by_peer,
+            c.lost_requests,
+            c.refused_requests,
+            kv.rto_retransmits,
+            kv.fast_retransmits,
+            kv.syn_retransmits
         );
     }
     let d = &result.daemon;

@@ -8,6 +8,7 @@
 use std::fmt;
 use std::net::{Ipv4Addr, SocketAddrV4};
 
+use corral_loadgen::kv::{KvChecks, KvWorkload};
 use corral_loadgen::schedule::ScheduleError;
 use corral_loadgen::wire;
 use corral_loadgen::{
@@ -53,6 +54,48 @@ impl PhaseSpec {
     }
 }
 
+/// What a run's requests are and how they travel.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Protocol {
+    /// corral-loadgen's fixed-size request, over UDP, echoed by a spin server (the default).
+    #[default]
+    #[serde(rename = "spin")]
+    Spin,
+    /// memcached's text protocol (`get` and `set` per the spec's `kv` workload) over TCP, one
+    /// connection per client, every reply checked against its request.
+    #[serde(rename = "memcache-tcp")]
+    MemcacheTcp,
+}
+
+impl Protocol {
+    /// Every name, for error messages.
+    pub const NAMES: &str = "spin or memcache-tcp";
+}
+
+impl fmt::Display for Protocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Protocol::Spin => "spin",
+            Protocol::MemcacheTcp => "memcache-tcp",
+        })
+    }
+}
+
+impl std::str::FromStr for Protocol {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "spin" => Ok(Protocol::Spin),
+            "memcache-tcp" => Ok(Protocol::MemcacheTcp),
+            _ => Err(format!(
+                "unknown protocol {text:?}: expected {}",
+                Protocol::NAMES
+            )),
+        }
+    }
+}
+
 /// What a run plays. In JSON only `target` and `phases` are required; see the field defaults.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct GenSpec {
@@ -79,6 +122,19 @@ pub struct GenSpec {
     pub window_ms: Option<f64>,
     /// When the generator is judged to have fallen behind (default: corral-loadgen's).
     pub policy: AdherencePolicy,
+    /// `spin` (default) or `memcache-tcp`. With `memcache-tcp`, `clients` is the number of
+    /// TCP connections (client `c` on port [`CLIENT_PORT_BASE`](crate::nic::CLIENT_PORT_BASE)
+    /// + `c`), the requests follow `kv`, and `service` and `payload` are not used.
+    #[serde(default)]
+    pub protocol: Protocol,
+    /// The key-value workload of a `memcache-tcp` run (default: corral-loadgen's
+    /// `KvWorkload::new(10000)`); gets of keys not yet set are misses.
+    #[serde(default = "default_kv")]
+    pub kv: KvWorkload,
+}
+
+fn default_kv() -> KvWorkload {
+    KvWorkload::new(10_000)
 }
 
 /// A refused spec: the field, its value, and what was expected.
@@ -113,7 +169,7 @@ fn refuse(
     }
 }
 
-const FIELDS: [&str; 10] = [
+const FIELDS: [&str; 12] = [
     "target",
     "phases",
     "arrivals",
@@ -124,6 +180,8 @@ const FIELDS: [&str; 10] = [
     "grace_ms",
     "window_ms",
     "policy",
+    "protocol",
+    "kv",
 ];
 
 /// Reads `object[key]` as a `T`; `None` if absent (or null). The error names `path`.
@@ -173,6 +231,8 @@ impl GenSpec {
             grace_ms: 100.0,
             window_ms: None,
             policy: AdherencePolicy::default(),
+            protocol: Protocol::Spin,
+            kv: default_kv(),
         }
     }
 
@@ -248,6 +308,16 @@ impl GenSpec {
         spec.grace_ms = field(&object, "grace_ms", "grace_ms")?.unwrap_or(spec.grace_ms);
         spec.window_ms = field(&object, "window_ms", "window_ms")?;
         spec.policy = field(&object, "policy", "policy")?.unwrap_or(spec.policy);
+        match object.get("protocol") {
+            None | Some(Value::Null) => {}
+            Some(Value::String(text)) => {
+                spec.protocol = text
+                    .parse()
+                    .map_err(|_| refuse("protocol", format!("{text:?}"), Protocol::NAMES))?;
+            }
+            Some(other) => return Err(refuse("protocol", other, Protocol::NAMES)),
+        }
+        spec.kv = field(&object, "kv", "kv")?.unwrap_or(spec.kv);
         spec.validate()?;
         Ok(spec)
     }
@@ -288,6 +358,26 @@ impl GenSpec {
         }
         if self.clients == 0 {
             return Err(refuse("clients", 0, "at least 1"));
+        }
+        if self.protocol == Protocol::MemcacheTcp {
+            let most = crate::tcpfleet::MAX_CONNECTIONS;
+            if self.clients as usize > most {
+                return Err(refuse(
+                    "clients",
+                    self.clients,
+                    format!("1 to {most} (TCP connections, for protocol memcache-tcp)"),
+                ));
+            }
+            self.kv
+                .validate()
+                .map_err(|e| refuse(format!("kv.{}", e.key), e.value, e.expected))?;
+            if self.window_ms.is_some() {
+                return Err(refuse(
+                    "window_ms",
+                    self.window_ms.unwrap_or_default(),
+                    "no latency windows with protocol memcache-tcp",
+                ));
+            }
         }
         self.service
             .validate()
@@ -504,6 +594,22 @@ pub struct GenResult {
     pub windows: Vec<WindowReport>,
     pub daemon: DaemonDiff,
     pub gen_cost: GenCost,
+    /// Of a `memcache-tcp` run: the checks of every reply and the connections' counters.
+    #[serde(default)]
+    pub kv: Option<KvReport>,
+}
+
+/// What a `memcache-tcp` run's connections did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KvReport {
+    /// Requests by kind and replies by verdict; wrong ones are not latency samples.
+    pub checks: KvChecks,
+    pub connections: crate::tcpfleet::FleetCounters,
+    /// Segments the connections retransmitted: after a timeout, fast (on duplicate ACKs), and
+    /// SYNs.
+    pub rto_retransmits: u64,
+    pub fast_retransmits: u64,
+    pub syn_retransmits: u64,
 }
 
 #[cfg(test)]
@@ -707,6 +813,7 @@ mod tests {
             windows: Vec::new(),
             daemon: DaemonDiff::default(),
             gen_cost: GenCost::default(),
+            kv: Some(KvReport::default()),
         };
         let json = serde_json::to_string(&result).unwrap();
         let value: Value = serde_json::from_str(&json).unwrap();
@@ -717,7 +824,79 @@ mod tests {
             .map(String::as_str)
             .collect();
         keys.sort_unstable();
-        assert_eq!(keys, ["daemon", "gen_cost", "spec", "summary", "windows"]);
+        assert_eq!(
+            keys,
+            ["daemon", "gen_cost", "kv", "spec", "summary", "windows"]
+        );
         assert_eq!(serde_json::from_str::<GenResult>(&json).unwrap(), result);
+        // Results of a spin run, from before the field existed, still read.
+        let mut old = value.clone();
+        old.as_object_mut().unwrap().remove("kv");
+        let read: GenResult = serde_json::from_value(old).unwrap();
+        assert_eq!(read.kv, None);
+    }
+
+    #[test]
+    fn the_protocol_is_spin_unless_memcache_tcp_is_asked_for() {
+        assert_eq!(
+            GenSpec::from_json(MINIMAL).unwrap().protocol,
+            Protocol::Spin
+        );
+        let spec = GenSpec::from_json(&with(
+            r#""protocol": "memcache-tcp", "clients": 128, "kv": {"keys": 500,
+            "key_size": {"kind": "fixed", "bytes": 20}, "value_size": {"kind": "uniform",
+            "min": 1, "max": 4000}, "max_value": 4000, "get_fraction": 0.5,
+            "popularity": {"kind": "uniform"}, "seed": 3}"#,
+        ))
+        .unwrap();
+        assert_eq!(spec.protocol, Protocol::MemcacheTcp);
+        assert_eq!(
+            (spec.clients, spec.kv.keys, spec.kv.get_fraction),
+            (128, 500, 0.5)
+        );
+        assert_eq!(GenSpec::from_json(&spec.to_json()).unwrap(), spec);
+        assert_eq!(
+            "memcache-tcp".parse::<Protocol>(),
+            Ok(Protocol::MemcacheTcp)
+        );
+        assert_eq!(Protocol::MemcacheTcp.to_string(), "memcache-tcp");
+    }
+
+    #[test]
+    fn a_bad_protocol_or_workload_is_refused_with_its_field() {
+        for (extra, field, expected) in [
+            (
+                r#""protocol": "memcache""#,
+                "protocol",
+                "spin or memcache-tcp",
+            ),
+            (r#""protocol": 3"#, "protocol", "spin or memcache-tcp"),
+            (
+                r#""protocol": "memcache-tcp", "clients": 20000"#,
+                "clients",
+                "TCP connections",
+            ),
+            (
+                r#""protocol": "memcache-tcp", "window_ms": 10"#,
+                "window_ms",
+                "no latency windows",
+            ),
+            (
+                r#""protocol": "memcache-tcp", "kv": {"keys": 0, "key_size": {"kind": "fixed",
+                "bytes": 20}, "value_size": {"kind": "fixed", "bytes": 20}, "max_value": 20,
+                "get_fraction": 0.5, "popularity": {"kind": "uniform"}, "seed": 3}"#,
+                "kv.keys",
+                "",
+            ),
+        ] {
+            let e = error(&with(extra));
+            assert_eq!(e.field, field, "{e}");
+            assert!(e.expected.contains(expected), "{e}");
+        }
+        let e = error(&with(r#""protocol": "memcache""#));
+        assert_eq!(
+            e.to_string(),
+            "invalid protocol = \"memcache\": expected spin or memcache-tcp"
+        );
     }
 }

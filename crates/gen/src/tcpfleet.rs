@@ -124,7 +124,7 @@ impl FleetConfig {
 
 /// Everything a fleet counted. Engine counters (retransmissions, segments, drops) are in
 /// [`TcpFleet::tcp_counters`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct FleetCounters {
     /// Connections opened (SYNs queued), reconnections included.
     pub connects: u64,
@@ -327,6 +327,11 @@ impl TcpFleet {
 
     pub fn config(&self) -> &FleetConfig {
         &self.config
+    }
+
+    /// The operation of timed request `id` under the fleet's workload.
+    pub fn op_of(&self, id: u64) -> Op {
+        self.space.op(id)
     }
 
     /// The connection requests for `op` go on.

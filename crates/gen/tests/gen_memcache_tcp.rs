@@ -1,0 +1,99 @@
+//! A `memcache-tcp` run of the `gen` backend, driven as iokerneld's loop drives it (receive
+//! polls and transmitted frames, on `CLOCK_MONOTONIC`), against the in-memory memcached server
+//! of `common`: the spec's schedule becomes gets and sets over TCP connections, every reply is
+//! checked, and the results carry the checks and the connections' counters.
+
+mod common;
+
+use std::net::SocketAddrV4;
+
+use common::{GEN_IP, Link, PORT, SERVER_IP, SERVER_MAC, Server};
+use corral_gen::Gen;
+use corral_gen::run::{GenSpec, PhaseSpec, Protocol};
+use corral_iokernel::nic::{FrameBatch, Nic};
+use corral_iokernel::sys::now_ns;
+use corral_loadgen::kv::{KvWorkload, SizeDist};
+use corral_loadgen::{AdherencePolicy, Arrivals};
+use corral_wire::{Packet, parse_frame};
+
+#[test]
+fn a_memcache_tcp_run_checks_every_reply_over_its_connections() {
+    let mut spec = GenSpec::new(
+        SocketAddrV4::new(SERVER_IP, PORT),
+        vec![PhaseSpec {
+            rate_rps: 20_000.0,
+            duration_s: 0.05,
+        }],
+    );
+    spec.arrivals = Arrivals::Constant;
+    spec.protocol = Protocol::MemcacheTcp;
+    spec.clients = 16;
+    spec.kv = KvWorkload {
+        value_size: SizeDist::Uniform { min: 10, max: 2000 },
+        get_fraction: 0.6,
+        ..KvWorkload::new(300)
+    };
+    // Long enough that a loaded machine's stalls do not make replies late.
+    spec.grace_ms = 1_000.0;
+    spec.validate().unwrap();
+
+    let mut generator = Gen::new(GEN_IP, 24);
+    generator.start(&spec, SERVER_MAC.0).unwrap();
+    let mut server = Server::new(Default::default());
+    let mut link = Link::new(1, 0.0, 0.0);
+    let mut batch = FrameBatch::default();
+    let mut arp = 0;
+    let finished = loop {
+        let now = now_ns();
+        batch.clear();
+        generator.recv_burst_at(&mut batch, now);
+        for i in 0..batch.len() {
+            let frame = batch.frame(i);
+            match parse_frame(frame)
+                .expect("the generator's frames verify")
+                .packet
+            {
+                Packet::Arp(_) => arp += 1,
+                _ => link.send(now, true, frame.to_vec()),
+            }
+        }
+        server.fire_timers(now, &mut link);
+        while let Some((to_server, frame)) = link.pop_due(now) {
+            if to_server {
+                server.receive(now, &frame, &mut link);
+            } else {
+                generator.send(&frame).unwrap();
+            }
+        }
+        if let Some(run) = generator.take_finished(now) {
+            break run;
+        }
+    };
+    assert!(arp > 0, "the generator announces itself to its target");
+
+    let kv = finished
+        .kv_report()
+        .expect("a memcache-tcp run reports its checks");
+    let (summary, windows, _) = finished.finish(&AdherencePolicy::default());
+    assert!(windows.is_empty());
+    assert_eq!(summary.scheduled, 1_000);
+    assert_eq!(summary.sent, 1_000);
+    assert_eq!(summary.matched, 1_000, "{summary:?}");
+    assert_eq!((summary.lost, summary.malformed, summary.late), (0, 0, 0));
+    assert_eq!(kv.checks.errors(), 0, "{}", kv.checks);
+    assert_eq!(kv.checks.correct(), 1_000, "{}", kv.checks);
+    assert_eq!(kv.checks.gets + kv.checks.sets, 1_000);
+    assert!(kv.checks.hits > 0 && kv.checks.stored > 0, "{}", kv.checks);
+    let c = kv.connections;
+    assert_eq!(
+        (c.connects, c.established, c.reconnects),
+        (16, 16, 0),
+        "{c:?}"
+    );
+    assert_eq!(
+        (c.resets, c.lost_requests, c.refused_requests),
+        (0, 0, 0),
+        "{c:?}"
+    );
+    assert_eq!(server.accepted, 16);
+}
