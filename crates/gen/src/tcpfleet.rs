@@ -16,10 +16,11 @@
 //! and as malformed in the recorder) and never timed. Connection `c` uses source port
 //! [`CLIENT_PORT_BASE`] + `c`, so that RSS at the target sees one flow per connection.
 //!
-//! Memory is bounded and sized at start: one slot per connection, each holding at most
-//! `max_in_flight` requests (submitting more is refused and counted), the engine's fixed send
-//! and receive buffers, and the bytes of requests the engine has not taken yet (at most
-//! `max_in_flight` requests' worth).
+//! Memory is bounded: the tables are sized at start (one slot per connection, each with room
+//! for `max_in_flight` outstanding requests; submitting more is refused and counted), and the
+//! byte buffers grow on demand up to fixed bounds, as the engine's own do: its send and
+//! receive buffers, the bytes of requests the engine has not taken yet (at most
+//! `max_in_flight` requests' worth) and the reply bytes not yet parsed (about one reply).
 //!
 //! A connection that fails (reset by the target, refused, timed out, closed by the target, or
 //! whose reply stream cannot be parsed) loses the requests it had outstanding, which are
@@ -81,8 +82,9 @@ pub struct FleetConfig {
 }
 
 impl FleetConfig {
-    /// 16 requests outstanding per connection, the engine's defaults with Nagle off (a request
-    /// is sent as soon as it is queued).
+    /// 256 requests outstanding per connection (an open-loop generator that stalls for a
+    /// moment then queues every request that came due meanwhile), the engine's defaults with
+    /// Nagle off (a request is sent as soon as it is queued).
     pub fn new(
         connections: usize,
         local: (MacAddr, Ipv4Addr),
@@ -98,7 +100,7 @@ impl FleetConfig {
                 nodelay: true,
                 ..TcpConfig::default()
             },
-            max_in_flight: 16,
+            max_in_flight: 256,
             iss_secret: *b"corral-gen-fleet",
         }
     }
@@ -283,15 +285,13 @@ impl TcpFleet {
     /// the timed requests' latencies; validate `config` and the workload first.
     pub fn new(config: FleetConfig, space: Keyspace, recorder: ResponseRecorder) -> TcpFleet {
         config.validate().expect("a validated fleet config");
-        let per_request = space.workload.max_value as usize + 2 * 256;
-        let unsent_cap = (config.max_in_flight * per_request).min(config.tcp.send_buffer);
         let slots = (0..config.connections)
             .map(|_| Slot {
                 conn: None,
                 session: StreamSession::new(),
                 ops: VecDeque::with_capacity(config.max_in_flight),
                 repair: Vec::with_capacity(config.max_in_flight),
-                unsent: Vec::with_capacity(unsent_cap),
+                unsent: Vec::new(),
                 unsent_at: 0,
                 deadline: None,
                 dirty: false,
