@@ -29,7 +29,8 @@
 //! such key again (an untimed set, counted in `repair_sets`): a later get of the key is then
 //! checked against a value the target certainly has.
 
-use std::collections::VecDeque;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
 use std::net::{Ipv4Addr, SocketAddrV4};
 
 use corral_abi::MAX_FRAME;
@@ -55,6 +56,9 @@ pub const MAX_CONNECTIONS: usize = 16_384;
 /// RSTs owed to segments that matched no connection, held until a poll sends them; more are
 /// dropped (the peer retransmits and is answered then).
 const RST_QUEUE: usize = 64;
+
+/// How many timer entries per connection the heap may hold before it is rebuilt.
+const TIMER_SLACK: usize = 4;
 
 /// Bytes asked of the reply stream for each read from a connection.
 const READ_CHUNK: usize = 16 * 1024;
@@ -263,8 +267,10 @@ pub struct TcpFleet {
     slots: Vec<Slot>,
     /// Slots that may have output, a new deadline, or bytes to move; each listed once.
     dirty: Vec<u32>,
-    /// The earliest of the slots' deadlines (`u64::MAX` when none).
-    next_timer: Nanos,
+    /// Each slot's deadline as it was set, earliest first. An entry whose slot has since moved
+    /// or cleared its deadline is skipped when it comes up; when stale entries make the heap
+    /// [`TIMER_SLACK`] times the slot count it is rebuilt from the slots, so it stays bounded.
+    timers: BinaryHeap<Reverse<(Nanos, u32)>>,
     spec: Ipv4FrameSpec,
     checks: KvChecks,
     recorder: ResponseRecorder,
@@ -313,7 +319,7 @@ impl TcpFleet {
             space,
             dirty: Vec::with_capacity(config.connections),
             slots,
-            next_timer: u64::MAX,
+            timers: BinaryHeap::with_capacity(TIMER_SLACK * config.connections + 1),
             spec,
             checks: KvChecks::default(),
             recorder,
@@ -550,22 +556,18 @@ impl TcpFleet {
             }
             self.rst_owed.pop();
         }
-        if now >= self.next_timer {
-            for c in 0..self.slots.len() {
-                let slot = &mut self.slots[c];
-                if let (Some(conn), Some(at)) = (slot.conn.as_mut(), slot.deadline)
-                    && at <= now
-                {
-                    slot.deadline = None;
-                    conn.on_timer(now);
-                    self.mark(c);
-                }
-            }
-            self.next_timer = u64::MAX;
-            for slot in &self.slots {
-                if let Some(at) = slot.deadline {
-                    self.next_timer = self.next_timer.min(at);
-                }
+        while let Some(&Reverse((at, c))) = self.timers.peek()
+            && at <= now
+        {
+            self.timers.pop();
+            let c = c as usize;
+            let slot = &mut self.slots[c];
+            if slot.deadline == Some(at)
+                && let Some(conn) = slot.conn.as_mut()
+            {
+                slot.deadline = None;
+                conn.on_timer(now);
+                self.mark(c);
             }
         }
         let mut i = 0;
@@ -661,10 +663,14 @@ impl TcpFleet {
             self.fail(c);
             return Some(done);
         }
-        slot.deadline = conn.next_deadline();
-        if let Some(at) = slot.deadline {
-            self.next_timer = self.next_timer.min(at);
+        let deadline = conn.next_deadline();
+        if deadline != slot.deadline {
+            slot.deadline = deadline;
+            if let Some(at) = deadline {
+                self.arm(c, at);
+            }
         }
+        let slot = &self.slots[c];
         let took = slot.unsent_at > offered;
         if done && more && took {
             return None;
@@ -672,10 +678,26 @@ impl TcpFleet {
         Some(done)
     }
 
+    /// Files slot `c`'s new deadline `at`, rebuilding the heap first if stale entries crowd it.
+    fn arm(&mut self, c: usize, at: Nanos) {
+        if self.timers.len() >= TIMER_SLACK * self.slots.len() {
+            self.timers.clear();
+            for (i, slot) in self.slots.iter().enumerate() {
+                if let Some(d) = slot.deadline
+                    && i != c
+                {
+                    self.timers.push(Reverse((d, i as u32)));
+                }
+            }
+        }
+        self.timers.push(Reverse((at, c as u32)));
+    }
+
     /// When [`poll`](Self::poll) is next needed for a timer, if ever (frames received and
-    /// requests submitted need a poll too).
+    /// requests submitted need a poll too). It may be a timer since moved later: a poll then
+    /// finds nothing due.
     pub fn next_deadline(&self) -> Option<Nanos> {
-        (self.next_timer != u64::MAX).then_some(self.next_timer)
+        self.timers.peek().map(|&Reverse((at, _))| at)
     }
 
     /// Whether a poll has work regardless of timers.
