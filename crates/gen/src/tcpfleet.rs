@@ -506,9 +506,13 @@ impl TcpFleet {
                 Err(_) => break,
             }
         }
+        let before = slot.session.in_flight();
         let taken =
             slot.session
                 .take_replies(&self.space, now, &mut self.checks, Some(&mut self.recorder));
+        // Replies complete requests in order: the oldest operations are done.
+        let answered = before - slot.session.in_flight();
+        slot.ops.drain(..answered);
         if taken.is_err() {
             self.counters.broken_streams += 1;
             conn.abort(now);

@@ -350,7 +350,11 @@ fn a_reset_connection_is_counted_and_the_others_are_unaffected() {
     // Later requests for the victim's keys opened it again, and were answered correctly:
     // a get after a lost set is right only if the fleet stored that key again first.
     assert_eq!((c.reconnects, c.connects), (1, 65), "{c:?}");
-    assert!(c.repair_sets > 0, "{c:?}");
+    // Each key whose set was lost was stored again, once.
+    let mut distinct = lost_sets.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(c.repair_sets, distinct.len() as u64, "{c:?}");
     let checks = *fleet.checks();
     assert_eq!(checks.connection_failures, 1, "{checks}");
     assert_eq!(checks.errors(), 1, "{checks}");
@@ -377,4 +381,48 @@ fn replies_after_the_deadline_are_late_and_not_samples() {
     // Every reply was still right: lateness is not an error.
     assert_eq!(fleet.checks().errors(), 0);
     assert_eq!(fleet.checks().correct(), 10_000);
+}
+
+#[test]
+fn a_connection_the_server_closes_is_counted_and_opened_again() {
+    let space = keyspace_of(200, 0.5);
+    let requests = stream(&space, 10_000, 0);
+    let victim = 9;
+    let mut fleet = fleet(64, space, 10_000);
+    let mut server = Server::new(Faults {
+        close: Some((TcpFleet::port_of(victim), 6 * MS)),
+        ..Faults::default()
+    });
+    let mut link = Link::new(6, 0.0, 0.0);
+    let sent = run(&mut fleet, &mut server, &mut link, &requests);
+
+    assert_eq!(server.closes_sent, 1);
+    let c = *fleet.counters();
+    assert_eq!((c.closed_by_peer, c.resets), (1, 0), "{c:?}");
+    // While its connection was closing, the victim's requests were refused; then it opened
+    // again.
+    assert_eq!((c.reconnects, c.connects), (1, 65), "{c:?}");
+    let (mut answered, mut refused, mut lost) = (0, 0, 0);
+    for s in &sent {
+        let id = s.req.id.unwrap();
+        match s.conn {
+            Some(conn) if conn != victim => {
+                assert!(fleet.recorder().is_answered(id), "request {id} on {conn}");
+            }
+            None => refused += 1,
+            Some(_) if fleet.recorder().is_answered(id) => answered += 1,
+            Some(_) => lost += 1,
+        }
+    }
+    assert!(answered > 0);
+    assert_eq!(refused, c.refused_requests);
+    assert_eq!(lost, c.lost_requests);
+    // The server answered what it had read before its FIN; anything sent after that was lost
+    // with the connection (a failure only if there was some).
+    let checks = *fleet.checks();
+    assert_eq!(checks.connection_failures, u64::from(lost > 0), "{checks}");
+    assert_eq!(checks.errors(), checks.connection_failures, "{checks}");
+    let summary = fleet.summary(&run_info(&requests), &AdherencePolicy::default());
+    assert_eq!(summary.send_errors, refused);
+    assert_eq!(summary.matched, 10_000 - refused - lost);
 }

@@ -114,6 +114,9 @@ pub struct Faults {
     /// requests are acknowledged and never read), and reset it on its first data at or after
     /// the second.
     pub reset: Option<(u16, Nanos, Nanos)>,
+    /// Close the sending side of the connection from this client port (a FIN) once it has
+    /// answered its first data at or after this time; requests after that go unanswered.
+    pub close: Option<(u16, Nanos)>,
 }
 
 pub struct ServerConn {
@@ -134,6 +137,7 @@ pub struct Server {
     pub store: Store,
     pub faults: Faults,
     pub resets_sent: u64,
+    pub closes_sent: u64,
     pub values_corrupted: u32,
     pub accepted: u64,
 }
@@ -157,6 +161,7 @@ impl Server {
             store: Store::new(StoreConfig::new(64 << 20, 1 << 20, 0)),
             faults,
             resets_sent: 0,
+            closes_sent: 0,
             values_corrupted: 0,
             accepted: 0,
         }
@@ -204,7 +209,17 @@ impl Server {
                     self.resets_sent += 1;
                 }
             }
+            let close = self
+                .faults
+                .close
+                .is_some_and(|(p, at)| p == port && now >= at && !tcp.payload().is_empty());
             self.pump(port, now, link, read);
+            if close && let Some(sc) = self.conns.get_mut(&port) {
+                self.faults.close = None;
+                sc.conn.shutdown_write(now).unwrap();
+                self.closes_sent += 1;
+                self.pump(port, now, link, read);
+            }
             return;
         }
         let flags = tcp.flags();
