@@ -492,8 +492,18 @@ impl Run {
         } else {
             self.due_ns().min(timer)
         };
-        self.meter.bursts += 1;
-        self.meter.requests += submitted;
+        let m = &mut self.meter;
+        if m.bursts.is_multiple_of(TIME_ONE_IN) && submitted > 0 {
+            // Queuing the requests due and writing every frame due (ACKs and retransmissions
+            // included), per request queued, from the loop's clock read before the poll.
+            let ns = now_ns().saturating_sub(now);
+            m.timed_build_ns += ns;
+            m.timed_bursts += 1;
+            m.timed_burst_requests += submitted;
+            m.build.saturating_record(ns / submitted);
+        }
+        m.bursts += 1;
+        m.requests += submitted;
         (frames, bytes)
     }
 

@@ -74,8 +74,12 @@ fn a_memcache_tcp_run_checks_every_reply_over_its_connections() {
     let kv = finished
         .kv_report()
         .expect("a memcache-tcp run reports its checks");
-    let (summary, windows, _) = finished.finish(&AdherencePolicy::default());
+    let (summary, windows, cost) = finished.finish(&AdherencePolicy::default());
     assert!(windows.is_empty());
+    // Every request was queued by a poll, and the replies came through the transmit path
+    // (a segment may carry several).
+    assert_eq!(cost.requests, 1_000);
+    assert!(cost.responses > 0, "{cost:?}");
     assert_eq!(summary.scheduled, 1_000);
     assert_eq!(summary.sent, 1_000);
     assert_eq!(summary.matched, 1_000, "{summary:?}");
