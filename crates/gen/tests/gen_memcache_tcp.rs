@@ -101,3 +101,52 @@ fn a_memcache_tcp_run_checks_every_reply_over_its_connections() {
     );
     assert_eq!(server.accepted, 16);
 }
+
+#[test]
+fn a_memcache_tcp_run_against_nothing_loses_every_request_and_keeps_its_bounds() {
+    let mut spec = GenSpec::new(
+        SocketAddrV4::new(SERVER_IP, PORT),
+        vec![PhaseSpec {
+            rate_rps: 100_000.0,
+            duration_s: 0.02,
+        }],
+    );
+    spec.arrivals = Arrivals::Constant;
+    spec.protocol = Protocol::MemcacheTcp;
+    spec.clients = 4;
+    spec.grace_ms = 10.0;
+    spec.validate().unwrap();
+
+    let mut generator = Gen::new(GEN_IP, 24);
+    generator.start(&spec, SERVER_MAC.0).unwrap();
+    let mut batch = FrameBatch::default();
+    let mut syns = 0;
+    let finished = loop {
+        let now = now_ns();
+        batch.clear();
+        generator.recv_burst_at(&mut batch, now);
+        for i in 0..batch.len() {
+            // Nothing answers: every frame but the ARP announcement is a SYN.
+            if let Packet::Tcp { tcp, .. } = parse_frame(batch.frame(i)).unwrap().packet {
+                assert!(tcp.payload().is_empty());
+                syns += 1;
+            }
+        }
+        if let Some(run) = generator.take_finished(now) {
+            break run;
+        }
+    };
+    assert!(syns >= 4);
+    let kv = finished.kv_report().unwrap();
+    let (summary, _, _) = finished.finish(&AdherencePolicy::default());
+    assert_eq!(summary.scheduled, 2_000);
+    assert_eq!(summary.matched, 0);
+    // Each connection took 256 requests and refused the rest.
+    let c = kv.connections;
+    assert_eq!((c.connects, c.established), (4, 0), "{c:?}");
+    assert_eq!(c.requests, 4 * 256, "{c:?}");
+    assert_eq!(c.refused_requests, 2_000 - 4 * 256, "{c:?}");
+    assert_eq!(summary.sent, 4 * 256);
+    assert_eq!(summary.send_errors, 2_000 - 4 * 256);
+    assert_eq!(kv.checks.correct(), 0);
+}
