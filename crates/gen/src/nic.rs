@@ -153,6 +153,9 @@ struct Meter {
     timed_build_ns: u64,
     timed_responses: u64,
     timed_parse_ns: u64,
+    /// Polls of a memcache-tcp run that queued requests (most of its polls only move ACKs and
+    /// timers): one in [`TIME_ONE_IN`] of these is timed.
+    submitting_polls: u64,
     /// Per request, for each timed burst.
     build: Histogram<u64>,
     /// Per timed response.
@@ -170,6 +173,7 @@ impl Meter {
             timed_build_ns: 0,
             timed_responses: 0,
             timed_parse_ns: 0,
+            submitting_polls: 0,
             build: new_histogram(),
             parse: new_histogram(),
         }
@@ -493,7 +497,7 @@ impl Run {
             self.due_ns().min(timer)
         };
         let m = &mut self.meter;
-        if m.bursts.is_multiple_of(TIME_ONE_IN) && submitted > 0 {
+        if submitted > 0 && m.submitting_polls.is_multiple_of(TIME_ONE_IN) {
             // Queuing the requests due and writing every frame due (ACKs and retransmissions
             // included), per request queued, from the loop's clock read before the poll.
             let ns = now_ns().saturating_sub(now);
@@ -502,6 +506,7 @@ impl Run {
             m.timed_burst_requests += submitted;
             m.build.saturating_record(ns / submitted);
         }
+        m.submitting_polls += u64::from(submitted > 0);
         m.bursts += 1;
         m.requests += submitted;
         (frames, bytes)

@@ -80,6 +80,7 @@ fn a_memcache_tcp_run_checks_every_reply_over_its_connections() {
     // (a segment may carry several).
     assert_eq!(cost.requests, 1_000);
     assert!(cost.responses > 0, "{cost:?}");
+    assert!(cost.timed_bursts > 0 && cost.build_ns > 0, "{cost:?}");
     assert_eq!(summary.scheduled, 1_000);
     assert_eq!(summary.sent, 1_000);
     assert_eq!(summary.matched, 1_000, "{summary:?}");
