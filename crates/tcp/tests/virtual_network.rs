@@ -265,19 +265,17 @@ fn a_zero_window_held_for_half_an_hour_neither_grows_memory_nor_times_out() {
     zero_window_held_for(30 * 60 * S, 25);
 }
 
-/// Ignored until the engine invalidates TS.Recent before its microsecond timestamp clock
-/// wraps half-way (2^31 µs, under 36 minutes): see /work/notes/requests.md, "for tcpengine",
-/// PAWS after 36 minutes without an update. Today every segment after the window reopens is
-/// dropped as PAWS-old and the transfer never resumes.
+/// Longer than it takes the microsecond timestamp clock to advance by half its space (2^31 µs,
+/// under 36 minutes): the receiver's TS.Recent, not updated by the probes it rejects, must
+/// expire (RFC 7323 §5.5) rather than make every segment after the window reopens look old.
 #[test]
-#[ignore]
 fn a_zero_window_held_for_two_hours_neither_grows_memory_nor_times_out() {
     zero_window_held_for(2 * 3600 * S, 100);
 }
 
-/// Ignored for the same PAWS bug as the two-hour zero window (requests.md, "for tcpengine").
+/// An hour without a segment either way: each side's TS.Recent is older than half the
+/// timestamp space, and the first segments after the pause must still pass PAWS.
 #[test]
-#[ignore]
 fn a_connection_idle_for_an_hour_still_carries_data() {
     let cfg = tcp_config(CcAlgorithm::NewReno);
     let mut sim = Sim::new(8, LinkConfig::clean());

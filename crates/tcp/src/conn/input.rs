@@ -4,7 +4,9 @@
 use corral_wire::{TcpFlags, TcpSegment};
 
 use super::recv::Stored;
-use super::{Connection, Events, RstOwed, SegOptions, State, TcpError, timestamp_clock};
+use super::{
+    Connection, Events, RstOwed, SegOptions, State, TIMESTAMP_TICK, TcpError, timestamp_clock,
+};
 use crate::Nanos;
 use crate::seq::Seq;
 use crate::stats::TcpDrop;
@@ -13,7 +15,16 @@ use crate::stats::TcpDrop;
 pub(super) const CHALLENGE_ACKS_PER_SECOND: u32 = 100;
 
 /// TS.Recent is not trusted for PAWS after this long without an update (RFC 7323 §5.5).
-const PAWS_IDLE: Nanos = 24 * 24 * 3600 * 1_000_000_000;
+///
+/// The RFC's 24 days are 2^31 ticks of the fastest clock it recommends (1 ms): past them, a
+/// peer's TSval may have advanced by half the timestamp space and look older than TS.Recent.
+/// Our own clock, and so that of a Corral peer, ticks every microsecond and gets there in under
+/// 36 minutes, and a Linux peer with microsecond timestamps is as fast. The bound is measured
+/// on our clock (the time since TS.Recent was last updated) and is 2^30 of our ticks, about 18
+/// minutes, which leaves room for a peer whose clock runs up to twice as fast as ours. For a
+/// slower peer (Linux's 1 ms clock) it only gives up PAWS's protection early on a connection
+/// that was idle anyway.
+const PAWS_IDLE: Nanos = (1 << 30) * TIMESTAMP_TICK;
 
 impl Connection {
     /// A segment for this connection arrived (its checksum already verified).
@@ -162,7 +173,7 @@ impl Connection {
             && !rst
             && let Some(ts) = opts.timestamps
             && (ts.tsval.wrapping_sub(self.ts_recent) as i32) < 0
-            && now.saturating_sub(self.ts_recent_at) < PAWS_IDLE
+            && !self.ts_recent_expired(now)
         {
             self.stats.drop(TcpDrop::PawsRejected);
             self.ack_now = true;
@@ -269,11 +280,12 @@ impl Connection {
             }
         }
 
-        // TS.Recent (RFC 7323 §4.3): from segments that cover the last ACK we sent.
+        // TS.Recent (RFC 7323 §4.3): from segments that cover the last ACK we sent. An expired
+        // TS.Recent (§5.5) is replaced by whatever the peer's clock says now.
         if self.ts_enabled
             && let Some(ts) = opts.timestamps
             && seq.le(self.last_ack_sent)
-            && (ts.tsval.wrapping_sub(self.ts_recent) as i32) >= 0
+            && ((ts.tsval.wrapping_sub(self.ts_recent) as i32) >= 0 || self.ts_recent_expired(now))
         {
             self.ts_recent = ts.tsval;
             self.ts_recent_at = now;
@@ -287,6 +299,13 @@ impl Connection {
             ev |= self.take_data(now, seq, payload, fin);
         }
         ev
+    }
+
+    /// Whether TS.Recent went without an update for so long that it says nothing about the
+    /// peer's clock any more (RFC 7323 §5.5).
+    #[inline]
+    fn ts_recent_expired(&self, now: Nanos) -> bool {
+        now.saturating_sub(self.ts_recent_at) >= PAWS_IDLE
     }
 
     /// RFC 5961's challenge ACK, at most [`CHALLENGE_ACKS_PER_SECOND`] a second (§7), so

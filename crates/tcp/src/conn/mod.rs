@@ -165,12 +165,15 @@ const TS_OPTION_LEN: u32 = 12;
 /// Largest window-scale shift (RFC 7323 §2.3).
 const MAX_WSCALE: u8 = 14;
 
+/// One tick of the timestamp clock, in nanoseconds.
+const TIMESTAMP_TICK: Nanos = 1_000;
+
 /// The timestamp clock (RFC 7323 §5.4): microseconds of the caller's clock, so round trips of a
 /// few microseconds are still measured. A listener answering with SYN cookies must use the same
 /// clock, so that the connection's first TSval is not below the SYN-ACK's.
 #[inline]
 pub const fn timestamp_clock(now: Nanos) -> u32 {
-    (now / 1_000) as u32
+    (now / TIMESTAMP_TICK) as u32
 }
 
 /// The window-scale shift a receive buffer of `recv_buffer` bytes needs (RFC 7323 §2.2).
