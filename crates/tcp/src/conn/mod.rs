@@ -294,6 +294,10 @@ pub struct Connection {
     /// Karn's algorithm without timestamps: the sequence number whose ACK gives the next RTT
     /// sample, and when its segment left. Cleared by any retransmission.
     rtt_timed: Option<(Seq, Nanos)>,
+    /// Karn's algorithm with timestamps: our timestamp clock when a timeout (or a duplicate
+    /// SYN) last made us send again. Until an ACK echoes a TSval at least this new, echoes may
+    /// be stale and time nothing (see `take_rtt_sample`).
+    karn_tsval: Option<u32>,
 
     // Persist (zero-window probes) and keepalive.
     persist_deadline: Option<Nanos>,
@@ -383,6 +387,7 @@ impl Connection {
             rto_deadline: None,
             retries: 0,
             rtt_timed: None,
+            karn_tsval: None,
             persist_deadline: None,
             persist_backoff: 0,
             probes_unanswered: 0,
