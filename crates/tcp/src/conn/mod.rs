@@ -457,6 +457,7 @@ impl Connection {
         c.max_snd_wnd = c.snd_wnd;
         c.snd_wl1 = c.rcv_nxt;
         c.snd_wl2 = c.snd_una;
+        c.rcv_adv = c.rcv_nxt;
         c.rcv_adv = c.rcv_nxt + c.advertised_window();
         c.arm_keepalive(now);
         c
@@ -669,8 +670,25 @@ impl Connection {
     /// The window we would advertise now, in bytes, after scaling's rounding.
     #[inline]
     fn advertised_window(&self) -> u32 {
-        let field = (self.rbuf.window() >> self.rcv_wscale).min(usize::from(u16::MAX));
-        (field as u32) << self.rcv_wscale
+        u32::from(self.window_field()) << self.rcv_wscale
+    }
+
+    /// The window field of a non-SYN segment sent now.
+    ///
+    /// Scaling rounds the free space down to a multiple of 2^shift, and as RCV.NXT moves by
+    /// amounts that are not such multiples, the rounded right edge can fall up to 2^shift - 1
+    /// bytes short of the one already advertised. The right edge must never move left (RFC
+    /// 9293 §3.8.6.2.2, RFC 7323 §2.4 and appendix F), so the field is rounded up to cover it
+    /// again, as Linux does. Bytes a peer then sends beyond the buffer are cut off and counted
+    /// (`BeyondWindow`), and it sends them again.
+    pub(super) fn window_field(&self) -> u16 {
+        let shift = self.rcv_wscale;
+        let mut field = self.rbuf.window() >> shift;
+        if self.rcv_adv.gt(self.rcv_nxt) {
+            let promised = (self.rcv_adv - self.rcv_nxt) as usize;
+            field = field.max(promised.div_ceil(1 << shift));
+        }
+        field.min(usize::from(u16::MAX)) as u16
     }
 
     /// Bytes `recv` would return now.
