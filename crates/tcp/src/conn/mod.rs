@@ -551,10 +551,15 @@ impl Connection {
         Events::CLOSED
     }
 
-    /// The connection failed: every blocked caller wakes to the error.
+    /// The connection failed: every blocked caller wakes to the error. Bytes already received
+    /// in order stay readable, and `recv` reports the error once they are read (as Linux
+    /// does after a reset or a time-out); out-of-order bytes can never be completed and go.
     fn fail(&mut self, why: TcpError) -> Events {
         self.error = Some(why);
-        self.rbuf.release();
+        self.rbuf.discard_out_of_order();
+        if self.rbuf.readable() == 0 {
+            self.rbuf.release();
+        }
         self.enter_closed() | Events::ERROR | Events::READABLE | Events::WRITABLE
     }
 
@@ -633,7 +638,17 @@ impl Connection {
     pub fn recv(&mut self, now: Nanos, buf: &mut [u8]) -> Result<usize, TcpError> {
         let _ = now;
         if let Some(e) = self.app_error() {
-            return Err(e);
+            // What arrived in order before the failure is read first; after the peer's FIN,
+            // the end of the stream is reported as such (Linux too reads 0 there).
+            let n = self.rbuf.read(buf);
+            if self.rbuf.readable() == 0 {
+                self.rbuf.release();
+            }
+            return if n > 0 || self.fin_received {
+                Ok(n)
+            } else {
+                Err(e)
+            };
         }
         if matches!(self.state, State::SynSent | State::SynReceived) {
             return Err(TcpError::NotConnected);

@@ -533,6 +533,62 @@ fn rst_validation_rfc5961() {
     none(&mut c, T0 + 3 * MS);
 }
 
+/// A reset does not take back what was already delivered in order: the application reads it,
+/// then the reset. Out-of-order bytes, which can never be completed, are gone.
+#[test]
+fn data_received_before_a_reset_is_read_before_the_error() {
+    let mut c = client(&config());
+    let t = T0 + 2 * MS;
+    feed(
+        &mut c,
+        t,
+        &Seg::new(IRS + 1, ISS + 1, ACK).data(b"in order"),
+    );
+    feed(&mut c, t, &Seg::new(IRS + 20, ISS + 1, ACK).data(b"ahead"));
+    drain(&mut c, t);
+    let ev = feed(&mut c, t, &Seg::new(IRS + 9, 0, RST));
+    assert!(ev.contains(Events::ERROR | Events::READABLE | Events::CLOSED));
+    assert_eq!(
+        (c.state(), c.error()),
+        (State::Closed, Some(TcpError::Reset))
+    );
+    assert!(c.readable());
+    assert_eq!(c.send(t, b"x"), Err(TcpError::Reset));
+    let mut buf = [0u8; 5];
+    assert_eq!(c.recv(t, &mut buf), Ok(5));
+    assert_eq!(&buf, b"in or");
+    assert_eq!(c.recv(t, &mut buf), Ok(3));
+    assert_eq!(&buf[..3], b"der");
+    assert_eq!(c.recv(t, &mut buf), Err(TcpError::Reset));
+    assert_eq!(c.recv(t, &mut buf), Err(TcpError::Reset));
+    assert_eq!(
+        c.memory(),
+        core::mem::size_of_val(&*c.cc),
+        "the buffers are returned"
+    );
+    none(&mut c, t);
+}
+
+/// After the peer's FIN, a reset ends nothing more: the bytes before the FIN are read, then
+/// the end of the stream.
+#[test]
+fn a_reset_after_the_peers_fin_still_reads_to_the_end_of_the_stream() {
+    let mut c = client(&config());
+    let t = T0 + 2 * MS;
+    feed(
+        &mut c,
+        t,
+        &Seg::new(IRS + 1, ISS + 1, ACK | FIN).data(b"bye"),
+    );
+    assert_eq!(c.state(), State::CloseWait);
+    drain(&mut c, t);
+    feed(&mut c, t, &Seg::new(IRS + 5, 0, RST));
+    assert_eq!(c.error(), Some(TcpError::Reset));
+    let mut buf = [0u8; 8];
+    assert_eq!(c.recv(t, &mut buf), Ok(3));
+    assert_eq!(c.recv(t, &mut buf), Ok(0));
+}
+
 #[test]
 fn challenge_acks_are_rate_limited() {
     let mut c = client(&config());
