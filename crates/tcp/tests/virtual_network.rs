@@ -503,6 +503,20 @@ fn a_full_accept_queue_refuses_and_counts_and_frees_up_when_accepted() {
     assert_eq!(got, Some(flip(late)));
 }
 
+/// The mix iokerneld's fault injector applies in the end-to-end fault tests: 10% each of loss,
+/// reordering, duplication and corruption, so that one segment in five never arrives intact.
+#[test]
+fn ten_percent_of_every_fault_at_once() {
+    for seed in 0..4 {
+        let link = LinkConfig {
+            duplicate: 0.10,
+            corrupt: 0.10,
+            ..LinkConfig::faulty(0.10)
+        };
+        bulk_both_ways(seed, link, CcAlgorithm::Cubic, MB);
+    }
+}
+
 /// Many seeds of the faulty transfers, smaller; run by hand (`-- --ignored sweep`).
 #[test]
 #[ignore]
