@@ -434,6 +434,12 @@ impl Connection {
                 self.snd_nxt = ack;
             }
             self.scoreboard.ack(ack);
+            if self.snd_una == self.snd_max {
+                // Nothing sent before the timeout is left to answer for: later echoes are of
+                // segments sent since (and a value kept through a long idle time would, once the
+                // clock moved 2^31 ticks on, make every fresh echo look old).
+                self.karn_tsval = None;
+            }
             if self.in_recovery {
                 if ack.ge(self.recover) {
                     // Full acknowledgment (RFC 6582 §3.2 step 3).

@@ -688,22 +688,20 @@ impl Connection {
         u32::from(self.window_field()) << self.rcv_wscale
     }
 
-    /// The window field of a non-SYN segment sent now.
+    /// The window field of a non-SYN segment sent now: the free space rounded down to the
+    /// scale, so that the right edge it advertises is always one the buffer can honour.
     ///
-    /// Scaling rounds the free space down to a multiple of 2^shift, and as RCV.NXT moves by
-    /// amounts that are not such multiples, the rounded right edge can fall up to 2^shift - 1
-    /// bytes short of the one already advertised. The right edge must never move left (RFC
-    /// 9293 §3.8.6.2.2, RFC 7323 §2.4 and appendix F), so the field is rounded up to cover it
-    /// again, as Linux does. Bytes a peer then sends beyond the buffer are cut off and counted
-    /// (`BeyondWindow`), and it sends them again.
+    /// The edge never moves left while the buffer can back it: rounding down gives the largest
+    /// edge (on the 2^shift grid that starts at RCV.NXT) within the buffer, so an earlier edge
+    /// is only lost when covering it would take bytes the buffer does not have. That can happen
+    /// when RCV.NXT moved by a non-multiple of 2^shift and the application read nothing since,
+    /// and it retracts the edge by less than 2^shift (RFC 7323 appendix F; RFC 1122
+    /// §4.2.2.16 has senders cope). Rounding up instead, as Linux does, promises bytes the
+    /// buffer cannot take: with an application that stops reading, the promise creeps a little
+    /// with every ACK, the sender never sees a zero window and retransmits into the sliver
+    /// until it gives up, where a zero window would be probed forever.
     pub(super) fn window_field(&self) -> u16 {
-        let shift = self.rcv_wscale;
-        let mut field = self.rbuf.window() >> shift;
-        if self.rcv_adv.gt(self.rcv_nxt) {
-            let promised = (self.rcv_adv - self.rcv_nxt) as usize;
-            field = field.max(promised.div_ceil(1 << shift));
-        }
-        field.min(usize::from(u16::MAX)) as u16
+        (self.rbuf.window() >> self.rcv_wscale).min(usize::from(u16::MAX)) as u16
     }
 
     /// Bytes `recv` would return now.

@@ -1193,6 +1193,39 @@ fn an_echo_older_than_the_last_timeout_is_no_rtt_sample() {
     assert_eq!(c.srtt(), Some((7 * MS + 3 * MS) / 8));
 }
 
+/// Once everything sent before a timeout is acknowledged, even by an ambiguous ACK, the next
+/// echo times the path again, also after the timestamp clock moved on by more than 2^31 ticks.
+#[test]
+fn echoes_time_the_path_again_after_a_timeout_and_a_long_idle_time() {
+    let cfg = TcpConfig {
+        timestamps: true,
+        keepalive: None,
+        ..config()
+    };
+    let mut c = client(&cfg);
+    let t = T0 + 10 * MS;
+    c.send(t, b"data").unwrap();
+    let first = one(&mut c, t);
+    let rto = c.next_deadline().unwrap();
+    c.on_timer(rto);
+    one(&mut c, rto);
+    feed(
+        &mut c,
+        rto + MS,
+        &Seg::new(IRS + 1, ISS + 5, ACK).ts(8, first.ts.unwrap().tsval),
+    );
+    assert_eq!(c.srtt(), Some(MS));
+    let later = rto + (3u64 << 31) * US;
+    c.send(later, b"more").unwrap();
+    let more = one(&mut c, later);
+    feed(
+        &mut c,
+        later + 3 * MS,
+        &Seg::new(IRS + 1, ISS + 9, ACK).ts(9, more.ts.unwrap().tsval),
+    );
+    assert_eq!(c.srtt(), Some((7 * MS + 3 * MS) / 8));
+}
+
 #[test]
 fn delayed_acks() {
     let cfg = TcpConfig {
