@@ -36,7 +36,7 @@ impl Daemon {
     fn start(test: u8, faults: &[&str]) -> Daemon {
         let pid = std::process::id();
         let tap = format!("crf{}t{test}", pid % 100_000);
-        let subnet = [10, 200 + (pid % 40) as u8, test];
+        let subnet = [10, 220 + (pid % 20) as u8, test];
         let cidr = format!("{}.{}.{}.1/24", subnet[0], subnet[1], subnet[2]);
         let mut args = vec![
             "--log-level",

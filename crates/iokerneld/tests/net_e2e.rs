@@ -45,7 +45,7 @@ impl Daemon {
     fn start(test: u8) -> Daemon {
         let pid = std::process::id();
         let tap = format!("cre{}t{test}", pid % 100_000);
-        let subnet = [10, 120 + (pid % 50) as u8, test];
+        let subnet = [10, 120 + (pid % 20) as u8, test];
         let cidr = format!("{}.{}.{}.1/24", subnet[0], subnet[1], subnet[2]);
         let iokerneld = common::Daemon::launch(Launch {
             args: &[

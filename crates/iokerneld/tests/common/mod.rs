@@ -4,6 +4,12 @@
 //!
 //! Every daemon runs on CPU 0 and manages CPU 1. The tests of one binary share CPU 1, so those
 //! that start a daemon hold `serial()` while they run.
+//!
+//! Test binaries that create TAP devices may run at the same time (two checkouts on one
+//! machine), and two devices holding one host address confuse the kernel's routes, so each
+//! binary draws its subnets `10.X.test.0/24` from a second octet range of its own (varied by
+//! its pid): `net_e2e` 120-139, corral-kv's TAP tests 140-149, the TCP tests 170-199
+//! (`tcp_common`, by family), `spinning_net` 200-219, `faults_e2e` 220-239.
 
 use std::fmt::Debug;
 use std::marker::PhantomData;

@@ -4,7 +4,9 @@
 use corral_wire::{TcpFlags, TcpSegment};
 
 use super::recv::Stored;
-use super::{Connection, Events, RstOwed, SegOptions, State, TcpError, timestamp_clock};
+use super::{
+    Connection, Events, RstOwed, SegOptions, State, TIMESTAMP_TICK, TcpError, timestamp_clock,
+};
 use crate::Nanos;
 use crate::seq::Seq;
 use crate::stats::TcpDrop;
@@ -13,7 +15,16 @@ use crate::stats::TcpDrop;
 pub(super) const CHALLENGE_ACKS_PER_SECOND: u32 = 100;
 
 /// TS.Recent is not trusted for PAWS after this long without an update (RFC 7323 §5.5).
-const PAWS_IDLE: Nanos = 24 * 24 * 3600 * 1_000_000_000;
+///
+/// The RFC's 24 days are 2^31 ticks of the fastest clock it recommends (1 ms): past them, a
+/// peer's TSval may have advanced by half the timestamp space and look older than TS.Recent.
+/// Our own clock, and so that of a Corral peer, ticks every microsecond and gets there in under
+/// 36 minutes, and a Linux peer with microsecond timestamps is as fast. The bound is measured
+/// on our clock (the time since TS.Recent was last updated) and is 2^30 of our ticks, about 18
+/// minutes, which leaves room for a peer whose clock runs up to twice as fast as ours. For a
+/// slower peer (Linux's 1 ms clock) it only gives up PAWS's protection early on a connection
+/// that was idle anyway.
+const PAWS_IDLE: Nanos = (1 << 30) * TIMESTAMP_TICK;
 
 impl Connection {
     /// A segment for this connection arrived (its checksum already verified).
@@ -87,7 +98,14 @@ impl Connection {
         self.state = State::Established;
         self.ack_now = true;
         self.arm_keepalive(now);
-        self.take_ack_of_syn(now, ack, opts);
+        // Karn's algorithm for the handshake. After our SYN went more than once, the SYN-ACK
+        // may be the peer's own retransmission, sent a timeout after the SYN it answers and
+        // echoing that SYN's TSval: even an echo of our latest SYN would count the peer's
+        // timeout as path delay, and this first sample sets the RTO to three times itself.
+        // (The passive side, which the peer acknowledges at once, keeps its sample when the ACK
+        // echoes its latest SYN-ACK: `take_rtt_sample` refuses older echoes.)
+        let timed = self.stats.syn_retransmits == 0;
+        self.take_ack_of_syn(now, ack, opts, timed);
         let payload = seg.payload();
         if !payload.is_empty() || flags.contains(TcpFlags::FIN) {
             ev |= self.take_data(now, self.rcv_nxt, payload, flags.contains(TcpFlags::FIN));
@@ -95,24 +113,42 @@ impl Connection {
         ev
     }
 
-    /// The peer acknowledged our SYN with `ack`: RTT sample and timers.
-    fn take_ack_of_syn(&mut self, now: Nanos, ack: Seq, opts: &SegOptions<'_>) {
+    /// The peer acknowledged our SYN with `ack`: RTT sample (unless `timed` is false) and
+    /// timers.
+    fn take_ack_of_syn(&mut self, now: Nanos, ack: Seq, opts: &SegOptions<'_>, timed: bool) {
         self.snd_una = ack;
         if self.snd_nxt.lt(ack) {
             self.snd_nxt = ack;
         }
         self.rexmit_next = ack;
-        self.take_rtt_sample(now, ack, opts);
+        if timed {
+            self.take_rtt_sample(now, ack, opts);
+        }
         self.retries = 0;
         self.rtt.reset_backoff();
         self.rto_deadline = (self.snd_una != self.snd_max).then(|| now + self.rtt.rto());
     }
 
+    /// An RTT sample from an ACK of new data, if it times anything (Karn's algorithm).
+    ///
+    /// With timestamps, the echo of a segment sent before the latest timeout is not trusted: the
+    /// peer answers a retransmission it already had (or a duplicate SYN, or a SYN-ACK it
+    /// challenges) by echoing its TS.Recent, which RFC 7323 §4.3 does not update from such
+    /// segments and which may be as old as the first copy. Such a sample would count the
+    /// backed-off timeouts as path delay and inflate the RTO with every loss.
     fn take_rtt_sample(&mut self, now: Nanos, ack: Seq, opts: &SegOptions<'_>) -> Option<Nanos> {
         let sample = match (self.ts_enabled, opts.timestamps) {
             (true, Some(ts)) => {
+                let fresh = self
+                    .karn_tsval
+                    .is_none_or(|t| (ts.tsecr.wrapping_sub(t) as i32) >= 0);
                 let ticks = timestamp_clock(now).wrapping_sub(ts.tsecr) as i32;
-                (ticks >= 0).then(|| ticks as Nanos * 1_000)
+                if fresh && ticks >= 0 {
+                    self.karn_tsval = None;
+                    Some(ticks as Nanos * TIMESTAMP_TICK)
+                } else {
+                    None
+                }
             }
             _ => match self.rtt_timed {
                 Some((end, sent)) if ack.ge(end) => {
@@ -150,7 +186,17 @@ impl Connection {
                 return self.complete_handshake(now, seg, opts);
             }
             if !has_ack {
-                // The peer retransmitted its SYN: our SYN-ACK was lost.
+                // The peer retransmitted its SYN: our SYN-ACK was lost. The SYN-ACK sent again
+                // echoes this copy's TSval (RFC 7323 §4.3: its sequence number is not above
+                // the last ACK we sent), so the peer can time it.
+                if self.ts_enabled
+                    && let Some(ts) = opts.timestamps
+                    && (ts.tsval.wrapping_sub(self.ts_recent) as i32) >= 0
+                {
+                    self.ts_recent = ts.tsval;
+                    self.ts_recent_at = now;
+                }
+                self.karn_tsval = Some(timestamp_clock(now));
                 self.snd_nxt = self.iss;
                 self.stats.duplicate_segments += 1;
                 return Events::NONE;
@@ -162,7 +208,7 @@ impl Connection {
             && !rst
             && let Some(ts) = opts.timestamps
             && (ts.tsval.wrapping_sub(self.ts_recent) as i32) < 0
-            && now.saturating_sub(self.ts_recent_at) < PAWS_IDLE
+            && !self.ts_recent_expired(now)
         {
             self.stats.drop(TcpDrop::PawsRejected);
             self.ack_now = true;
@@ -269,11 +315,12 @@ impl Connection {
             }
         }
 
-        // TS.Recent (RFC 7323 §4.3): from segments that cover the last ACK we sent.
+        // TS.Recent (RFC 7323 §4.3): from segments that cover the last ACK we sent. An expired
+        // TS.Recent (§5.5) is replaced by whatever the peer's clock says now.
         if self.ts_enabled
             && let Some(ts) = opts.timestamps
             && seq.le(self.last_ack_sent)
-            && (ts.tsval.wrapping_sub(self.ts_recent) as i32) >= 0
+            && ((ts.tsval.wrapping_sub(self.ts_recent) as i32) >= 0 || self.ts_recent_expired(now))
         {
             self.ts_recent = ts.tsval;
             self.ts_recent_at = now;
@@ -287,6 +334,13 @@ impl Connection {
             ev |= self.take_data(now, seq, payload, fin);
         }
         ev
+    }
+
+    /// Whether TS.Recent went without an update for so long that it says nothing about the
+    /// peer's clock any more (RFC 7323 §5.5).
+    #[inline]
+    fn ts_recent_expired(&self, now: Nanos) -> bool {
+        now.saturating_sub(self.ts_recent_at) >= PAWS_IDLE
     }
 
     /// RFC 5961's challenge ACK, at most [`CHALLENGE_ACKS_PER_SECOND`] a second (§7), so
@@ -317,7 +371,7 @@ impl Connection {
         } else {
             State::Established
         };
-        self.take_ack_of_syn(now, ack, opts);
+        self.take_ack_of_syn(now, ack, opts, true);
         self.snd_wnd = u32::from(seg.window()) << self.snd_wscale;
         self.max_snd_wnd = self.max_snd_wnd.max(self.snd_wnd);
         self.snd_wl1 = Seq(seg.seq());
@@ -380,6 +434,12 @@ impl Connection {
                 self.snd_nxt = ack;
             }
             self.scoreboard.ack(ack);
+            if self.snd_una == self.snd_max {
+                // Nothing sent before the timeout is left to answer for: later echoes are of
+                // segments sent since (and a value kept through a long idle time would, once the
+                // clock moved 2^31 ticks on, make every fresh echo look old).
+                self.karn_tsval = None;
+            }
             if self.in_recovery {
                 if ack.ge(self.recover) {
                     // Full acknowledgment (RFC 6582 §3.2 step 3).

@@ -165,12 +165,15 @@ const TS_OPTION_LEN: u32 = 12;
 /// Largest window-scale shift (RFC 7323 §2.3).
 const MAX_WSCALE: u8 = 14;
 
+/// One tick of the timestamp clock, in nanoseconds.
+const TIMESTAMP_TICK: Nanos = 1_000;
+
 /// The timestamp clock (RFC 7323 §5.4): microseconds of the caller's clock, so round trips of a
 /// few microseconds are still measured. A listener answering with SYN cookies must use the same
 /// clock, so that the connection's first TSval is not below the SYN-ACK's.
 #[inline]
 pub const fn timestamp_clock(now: Nanos) -> u32 {
-    (now / 1_000) as u32
+    (now / TIMESTAMP_TICK) as u32
 }
 
 /// The window-scale shift a receive buffer of `recv_buffer` bytes needs (RFC 7323 §2.2).
@@ -291,6 +294,10 @@ pub struct Connection {
     /// Karn's algorithm without timestamps: the sequence number whose ACK gives the next RTT
     /// sample, and when its segment left. Cleared by any retransmission.
     rtt_timed: Option<(Seq, Nanos)>,
+    /// Karn's algorithm with timestamps: our timestamp clock when a timeout (or a duplicate
+    /// SYN) last made us send again. Until an ACK echoes a TSval at least this new, echoes may
+    /// be stale and time nothing (see `take_rtt_sample`).
+    karn_tsval: Option<u32>,
 
     // Persist (zero-window probes) and keepalive.
     persist_deadline: Option<Nanos>,
@@ -380,6 +387,7 @@ impl Connection {
             rto_deadline: None,
             retries: 0,
             rtt_timed: None,
+            karn_tsval: None,
             persist_deadline: None,
             persist_backoff: 0,
             probes_unanswered: 0,
@@ -449,6 +457,7 @@ impl Connection {
         c.max_snd_wnd = c.snd_wnd;
         c.snd_wl1 = c.rcv_nxt;
         c.snd_wl2 = c.snd_una;
+        c.rcv_adv = c.rcv_nxt;
         c.rcv_adv = c.rcv_nxt + c.advertised_window();
         c.arm_keepalive(now);
         c
@@ -542,10 +551,15 @@ impl Connection {
         Events::CLOSED
     }
 
-    /// The connection failed: every blocked caller wakes to the error.
+    /// The connection failed: every blocked caller wakes to the error. Bytes already received
+    /// in order stay readable, and `recv` reports the error once they are read (as Linux
+    /// does after a reset or a time-out); out-of-order bytes can never be completed and go.
     fn fail(&mut self, why: TcpError) -> Events {
         self.error = Some(why);
-        self.rbuf.release();
+        self.rbuf.discard_out_of_order();
+        if self.rbuf.readable() == 0 {
+            self.rbuf.release();
+        }
         self.enter_closed() | Events::ERROR | Events::READABLE | Events::WRITABLE
     }
 
@@ -624,7 +638,17 @@ impl Connection {
     pub fn recv(&mut self, now: Nanos, buf: &mut [u8]) -> Result<usize, TcpError> {
         let _ = now;
         if let Some(e) = self.app_error() {
-            return Err(e);
+            // What arrived in order before the failure is read first; after the peer's FIN,
+            // the end of the stream is reported as such (Linux too reads 0 there).
+            let n = self.rbuf.read(buf);
+            if self.rbuf.readable() == 0 {
+                self.rbuf.release();
+            }
+            return if n > 0 || self.fin_received {
+                Ok(n)
+            } else {
+                Err(e)
+            };
         }
         if matches!(self.state, State::SynSent | State::SynReceived) {
             return Err(TcpError::NotConnected);
@@ -661,8 +685,23 @@ impl Connection {
     /// The window we would advertise now, in bytes, after scaling's rounding.
     #[inline]
     fn advertised_window(&self) -> u32 {
-        let field = (self.rbuf.window() >> self.rcv_wscale).min(usize::from(u16::MAX));
-        (field as u32) << self.rcv_wscale
+        u32::from(self.window_field()) << self.rcv_wscale
+    }
+
+    /// The window field of a non-SYN segment sent now: the free space rounded down to the
+    /// scale, so that the right edge it advertises is always one the buffer can honour.
+    ///
+    /// The edge never moves left while the buffer can back it: rounding down gives the largest
+    /// edge (on the 2^shift grid that starts at RCV.NXT) within the buffer, so an earlier edge
+    /// is only lost when covering it would take bytes the buffer does not have. That can happen
+    /// when RCV.NXT moved by a non-multiple of 2^shift and the application read nothing since,
+    /// and it retracts the edge by less than 2^shift (RFC 7323 appendix F; RFC 1122
+    /// §4.2.2.16 has senders cope). Rounding up instead, as Linux does, promises bytes the
+    /// buffer cannot take: with an application that stops reading, the promise creeps a little
+    /// with every ACK, the sender never sees a zero window and retransmits into the sliver
+    /// until it gives up, where a zero window would be probed forever.
+    pub(super) fn window_field(&self) -> u16 {
+        (self.rbuf.window() >> self.rcv_wscale).min(usize::from(u16::MAX)) as u16
     }
 
     /// Bytes `recv` would return now.

@@ -324,7 +324,7 @@ impl Connection {
         let window = if syn {
             self.rbuf.window().min(usize::from(u16::MAX)) as u16
         } else {
-            (self.rbuf.window() >> self.rcv_wscale).min(usize::from(u16::MAX)) as u16
+            self.window_field()
         };
         let h = TcpHeader {
             src_port: self.ends.local.port(),

@@ -146,6 +146,12 @@ impl RecvBuffer {
         }
     }
 
+    /// Forgets the out-of-order ranges of a connection that will not receive again; the
+    /// in-order bytes stay readable.
+    pub(super) fn discard_out_of_order(&mut self) {
+        self.ooo = Vec::new();
+    }
+
     /// Returns the heap of a connection that will not receive again.
     pub(super) fn release(&mut self) {
         self.ring.release();

@@ -533,6 +533,62 @@ fn rst_validation_rfc5961() {
     none(&mut c, T0 + 3 * MS);
 }
 
+/// A reset does not take back what was already delivered in order: the application reads it,
+/// then the reset. Out-of-order bytes, which can never be completed, are gone.
+#[test]
+fn data_received_before_a_reset_is_read_before_the_error() {
+    let mut c = client(&config());
+    let t = T0 + 2 * MS;
+    feed(
+        &mut c,
+        t,
+        &Seg::new(IRS + 1, ISS + 1, ACK).data(b"in order"),
+    );
+    feed(&mut c, t, &Seg::new(IRS + 20, ISS + 1, ACK).data(b"ahead"));
+    drain(&mut c, t);
+    let ev = feed(&mut c, t, &Seg::new(IRS + 9, 0, RST));
+    assert!(ev.contains(Events::ERROR | Events::READABLE | Events::CLOSED));
+    assert_eq!(
+        (c.state(), c.error()),
+        (State::Closed, Some(TcpError::Reset))
+    );
+    assert!(c.readable());
+    assert_eq!(c.send(t, b"x"), Err(TcpError::Reset));
+    let mut buf = [0u8; 5];
+    assert_eq!(c.recv(t, &mut buf), Ok(5));
+    assert_eq!(&buf, b"in or");
+    assert_eq!(c.recv(t, &mut buf), Ok(3));
+    assert_eq!(&buf[..3], b"der");
+    assert_eq!(c.recv(t, &mut buf), Err(TcpError::Reset));
+    assert_eq!(c.recv(t, &mut buf), Err(TcpError::Reset));
+    assert_eq!(
+        c.memory(),
+        core::mem::size_of_val(&*c.cc),
+        "the buffers are returned"
+    );
+    none(&mut c, t);
+}
+
+/// After the peer's FIN, a reset ends nothing more: the bytes before the FIN are read, then
+/// the end of the stream.
+#[test]
+fn a_reset_after_the_peers_fin_still_reads_to_the_end_of_the_stream() {
+    let mut c = client(&config());
+    let t = T0 + 2 * MS;
+    feed(
+        &mut c,
+        t,
+        &Seg::new(IRS + 1, ISS + 1, ACK | FIN).data(b"bye"),
+    );
+    assert_eq!(c.state(), State::CloseWait);
+    drain(&mut c, t);
+    feed(&mut c, t, &Seg::new(IRS + 5, 0, RST));
+    assert_eq!(c.error(), Some(TcpError::Reset));
+    let mut buf = [0u8; 8];
+    assert_eq!(c.recv(t, &mut buf), Ok(3));
+    assert_eq!(c.recv(t, &mut buf), Ok(0));
+}
+
 #[test]
 fn challenge_acks_are_rate_limited() {
     let mut c = client(&config());
@@ -993,6 +1049,181 @@ fn paws_rejects_old_timestamps() {
     // A RST is not subject to PAWS.
     feed(&mut c, t, &Seg::new(IRS + 4, 0, RST).ts(1, 0));
     assert_eq!(c.error(), Some(TcpError::Reset));
+}
+
+#[test]
+fn paws_forgets_ts_recent_after_2_30_timestamp_ticks_without_an_update() {
+    let cfg = TcpConfig {
+        timestamps: true,
+        keepalive: None,
+        ..config()
+    };
+    let mut c = client(&cfg);
+    let t = T0 + 5 * MS;
+    feed(
+        &mut c,
+        t,
+        &Seg::new(IRS + 1, ISS + 1, ACK).data(b"a").ts(100, 0),
+    );
+    assert_eq!(one(&mut c, t).ts.unwrap().tsecr, 100);
+    // A microsecond clock like ours is half-way round 2^31 ticks later: its TSval now looks
+    // older than TS.Recent. One tick short of 2^30 ticks, PAWS still holds.
+    let wrapped = 100u32.wrapping_add(1 << 31).wrapping_add(5);
+    let idle = (1u64 << 30) * US;
+    feed(
+        &mut c,
+        t + idle - 1,
+        &Seg::new(IRS + 2, ISS + 1, ACK).data(b"b").ts(wrapped, 0),
+    );
+    assert_eq!(c.stats().drops[TcpDrop::PawsRejected as usize], 1);
+    assert_eq!(one(&mut c, t + idle - 1).ack, IRS + 2);
+    // After 2^30 ticks, TS.Recent expired (RFC 7323 §5.5): the segment is taken and its TSval
+    // becomes TS.Recent.
+    feed(
+        &mut c,
+        t + idle,
+        &Seg::new(IRS + 2, ISS + 1, ACK).data(b"b").ts(wrapped, 0),
+    );
+    let a = one(&mut c, t + idle);
+    assert_eq!((a.ack, a.ts.unwrap().tsecr), (IRS + 3, wrapped));
+    assert_eq!(c.stats().drops[TcpDrop::PawsRejected as usize], 1);
+    assert_eq!(c.recv_available(), 2);
+}
+
+/// The peer lost our first SYN and then its first SYN-ACK: the SYN-ACK that arrives is its
+/// retransmission, a second after the SYN it echoes.
+#[test]
+fn a_syn_ack_after_a_retransmitted_syn_is_no_rtt_sample() {
+    let cfg = TcpConfig {
+        timestamps: true,
+        rto_initial: 1_000 * MS,
+        rto_max: 10_000 * MS,
+        ..config()
+    };
+    let mut c = Connection::connect(&cfg, ends(), ISS, T0);
+    one(&mut c, T0);
+    let t1 = T0 + 1_000 * MS;
+    c.on_timer(t1);
+    let syn = one(&mut c, t1);
+    assert_eq!(syn.flags, SYN);
+    let mut synack = Seg::new(IRS, ISS + 1, SYN | ACK).ts(9, syn.ts.unwrap().tsval);
+    synack.options.mss = Some(1000);
+    let t2 = t1 + 1_000 * MS + 40 * US;
+    assert!(feed(&mut c, t2, &synack).contains(Events::ESTABLISHED));
+    assert_eq!(
+        c.srtt(),
+        None,
+        "no sample from a handshake that retransmitted"
+    );
+    assert_eq!(c.rto(), 1_000 * MS, "the initial RTO, backoff reset");
+    // The first data is timed as usual.
+    one(&mut c, t2);
+    c.send(t2, b"data").unwrap();
+    let d = one(&mut c, t2);
+    feed(
+        &mut c,
+        t2 + 40 * US,
+        &Seg::new(IRS + 1, ISS + 5, ACK).ts(10, d.ts.unwrap().tsval),
+    );
+    assert_eq!(c.srtt(), Some(40 * US));
+}
+
+/// Our SYN-ACK went twice; the peer's ACK echoes the first one's TSval (as a challenge ACK to
+/// the second does): it may answer either, and times nothing. An echo of the second does.
+#[test]
+fn the_ack_of_a_retransmitted_syn_ack_is_timed_only_by_its_latest_tsval() {
+    let cfg = TcpConfig {
+        timestamps: true,
+        ..config()
+    };
+    for echo_latest in [false, true] {
+        let mut syn = Seg::new(IRS, 0, SYN).ts(5, 0);
+        syn.options.mss = Some(1000);
+        let bytes = syn.build();
+        let parsed = TcpSegment::parse(&bytes, REMOTE_IP, LOCAL_IP).unwrap();
+        let mut c = Connection::accept_syn(&cfg, ends(), &parsed, ISS, T0);
+        let first = one(&mut c, T0).ts.unwrap().tsval;
+        let t1 = T0 + 100 * MS;
+        c.on_timer(t1);
+        let second = one(&mut c, t1).ts.unwrap().tsval;
+        let t2 = t1 + MS;
+        let echo = if echo_latest { second } else { first };
+        feed(&mut c, t2, &Seg::new(IRS + 1, ISS + 1, ACK).ts(6, echo));
+        assert_eq!(c.state(), State::Established);
+        let expected = echo_latest.then_some(MS);
+        assert_eq!(c.srtt(), expected, "echo of the latest: {echo_latest}");
+    }
+}
+
+/// After a timeout, the peer answers the go-back-N resend of what it already had with its old
+/// TS.Recent (RFC 7323 §4.3 updates it only from acceptable segments): that echo is older than
+/// the timeout and is no RTT sample; the echo of a segment sent after the timeout is.
+#[test]
+fn an_echo_older_than_the_last_timeout_is_no_rtt_sample() {
+    let cfg = TcpConfig {
+        timestamps: true,
+        ..config()
+    };
+    let mut c = client(&cfg);
+    assert_eq!(c.srtt(), Some(MS));
+    let t = T0 + 10 * MS;
+    c.send(t, b"data").unwrap();
+    let first = one(&mut c, t);
+    // The ACK is lost; the RTO (10 ms) fires and the data goes again.
+    let rto = c.next_deadline().unwrap();
+    c.on_timer(rto);
+    let again = one(&mut c, rto);
+    assert_eq!(again.payload, b"data");
+    // The delayed ACK of the first copy, echoing its TSval, arrives after the timeout.
+    let late = rto + 2 * MS;
+    feed(
+        &mut c,
+        late,
+        &Seg::new(IRS + 1, ISS + 5, ACK).ts(8, first.ts.unwrap().tsval),
+    );
+    assert_eq!(c.srtt(), Some(MS), "ambiguous: no sample");
+    // New data, answered with an echo of itself: timed again.
+    c.send(late, b"more").unwrap();
+    let more = one(&mut c, late);
+    feed(
+        &mut c,
+        late + 3 * MS,
+        &Seg::new(IRS + 1, ISS + 9, ACK).ts(9, more.ts.unwrap().tsval),
+    );
+    assert_eq!(c.srtt(), Some((7 * MS + 3 * MS) / 8));
+}
+
+/// Once everything sent before a timeout is acknowledged, even by an ambiguous ACK, the next
+/// echo times the path again, also after the timestamp clock moved on by more than 2^31 ticks.
+#[test]
+fn echoes_time_the_path_again_after_a_timeout_and_a_long_idle_time() {
+    let cfg = TcpConfig {
+        timestamps: true,
+        keepalive: None,
+        ..config()
+    };
+    let mut c = client(&cfg);
+    let t = T0 + 10 * MS;
+    c.send(t, b"data").unwrap();
+    let first = one(&mut c, t);
+    let rto = c.next_deadline().unwrap();
+    c.on_timer(rto);
+    one(&mut c, rto);
+    feed(
+        &mut c,
+        rto + MS,
+        &Seg::new(IRS + 1, ISS + 5, ACK).ts(8, first.ts.unwrap().tsval),
+    );
+    assert_eq!(c.srtt(), Some(MS));
+    let later = rto + (3u64 << 31) * US;
+    c.send(later, b"more").unwrap();
+    let more = one(&mut c, later);
+    feed(
+        &mut c,
+        later + 3 * MS,
+        &Seg::new(IRS + 1, ISS + 9, ACK).ts(9, more.ts.unwrap().tsval),
+    );
+    assert_eq!(c.srtt(), Some((7 * MS + 3 * MS) / 8));
 }
 
 #[test]

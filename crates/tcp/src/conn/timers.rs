@@ -2,7 +2,7 @@
 //! TIME-WAIT and the FIN-WAIT-2 bound of a closed connection. Each is one deadline; the caller
 //! sleeps until the earliest.
 
-use super::{Connection, Events, State, TcpError};
+use super::{Connection, Events, State, TcpError, timestamp_clock};
 use crate::Nanos;
 
 impl Connection {
@@ -90,6 +90,7 @@ impl Connection {
         }
         self.rtt.back_off();
         self.rtt_timed = None;
+        self.karn_tsval = Some(timestamp_clock(now));
         self.probe_owed = false;
         if handshake {
             self.snd_nxt = self.iss;
