@@ -5,16 +5,18 @@
 //! The caller owns the clock (nanoseconds on the schedule's clock, the same one requests are
 //! scheduled on) and the frames: [`TcpFleet::submit`] queues a request on its connection,
 //! [`TcpFleet::poll`] writes every frame that is due (handshakes, requests, ACKs,
-//! retransmissions, FINs) into the caller's buffers, [`TcpFleet::receive`] takes a frame from
-//! the target, and [`TcpFleet::next_deadline`] says when the engine's timers next need a poll.
+//! retransmissions, FINs, and RSTs to segments for no connection) into the caller's buffers,
+//! [`TcpFleet::receive`] takes a frame from the target, and [`TcpFleet::next_deadline`] says
+//! when the engine's timers next need a poll.
 //!
 //! A request for key `k` always goes on connection `k % connections`: memcached answers one
 //! connection's requests in order, so a get then must see exactly the last set sent before it
-//! ([`Ordering::InOrder`]), and every reply is checked against its request. Replies are matched
-//! first in, first out to their connection's outstanding requests; a right one is a latency
-//! sample from the request's *scheduled* time, a wrong one is counted (as a `KvChecks` error
-//! and as malformed in the recorder) and never timed. Connection `c` uses source port
-//! [`CLIENT_PORT_BASE`] + `c`, so that RSS at the target sees one flow per connection.
+//! ([`Ordering::InOrder`](corral_loadgen::kv::Ordering::InOrder)), and every reply is checked
+//! against its request. Replies are matched first in, first out to their connection's
+//! outstanding requests; a right one is a latency sample from the request's *scheduled* time,
+//! a wrong one is counted (as a `KvChecks` error and as malformed in the recorder) and never
+//! timed. Connection `c` uses source port [`CLIENT_PORT_BASE`] + `c`, so that RSS at the
+//! target sees one flow per connection.
 //!
 //! Memory is bounded: the tables are sized at start (one slot per connection, each with room
 //! for `max_in_flight` outstanding requests; submitting more is refused and counted), and the
