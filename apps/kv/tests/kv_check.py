@@ -1,12 +1,14 @@
 """get, set, cas, incr, expiry and large values against a memcached-compatible server, through
-pymemcache (Debian's python3-pymemcache). Usage: kv_check.py PORT. Exits non-zero on a failure."""
+pymemcache (Debian's python3-pymemcache). Usage: kv_check.py PORT [HOST] (HOST defaults to
+127.0.0.1). Exits non-zero on a failure."""
 import sys
 import time
 
 from pymemcache.client.base import Client
 
 port = int(sys.argv[1])
-c = Client(("127.0.0.1", port), connect_timeout=10, timeout=10)
+host = sys.argv[2] if len(sys.argv) > 2 else "127.0.0.1"
+c = Client((host, port), connect_timeout=10, timeout=10)
 c.flush_all()
 
 # set / get / flags round trip
