@@ -29,7 +29,7 @@ struct Args {
     /// UDP port to listen on (0: off).
     #[arg(short = 'U', long = "udp-port", default_value_t = 0)]
     udp_port: u16,
-    /// Interface to listen on.
+    /// Interface to listen on; on Corral, the runtime's own IPv4 address.
     #[arg(short = 'l', long = "listen", default_value = "0.0.0.0")]
     listen: String,
     /// Item memory in megabytes.
