@@ -3,6 +3,7 @@
 //! generator (`memcslap`), the pymemcache check, and UDP with memcached's frame header. Each
 //! test starts its own iokerneld and server (see `tap`), one at a time.
 
+mod common;
 mod tap;
 
 use std::io::{Read, Write};

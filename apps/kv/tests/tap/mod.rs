@@ -124,6 +124,12 @@ impl TapKv {
         s
     }
 
+    /// corral-kv's resident memory.
+    pub fn rss_bytes(&self) -> usize {
+        let kv = self.kv.as_ref().expect("corral-kv runs once started");
+        crate::common::rss_bytes(kv.id())
+    }
+
     /// What iokerneld and corral-kv have logged, for failure messages.
     pub fn logs(&self) -> String {
         let read = |name: &str| std::fs::read_to_string(self.dir.join(name)).unwrap_or_default();
@@ -161,6 +167,20 @@ impl TapKv {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+}
+
+impl crate::common::KvServer for TapKv {
+    fn connect(&self) -> TcpStream {
+        TapKv::connect(self)
+    }
+
+    fn rss_bytes(&self) -> usize {
+        TapKv::rss_bytes(self)
+    }
+
+    fn label(&self) -> String {
+        format!("corral-kv at {} over {}", self.server(), self.tap)
     }
 }
 
