@@ -116,7 +116,8 @@ import glob, json, statistics, sys
 out, servers = sys.argv[1], sys.argv[2:]
 rows = {}
 for s in servers:
-    runs = [json.load(open(f)) for f in sorted(glob.glob(f"{out}/{s}-*.json"))]
+    files = sorted(glob.glob(f"{out}/{s}-*.json"))
+    runs = [json.load(open(f)) for f in files if not f.endswith(".iokerneld.json")]
     lat = [r["summary"]["latency"] for r in runs]
     med = lambda k: statistics.median(l[k] for l in lat) / 1e3
     kinds = ("wrong_value", "wrong_reply", "client_errors", "server_errors", "unparsable",
@@ -126,9 +127,14 @@ for s in servers:
     behind = sum(bool(r["summary"]["fell_behind"]) for r in runs)
     rows[s] = (med("p50_ns"), med("p99_ns"), med("p999_ns"), len(runs), lost, errors, behind)
     for f in sorted(glob.glob(f"{out}/{s}-*.iokerneld.json")):
-        g = json.load(open(f))["global"]
+        stats = json.load(open(f))
+        g = stats["global"]
+        rt = stats["runtimes"][0]
+        drops = {k: v for k, v in rt["net"]["drops"].items() if v}
+        tcp = {k: v for k, v in rt["reported"].items() if k.startswith("tcp.") and "retrans" in k and v}
         print(f"{f.rsplit('/', 1)[1]}: iokerneld lost its CPU {g['loop_stalls']} times, "
-              f"{g['loop_stall_ns'] / 1e6:.0f} ms in {g['uptime_s']:.1f} s")
+              f"{g['loop_stall_ns'] / 1e6:.0f} ms in {g['uptime_s']:.1f} s; "
+              f"runtime drops {drops}; {tcp}")
 print(f"medians over repetitions, µs; results in {out}")
 print("| server | p50 | p99 | p99.9 | runs | lost | errors or misses | generator fell behind |")
 print("|---|---|---|---|---|---|---|---|")
