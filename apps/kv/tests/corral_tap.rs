@@ -1,6 +1,7 @@
 //! Unmodified memcached clients against corral-kv on Corral's runtime, through iokerneld and a
 //! TAP device: libmemcached's conformance tester (`memccapable`, text protocol), its load
-//! generator (`memcslap`), the pymemcache check, and UDP with memcached's frame header. Each
+//! generator (`memcslap`), the pymemcache check, the differential streams against memcached
+//! 1.6.18 on Linux sockets, and UDP with memcached's frame header. Each
 //! test starts its own iokerneld and server (see `tap`), one at a time.
 
 mod common;
@@ -11,6 +12,8 @@ use std::net::UdpSocket;
 use std::process::Command;
 use std::time::Duration;
 
+use common::differential::{MEMCACHED_FLAGS, compare};
+use common::start_memcached;
 use tap::{TapKv, serial};
 
 fn run(cmd: &mut Command) -> (bool, String) {
@@ -77,6 +80,17 @@ fn memcslap_load_has_no_errors_over_tap() {
         );
     }
     kv.assert_alive();
+}
+
+#[test]
+fn random_streams_match_memcached_over_tap() {
+    let _serial = serial();
+    for seed in 1..=4u8 {
+        let mut kv = TapKv::start(20 + seed, &["-t", "1"]);
+        let mc = start_memcached(MEMCACHED_FLAGS);
+        compare(&kv, &mc, u64::from(seed), 3000);
+        kv.assert_alive();
+    }
 }
 
 #[test]

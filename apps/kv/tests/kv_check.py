@@ -60,8 +60,10 @@ except Exception as e:
     assert "too large" in str(e), e
 assert c.get("huge") is None
 
-# expiry: relative seconds, and an absolute Unix time in the past
-c.set("short", b"1", expire=1)
+# expiry: relative seconds, and an absolute Unix time in the past. memcached's clock ticks once a
+# second, and an item set to live 1 s dies at the next tick, which may come at once; 2 s lives
+# at least one full second, long enough for the next request, and is gone 2.5 s later.
+c.set("short", b"1", expire=2)
 c.set("past", b"1", expire=int(time.time()) - 100)
 assert c.get("short") == b"1"
 assert c.get("past") is None
@@ -69,7 +71,7 @@ time.sleep(2.5)
 assert c.get("short") is None
 
 # touch extends a life
-c.set("t", b"1", expire=1)
+c.set("t", b"1", expire=2)
 assert c.touch("t", expire=100, noreply=False) is True
 time.sleep(2.5)
 assert c.get("t") == b"1"
