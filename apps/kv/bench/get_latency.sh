@@ -1,22 +1,25 @@
 #!/usr/bin/env bash
-# Get latency seen by a Linux memcached client (corral-loadgen-linux: memcached's text protocol
-# over TCP, open-loop Poisson arrivals, latency from each request's scheduled send time, every
-# reply checked) against:
+# Get latency seen by a Linux memcached client (get_ping.py: memcached's text protocol over one
+# TCP connection, closed loop, one get in flight, GAP_US of blocking sleep between gets, every
+# reply checked byte for byte) against:
 #   corral-spinning  corral-kv on Corral, one kthread spinning on a guaranteed core, through
 #                    iokerneld's TAP device;
 #   corral-parked    the same with no guarantee: the kthread parks between requests;
 #   memcached        memcached 1.6.18, one thread, in a network namespace over a veth pair;
 #   kv-linux         corral-kv on Linux sockets, the same way.
 # Servers get CPU 1 (iokerneld runs on CPU 0); the client runs on CPU 0 at SCHED_FIFO priority 1
-# in every run, standing in for a client on another machine. Runs are interleaved, REPS of each.
-# Needs root, memcached, and `cargo build --release -p corral-iokerneld -p corral-app-kv
-# -p corral-loadgen`. Prints a table of medians over the repetitions (µs) and keeps the JSON in OUT.
+# in every run, standing in for a client on another machine. The client must block between
+# requests: a client that spins at that priority (as corral-loadgen-linux's open-loop sender
+# does) takes CPU 0 from iokerneld, and every Corral frame waits for iokerneld.
+# Runs are interleaved, REPS of each. Needs root, memcached, python3, and
+# `cargo build --release -p corral-iokerneld -p corral-app-kv`. Prints a table of medians
+# over the repetitions (µs) and keeps the JSON in OUT.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 BIN=${BIN:-target/release}
 REPS=${REPS:-3}
-RATE=${RATE:-2000}
-DURATION=${DURATION:-5}
+REQUESTS=${REQUESTS:-20000}
+GAP_US=${GAP_US:-200}
 OUT=${OUT:-$(mktemp -d /tmp/kv-get-latency.XXXXXX)}
 TAG=kvl$(( $$ % 10000 ))
 NS=${TAG}ns
@@ -99,10 +102,8 @@ busiest | tee -a "$OUT/loadavg"
 for rep in $(seq "$REPS"); do
     for s in "${SERVERS[@]}"; do
         start "$s"
-        chrt -f 1 "$BIN/corral-loadgen-linux" --protocol memcache-tcp --server "$SERVER" \
-            --rate "$RATE" --duration "$DURATION" --keys 1000 --key-size fixed:30 \
-            --value-size fixed:200 --get-fraction 1 --connections 1 --threads 1 --cpu 0 \
-            --json "$OUT/$s-$rep.json" 2>&1 | sed "s/^/$s #$rep: /"
+        chrt -f 1 taskset -c 0 python3 apps/kv/bench/get_ping.py "${SERVER%:*}" "${SERVER#*:}" \
+            "$REQUESTS" "$GAP_US" "$OUT/$s-$rep.json" 2>&1 | sed "s/^/$s #$rep: /"
         # How much of the run iokerneld spent without its CPU (loop iterations over 50 µs).
         case $s in corral-*) "$BIN/iokerneld" stats --socket "$SOCK" >"$OUT/$s-$rep.iokerneld.json" ;; esac
         stop_all
@@ -118,14 +119,8 @@ rows = {}
 for s in servers:
     files = sorted(glob.glob(f"{out}/{s}-*.json"))
     runs = [json.load(open(f)) for f in files if not f.endswith(".iokerneld.json")]
-    lat = [r["summary"]["latency"] for r in runs]
-    med = lambda k: statistics.median(l[k] for l in lat) / 1e3
-    kinds = ("wrong_value", "wrong_reply", "client_errors", "server_errors", "unparsable",
-             "connection_failures", "misses")
-    errors = sum(r["checks"][k] for r in runs for k in kinds)
-    lost = sum(r["summary"]["lost"] for r in runs)
-    behind = sum(bool(r["summary"]["fell_behind"]) for r in runs)
-    rows[s] = (med("p50_ns"), med("p99_ns"), med("p999_ns"), len(runs), lost, errors, behind)
+    med = lambda k: statistics.median(r[k] for r in runs)
+    rows[s] = (med("p50_us"), med("p99_us"), med("p999_us"), len(runs), sum(r["wrong"] for r in runs))
     for f in sorted(glob.glob(f"{out}/{s}-*.iokerneld.json")):
         stats = json.load(open(f))
         g = stats["global"]
@@ -136,10 +131,10 @@ for s in servers:
               f"{g['loop_stall_ns'] / 1e6:.0f} ms in {g['uptime_s']:.1f} s; "
               f"runtime drops {drops}; {tcp}")
 print(f"medians over repetitions, µs; results in {out}")
-print("| server | p50 | p99 | p99.9 | runs | lost | errors or misses | generator fell behind |")
-print("|---|---|---|---|---|---|---|---|")
-for s, (p50, p99, p999, n, lost, err, behind) in rows.items():
-    print(f"| {s} | {p50:.1f} | {p99:.1f} | {p999:.1f} | {n} | {lost} | {err} | {behind} of {n} |")
+print("| server | p50 | p99 | p99.9 | runs | wrong replies |")
+print("|---|---|---|---|---|---|")
+for s, (p50, p99, p999, n, wrong) in rows.items():
+    print(f"| {s} | {p50:.1f} | {p99:.1f} | {p999:.1f} | {n} | {wrong} |")
 m = rows.get("memcached")
 if m:
     for s in servers:
