@@ -1,15 +1,16 @@
 //! The key-value server around `corral-memcache`: the clock, the per-connection loop and the
 //! UDP framing, written against `std::io::{Read, Write}` so that any byte-stream backend can
-//! serve connections. [`linux`] is the Linux-socket backend; a Corral backend (its TCP
-//! listener and UDP socket, a uthread per connection) plugs in beside it with the same calls.
+//! serve connections. [`linux`] is the Linux-socket backend (a thread per connection);
+//! [`corral`] runs the same calls on Corral's runtime (a uthread per connection or datagram).
 
+pub mod corral;
 pub mod linux;
 
 use std::io::{self, Read, Write};
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use corral_memcache::{Limits, Session, Status, Store, StoreConfig};
+use corral_memcache::{Limits, Session, ShardWait, Status, Store, StoreConfig};
 
 /// Seconds since the server started, as memcached's `current_time`; relative time 0 is
 /// `process_started`, 62 s before the real start as in memcached, so that no item is stamped 0
@@ -52,6 +53,9 @@ pub struct Settings {
     pub max_connections: usize,
     pub item_size_max: usize,
     pub threads: usize,
+    /// How a connection waits for a store shard another one holds: OS threads sleep in the
+    /// kernel, uthreads spin and yield to the runtime.
+    pub shard_wait: ShardWait,
 }
 
 /// Everything a connection needs: the store, the clock and the session limits.
@@ -75,6 +79,7 @@ impl Server {
         cfg.max_connections = settings.max_connections;
         cfg.tcp_port = settings.tcp_port;
         cfg.udp_port = settings.udp_port;
+        cfg.wait = settings.shard_wait;
         Arc::new(Server {
             store: Store::new(cfg),
             clock,

@@ -1,12 +1,14 @@
 """get, set, cas, incr, expiry and large values against a memcached-compatible server, through
-pymemcache (Debian's python3-pymemcache). Usage: kv_check.py PORT. Exits non-zero on a failure."""
+pymemcache (Debian's python3-pymemcache). Usage: kv_check.py PORT [HOST] (HOST defaults to
+127.0.0.1). Exits non-zero on a failure."""
 import sys
 import time
 
 from pymemcache.client.base import Client
 
 port = int(sys.argv[1])
-c = Client(("127.0.0.1", port), connect_timeout=10, timeout=10)
+host = sys.argv[2] if len(sys.argv) > 2 else "127.0.0.1"
+c = Client((host, port), connect_timeout=10, timeout=10)
 c.flush_all()
 
 # set / get / flags round trip
@@ -58,8 +60,10 @@ except Exception as e:
     assert "too large" in str(e), e
 assert c.get("huge") is None
 
-# expiry: relative seconds, and an absolute Unix time in the past
-c.set("short", b"1", expire=1)
+# expiry: relative seconds, and an absolute Unix time in the past. memcached's clock ticks once a
+# second, and an item set to live 1 s dies at the next tick, which may come at once; 2 s lives
+# at least one full second, long enough for the next request, and is gone 2.5 s later.
+c.set("short", b"1", expire=2)
 c.set("past", b"1", expire=int(time.time()) - 100)
 assert c.get("short") == b"1"
 assert c.get("past") is None
@@ -67,7 +71,7 @@ time.sleep(2.5)
 assert c.get("short") is None
 
 # touch extends a life
-c.set("t", b"1", expire=1)
+c.set("t", b"1", expire=2)
 assert c.touch("t", expire=100, noreply=False) is True
 time.sleep(2.5)
 assert c.get("t") == b"1"

@@ -9,7 +9,7 @@ pub mod store;
 mod text;
 
 pub use session::{Limits, Session, Status};
-pub use store::{Item, Store, StoreConfig};
+pub use store::{Item, ShardWait, Store, StoreConfig};
 
 /// The version `version` reports.
 pub const VERSION: &str = concat!("corral-kv-", env!("CARGO_PKG_VERSION"));

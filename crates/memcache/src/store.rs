@@ -4,7 +4,9 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock, RwLockWriteGuard};
+use std::sync::{
+    Arc, LockResult, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError, TryLockResult,
+};
 
 /// memcached's boundary between relative and absolute expiry times: 30 days.
 pub const REALTIME_MAXDELTA: i64 = 60 * 60 * 24 * 30;
@@ -32,6 +34,22 @@ pub struct StoreConfig {
     pub max_connections: usize,
     pub tcp_port: u16,
     pub udp_port: u16,
+    /// How a thread waits for a shard another thread holds.
+    pub wait: ShardWait,
+}
+
+/// How a thread waits for a shard that another thread holds. Shards are held only for a hash
+/// lookup and a few list links (and, for `flush_all`, one pass over a shard), so waits are short.
+#[derive(Clone, Copy, Debug)]
+pub enum ShardWait {
+    /// Sleep in the kernel until the shard is free: right for OS threads, where the holder
+    /// may itself be descheduled by the kernel.
+    Block,
+    /// Never sleep in the kernel: retry, spinning briefly and then calling `relax` between
+    /// tries. For user-level threads, where a kernel sleep would stall the kernel thread and
+    /// every user-level thread queued on it; `relax` is the runtime's yield, so that a holder
+    /// preempted on the same kernel thread gets to run and release the shard.
+    Spin { relax: fn() },
 }
 
 impl StoreConfig {
@@ -45,6 +63,7 @@ impl StoreConfig {
             max_connections: 1024,
             tcp_port: 0,
             udp_port: 0,
+            wait: ShardWait::Block,
         }
     }
 }
@@ -234,10 +253,92 @@ pub fn bump(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
 }
 
+/// One shard and the count of writers spinning for it ([`ShardWait::Spin`]): while there are
+/// any, new readers hold back, so that a stream of readers cannot starve a writer.
+struct ShardCell {
+    lock: RwLock<Shard>,
+    writers_waiting: AtomicU32,
+}
+
+/// Tries spent spinning in place before each retry calls [`ShardWait::Spin`]'s `relax`.
+const SPINS_BEFORE_RELAX: u32 = 64;
+
+fn unpoisoned<G>(result: LockResult<G>) -> G {
+    // Poisoning is ignored: one connection's panic must not fail every later request that
+    // lands on the same shard.
+    result.unwrap_or_else(|e| e.into_inner())
+}
+
+fn try_unpoisoned<G>(result: TryLockResult<G>) -> Option<G> {
+    match result {
+        Ok(g) => Some(g),
+        Err(TryLockError::Poisoned(e)) => Some(e.into_inner()),
+        Err(TryLockError::WouldBlock) => None,
+    }
+}
+
+impl ShardCell {
+    fn new() -> Self {
+        ShardCell {
+            lock: RwLock::new(Shard::new()),
+            writers_waiting: AtomicU32::new(0),
+        }
+    }
+
+    fn read(&self, wait: ShardWait) -> RwLockReadGuard<'_, Shard> {
+        let ShardWait::Spin { relax } = wait else {
+            return unpoisoned(self.lock.read());
+        };
+        let mut tries = 0u32;
+        loop {
+            if self.writers_waiting.load(Ordering::Relaxed) == 0
+                && let Some(g) = try_unpoisoned(self.lock.try_read())
+            {
+                return g;
+            }
+            backoff(&mut tries, relax);
+        }
+    }
+
+    fn write(&self, wait: ShardWait) -> RwLockWriteGuard<'_, Shard> {
+        let ShardWait::Spin { relax } = wait else {
+            return unpoisoned(self.lock.write());
+        };
+        if let Some(g) = self.try_write() {
+            return g;
+        }
+        self.writers_waiting.fetch_add(1, Ordering::Relaxed);
+        let mut tries = 0u32;
+        let g = loop {
+            if let Some(g) = self.try_write() {
+                break g;
+            }
+            backoff(&mut tries, relax);
+        };
+        self.writers_waiting.fetch_sub(1, Ordering::Relaxed);
+        g
+    }
+
+    /// Never waits, in either mode: with [`ShardWait::Spin`] no thread ever sleeps on the
+    /// lock, so releasing it never needs a kernel wake-up either.
+    fn try_write(&self) -> Option<RwLockWriteGuard<'_, Shard>> {
+        try_unpoisoned(self.lock.try_write())
+    }
+}
+
+fn backoff(tries: &mut u32, relax: fn()) {
+    *tries = tries.saturating_add(1);
+    if *tries < SPINS_BEFORE_RELAX {
+        std::hint::spin_loop();
+    } else {
+        relax();
+    }
+}
+
 /// The table. Shareable across threads (`&Store` is all a connection needs).
 pub struct Store {
     cfg: StoreConfig,
-    shards: Box<[RwLock<Shard>]>,
+    shards: Box<[ShardCell]>,
     /// Sum of the charges of every linked item.
     used: AtomicUsize,
     /// The last CAS handed out; memcached's `get_cas_id`.
@@ -258,9 +359,7 @@ pub enum LinkError {
 
 impl Store {
     pub fn new(cfg: StoreConfig) -> Self {
-        let shards = (0..cfg.shards.max(1))
-            .map(|_| RwLock::new(Shard::new()))
-            .collect();
+        let shards = (0..cfg.shards.max(1)).map(|_| ShardCell::new()).collect();
         Store {
             cfg,
             shards,
@@ -335,7 +434,7 @@ impl Store {
 
     fn reap_flushed(&self, now: u32) {
         for shard in self.shards.iter() {
-            let mut shard = shard.write().unwrap_or_else(|e| e.into_inner());
+            let mut shard = shard.write(self.cfg.wait);
             let mut slot = shard.head;
             while slot != NIL {
                 let next = shard.node(slot).next;
@@ -372,9 +471,7 @@ impl Store {
     ///
     /// [`lock`]: Store::lock
     pub fn peek(&self, key: &[u8], now: u32) -> Peek {
-        let shard = self.shards[self.shard_of(key)]
-            .read()
-            .unwrap_or_else(|e| e.into_inner());
+        let shard = self.shards[self.shard_of(key)].read(self.cfg.wait);
         let Some(&slot) = shard.index.get(key) else {
             return Peek::Miss;
         };
@@ -389,9 +486,7 @@ impl Store {
     /// Locks the shard holding `key` for a read-modify-write on that key.
     pub fn lock<'a>(&'a self, key: &'a [u8], now: u32) -> KeyGuard<'a> {
         let shard_ix = self.shard_of(key);
-        let shard = self.shards[shard_ix]
-            .write()
-            .unwrap_or_else(|e| e.into_inner());
+        let shard = self.shards[shard_ix].write(self.cfg.wait);
         KeyGuard {
             store: self,
             shard,
@@ -421,7 +516,7 @@ impl Store {
                 continue;
             }
             // try_lock: another thread may hold that shard while it evicts from ours.
-            if let Ok(mut shard) = self.shards[ix].try_write()
+            if let Some(mut shard) = self.shards[ix].try_write()
                 && shard.tail != NIL
             {
                 let tail = shard.tail;
@@ -664,5 +759,42 @@ mod tests {
         assert!(s.lock(&[b'k', 0], 100).get().is_some());
         assert!(s.lock(&[b'k', 1], 100).get().is_none());
         assert!(s.used_bytes() <= per_item * 10);
+    }
+
+    #[test]
+    fn spinning_shards_serialize_writers_and_share_readers() {
+        let s = Store::new(StoreConfig {
+            shards: 2,
+            wait: ShardWait::Spin {
+                relax: std::thread::yield_now,
+            },
+            ..StoreConfig::new(64 << 20, 1 << 20, 1_700_000_000)
+        });
+        put(&s, b"shared", b"0", 10);
+        std::thread::scope(|scope| {
+            for t in 0..4u8 {
+                let s = &s;
+                scope.spawn(move || {
+                    for i in 0..2000u32 {
+                        let key = format!("k{t}-{}", i % 50);
+                        put(s, key.as_bytes(), &i.to_le_bytes(), 10);
+                        let mut g = s.lock(b"shared", 10);
+                        let n: u32 = std::str::from_utf8(&g.get().unwrap().value)
+                            .unwrap()
+                            .parse()
+                            .unwrap();
+                        g.link(
+                            Item::new((n + 1).to_string().as_bytes().into(), 0, 0),
+                            false,
+                        )
+                        .unwrap();
+                        drop(g);
+                        assert!(!matches!(s.peek(key.as_bytes(), 10), Peek::Miss));
+                    }
+                });
+            }
+        });
+        assert_eq!(&*s.lock(b"shared", 10).get().unwrap().value, b"8000");
+        assert_eq!(s.counters.curr_items.load(Ordering::Relaxed), 1 + 4 * 50);
     }
 }

@@ -1,6 +1,9 @@
 //! Starting servers on free ports and talking raw memcached protocol to them.
 #![allow(dead_code)]
 
+pub mod bad_input;
+pub mod differential;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
@@ -31,13 +34,42 @@ impl Running {
 
     /// Resident memory of the process, from /proc.
     pub fn rss_bytes(&self) -> usize {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        let line = status
-            .lines()
-            .find(|l| l.starts_with("VmRSS:"))
-            .expect("VmRSS line");
-        let kb: usize = line.split_whitespace().nth(1).unwrap().parse().unwrap();
-        kb * 1024
+        rss_bytes(self.child.id())
+    }
+}
+
+/// Resident memory of process `pid`, from /proc.
+pub fn rss_bytes(pid: u32) -> usize {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .expect("VmRSS line");
+    let kb: usize = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kb * 1024
+}
+
+/// A server under test, whichever backend serves it.
+pub trait KvServer {
+    /// A connection with a 20 s read timeout and Nagle off.
+    fn connect(&self) -> TcpStream;
+    /// The server process's resident memory.
+    fn rss_bytes(&self) -> usize;
+    /// Names the server in failure messages.
+    fn label(&self) -> String;
+}
+
+impl KvServer for Running {
+    fn connect(&self) -> TcpStream {
+        Running::connect(self)
+    }
+
+    fn rss_bytes(&self) -> usize {
+        Running::rss_bytes(self)
+    }
+
+    fn label(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
     }
 }
 
