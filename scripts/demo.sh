@@ -3,14 +3,15 @@
 # (iokerneld moving the core between them every 5 us) and under Linux (batch at SCHED_IDLE),
 # measured side by side on this machine: tail latency against the zero-overhead bound, batch
 # throughput, and the targets met or missed. About 5 minutes; needs root. Options pass through
-# to corral-demo (`bash scripts/demo.sh --help`).
+# to corral-demo (`bash scripts/demo.sh --help`); `--batch-cmd "COMMAND"` makes any program the
+# batch job (under corral-run for Corral), measured by the CPU time it receives.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
 # Cargo's own progress lines show from the first second: a first build takes a minute or two.
-echo "demo: building iokerneld, the spin server, the batch job and the demo (release)"
+echo "demo: building iokerneld, the spin server, the batch job, corral-run and the demo (release)"
 cargo build --release -p corral-iokerneld -p corral-app-spin -p corral-app-batch \
-  -p corral-loadgen -p corral-demo
+  -p corral-loadgen -p corral-run -p corral-demo
 echo "demo: built; starting"
 exec target/release/corral-demo "$@"

@@ -145,6 +145,36 @@ impl BatchReader {
         }
     }
 
+    /// Samples the CPU time of process `root` and its descendants every `every`, as the
+    /// cumulative count of CPU microseconds at the runner's time of reading: any program, with
+    /// no reports of its own. The rate of that count is the CPU share it receives (1e6 per
+    /// second is one whole CPU). Ends when `root` is gone.
+    pub fn cpu_time(root: u32, every: Duration, clock: Clock) -> BatchReader {
+        let feed = Arc::new(Mutex::new(Feed::default()));
+        let shared = Arc::clone(&feed);
+        let thread = std::thread::spawn(move || {
+            while let Some(cpu_us) = tree_cpu_us(root) {
+                let t = clock.now_s();
+                shared
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .samples
+                    .push(Sample {
+                        recv_s: t,
+                        elapsed_s: t,
+                        units: cpu_us,
+                    });
+                std::thread::sleep(every);
+            }
+            shared.lock().unwrap_or_else(|e| e.into_inner()).closed = true;
+        });
+        BatchReader {
+            feed,
+            thread: Some(thread),
+            clock,
+        }
+    }
+
     fn with<T>(&self, f: impl FnOnce(&Feed) -> T) -> T {
         f(&self.feed.lock().unwrap_or_else(|e| e.into_inner()))
     }
@@ -222,6 +252,68 @@ impl BatchReader {
             ))
         })
     }
+}
+
+/// From `/proc/PID/stat`: the parent, and the CPU time in clock ticks of the process (all its
+/// threads) and of its children that it has waited for.
+fn stat_of(text: &str) -> Option<(u32, u64)> {
+    // Fields after the command name, which is in parentheses and may contain anything.
+    let rest = &text[text.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // fields[0] is field 3 (state): ppid is field 4, utime..cstime fields 14..17.
+    let ppid = fields.get(1)?.parse().ok()?;
+    let ticks = fields
+        .get(11..15)?
+        .iter()
+        .map(|f| f.parse::<u64>().ok())
+        .sum::<Option<u64>>()?;
+    Some((ppid, ticks))
+}
+
+/// CPU microseconds used so far by `root` and every live descendant, with the children each of
+/// them waited for; `None` once `root` is gone.
+pub fn tree_cpu_us(root: u32) -> Option<u64> {
+    let root_stat = std::fs::read_to_string(format!("/proc/{root}/stat")).ok()?;
+    let (_, root_ticks) = stat_of(&root_stat)?;
+    let mut parent_of = std::collections::HashMap::new();
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid == root {
+            continue;
+        }
+        if let Some(stat) = std::fs::read_to_string(entry.path().join("stat"))
+            .ok()
+            .and_then(|t| stat_of(&t))
+        {
+            parent_of.insert(pid, stat);
+        }
+    }
+    let in_tree = |mut pid: u32| {
+        // Walk up to init; a chain longer than the table is a loop (pids reused mid-scan).
+        for _ in 0..=parent_of.len() {
+            match parent_of.get(&pid) {
+                Some(&(ppid, _)) if ppid == root => return true,
+                Some(&(ppid, _)) if ppid > 1 => pid = ppid,
+                _ => return false,
+            }
+        }
+        false
+    };
+    let ticks = root_ticks
+        + parent_of
+            .iter()
+            .filter(|(pid, _)| in_tree(**pid))
+            .map(|(_, (_, t))| t)
+            .sum::<u64>();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Some(ticks * 1_000_000 / hz)
 }
 
 impl Drop for BatchReader {
@@ -309,6 +401,30 @@ mod tests {
         assert!((fast - 1000.0).abs() < 1.0, "{fast}");
         assert!((slow - 250.0).abs() < 1.0, "{slow}");
         assert!((both - 625.0).abs() < 1.0, "{both}");
+    }
+
+    #[test]
+    fn cpu_time_counts_the_process_tree() {
+        let line = "1234 (a (weird) name) R 77 1 1 0 -1 4194304 100 0 0 0 250 50 7 3 20 0 1 0";
+        assert_eq!(stat_of(line), Some((77, 310)));
+        // A shell whose child burns CPU: the child's time counts while it runs.
+        let mut sh = std::process::Command::new("sh")
+            .args([
+                "-c",
+                "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done & wait",
+            ])
+            .spawn()
+            .unwrap();
+        let reader = BatchReader::cpu_time(sh.id(), Duration::from_millis(20), Clock::start());
+        sh.wait().unwrap();
+        let end = Instant::now() + Duration::from_secs(5);
+        while !reader.with(|f| f.closed) && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let samples = reader.samples();
+        assert!(samples.len() >= 2, "{samples:?}");
+        assert!(samples.last().unwrap().units > 0, "{samples:?}");
+        assert_eq!(tree_cpu_us(sh.id()), None);
     }
 
     #[test]

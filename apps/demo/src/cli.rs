@@ -181,6 +181,16 @@ pub struct Args {
     #[arg(long)]
     pub socket: Option<PathBuf>,
 
+    /// Run this command as the batch job instead of the Monte Carlo `batch` app, e.g.
+    /// `--batch-cmd "xz -T2 -9 -c /data/big.tar"`: under `corral-run` (one kthread, no
+    /// guarantee) for Corral, at SCHED_IDLE pinned to --app-cpu for Linux. Its throughput is
+    /// the CPU time its processes receive (read from /proc, in CPU microseconds per second), so
+    /// the program needs no cooperation; its standard output is discarded. Words are split at
+    /// whitespace, with '...' and "..." quoting and no other shell syntax. It must keep running
+    /// for the whole demo.
+    #[arg(long, value_name = "COMMAND")]
+    pub batch_cmd: Option<String>,
+
     /// TrueType font for the plots' text.
     #[arg(
         long,
@@ -225,6 +235,8 @@ pub struct Plan {
     pub app_cpu: usize,
     pub corral_addr: std::net::SocketAddrV4,
     pub linux_addr: std::net::SocketAddrV4,
+    /// `--batch-cmd`, split into words; `None` runs the Monte Carlo `batch` app.
+    pub batch_cmd: Option<Vec<String>>,
 }
 
 impl Plan {
@@ -368,13 +380,64 @@ impl Args {
             app_cpu: self.app_cpu,
             corral_addr: self.corral_addr,
             linux_addr: self.linux_addr,
+            batch_cmd: self
+                .batch_cmd
+                .as_deref()
+                .map(|c| {
+                    split_words(c)
+                        .filter(|w| !w.is_empty())
+                        .ok_or_else(|| format!("invalid batch-cmd = {c:?}: {}", BATCH_CMD_SYNTAX))
+                })
+                .transpose()?,
         })
     }
+}
+
+const BATCH_CMD_SYNTAX: &str =
+    "expected a program and its arguments, separated by whitespace, with balanced quotes";
+
+/// Splits a command line into words at whitespace; '...' and "..." quote (no escapes, no other
+/// shell syntax). `None` for an unbalanced quote.
+pub fn split_words(line: &str) -> Option<Vec<String>> {
+    let mut words = Vec::new();
+    let mut word: Option<String> = None;
+    let mut quote: Option<char> = None;
+    for c in line.chars() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), c) => word.get_or_insert_default().push(c),
+            (None, '\'' | '"') => {
+                quote = Some(c);
+                word.get_or_insert_default();
+            }
+            (None, c) if c.is_whitespace() => words.extend(word.take()),
+            (None, c) => word.get_or_insert_default().push(c),
+        }
+    }
+    if quote.is_some() {
+        return None;
+    }
+    words.extend(word);
+    Some(words)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn batch_commands_split_into_words() {
+        assert_eq!(
+            split_words("  xz -T2  -c 'my file' \"a b\"c ''").unwrap(),
+            ["xz", "-T2", "-c", "my file", "a bc", ""]
+        );
+        assert_eq!(split_words("xz 'open"), None);
+        let p = plan(&["--batch-cmd", "pigz -p 2 -c f"]).unwrap();
+        assert_eq!(p.batch_cmd.unwrap(), ["pigz", "-p", "2", "-c", "f"]);
+        assert!(plan(&["--batch-cmd", "   "]).is_err());
+        assert!(plan(&["--batch-cmd", "xz \"f"]).is_err());
+        assert_eq!(plan(&[]).unwrap().batch_cmd, None);
+    }
 
     fn plan(args: &[&str]) -> Result<Plan, String> {
         let mut v = vec!["corral-demo"];

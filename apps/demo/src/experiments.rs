@@ -87,7 +87,11 @@ pub fn run(args: &Args) -> Result<()> {
         .ok()
         .and_then(|p| p.parent().map(Path::to_path_buf))
         .ok_or_else(|| Error::msg("cannot find the runner's own executable"))?;
-    let bins = Bins::locate(args.bin_dir.as_deref().unwrap_or(&exe_dir), &plan.systems)?;
+    let bins = Bins::locate(
+        args.bin_dir.as_deref().unwrap_or(&exe_dir),
+        &plan.systems,
+        plan.batch_cmd.is_some(),
+    )?;
     // Fail on a missing font now, not after minutes of measuring.
     plot::load_font(&args.font)?;
     let out = match &args.out {
@@ -294,7 +298,8 @@ fn watched(plan: &Plan, run: impl FnOnce() -> Result<Point>) -> Result<Point> {
     Ok(pt)
 }
 
-fn point_line(system: System, p: &Point) -> String {
+/// `cpu_units`: the batch job is `--batch-cmd`, whose units are its CPU microseconds.
+fn point_line(system: System, p: &Point, cpu_units: bool) -> String {
     let s = &p.summary;
     let mut line = format!(
         "  {:<9} {:>4} {:>6.0}/s: achieved {:.0}/s  p50 {}  p99 {}  p99.9 {} us",
@@ -308,6 +313,12 @@ fn point_line(system: System, p: &Point) -> String {
     );
     if let Some(f) = p.batch_fraction {
         line.push_str(&format!("  batch {f:.2} of alone"));
+    }
+    if let Some(cpu_us_per_s) = p.batch_units_per_s.filter(|_| cpu_units) {
+        line.push_str(&format!(
+            "  batch CPU share {}",
+            fmt_pct(cpu_us_per_s / 1e6)
+        ));
     }
     if let Some(r) = p.reallocations_per_s {
         line.push_str(&format!("  {r:.0} realloc/s"));
@@ -363,11 +374,12 @@ fn p_cpus(system: System) -> (&'static str, &'static str) {
     }
 }
 
-fn alone_line(system: System, a: &BatchAlone) -> String {
+fn alone_line(system: System, a: &BatchAlone, cpu_units: bool) -> String {
     let mut line = format!(
-        "  {:<6} batch alone: {:.0} units/s over {:.1} s",
+        "  {:<6} batch alone: {:.0} {} over {:.1} s",
         system.title(),
         a.units_per_s,
+        if cpu_units { "CPU us/s" } else { "units/s" },
         a.window_s[1] - a.window_s[0]
     );
     if let Some(x) = a.foreign_cpus.filter(|&x| x > report::FOREIGN_CPU_FLAG) {
@@ -484,7 +496,11 @@ fn corral_sweep(env: &Env, interval_us: u64, dedicated: bool) -> Result<SystemRu
         None
     } else {
         let alone = alone_watched(|| c.batch_alone())?;
-        say(alone_line(System::Corral, &alone));
+        say(alone_line(
+            System::Corral,
+            &alone,
+            env.plan.batch_cmd.is_some(),
+        ));
         Some(alone)
     };
     let mut points = Vec::new();
@@ -493,7 +509,7 @@ fn corral_sweep(env: &Env, interval_us: u64, dedicated: bool) -> Result<SystemRu
         let pt = watched(p, || {
             c.run_point(load, &[(p.rate(load), p.point_secs)], &name, alone.as_ref())
         })?;
-        say(point_line(system, &pt));
+        say(point_line(system, &pt, env.plan.batch_cmd.is_some()));
         points.push(pt);
     }
     let stats = c.daemon_stats().ok();
@@ -521,11 +537,15 @@ fn linux_sweep(env: &Env) -> Result<SystemRun> {
     ));
     let mut l = Linux::start(env)?;
     let alone = alone_watched(|| l.batch_alone())?;
-    say(alone_line(System::Linux, &alone));
+    say(alone_line(
+        System::Linux,
+        &alone,
+        env.plan.batch_cmd.is_some(),
+    ));
     let mut points = Vec::new();
     for &load in &p.loads {
         let pt = watched(p, || l.run_point(load, p.rate(load), Some(&alone)))?;
-        say(point_line(System::Linux, &pt));
+        say(point_line(System::Linux, &pt, env.plan.batch_cmd.is_some()));
         points.push(pt);
     }
     let run = SystemRun {
@@ -856,7 +876,11 @@ fn burst(env: &Env, record: &mut serde_json::Value) -> Result<Written> {
     );
     let mut c = Corral::start(env, p.interval_us, false)?;
     let alone = alone_watched(|| c.batch_alone())?;
-    say(alone_line(System::Corral, &alone));
+    say(alone_line(
+        System::Corral,
+        &alone,
+        env.plan.batch_cmd.is_some(),
+    ));
     let (base, peak) = (p.rate(p.burst_base), p.rate(p.burst_peak));
     let burst_pt = watched(p, || {
         c.run_point(
@@ -870,14 +894,22 @@ fn burst(env: &Env, record: &mut serde_json::Value) -> Result<Written> {
             Some(&alone),
         )
     })?;
-    say(point_line(System::Corral, &burst_pt));
+    say(point_line(
+        System::Corral,
+        &burst_pt,
+        env.plan.batch_cmd.is_some(),
+    ));
     let steady = c.run_point(
         p.burst_peak,
         &[(peak, p.steady_secs)],
         "steady",
         Some(&alone),
     )?;
-    say(point_line(System::Corral, &steady));
+    say(point_line(
+        System::Corral,
+        &steady,
+        env.plan.batch_cmd.is_some(),
+    ));
     let run = SystemRun {
         system: System::Corral,
         interval_us: Some(p.interval_us),

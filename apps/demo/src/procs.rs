@@ -87,6 +87,12 @@ pub struct Spec {
     pub pipe_stdout: bool,
     /// The signal that asks it to stop cleanly (iokerneld removes its socket on SIGTERM).
     pub stop_signal: libc::c_int,
+    /// Whether its standard output is thrown away (a program whose output is not the point).
+    pub discard_stdout: bool,
+    /// Runs it at SCHED_IDLE, pinned to this CPU.
+    pub idle_on_cpu: Option<usize>,
+    /// Whether stopping it stops its whole process group (the processes it started too).
+    pub stop_group: bool,
 }
 
 impl Spec {
@@ -98,6 +104,9 @@ impl Spec {
             log,
             pipe_stdout: false,
             stop_signal: libc::SIGKILL,
+            discard_stdout: false,
+            idle_on_cpu: None,
+            stop_group: false,
         }
     }
 
@@ -122,6 +131,8 @@ impl Proc {
             .map_err(|e| Error::msg(format!("cannot create {}: {e}", spec.log.display())))?;
         let stdout = if spec.pipe_stdout {
             Stdio::piped()
+        } else if spec.discard_stdout {
+            Stdio::null()
         } else {
             Stdio::from(
                 log.try_clone()
@@ -129,6 +140,7 @@ impl Proc {
             )
         };
         let death_signal = spec.stop_signal;
+        let idle_on_cpu = spec.idle_on_cpu;
         // SAFETY: getpid has no preconditions.
         let runner = unsafe { libc::getpid() };
         let mut cmd = Command::new(&spec.program);
@@ -138,7 +150,8 @@ impl Proc {
             .stderr(Stdio::from(log))
             .process_group(0);
         // SAFETY: the closure runs between fork and exec and calls only async-signal-safe
-        // functions (prctl, getppid).
+        // functions (prctl, getppid, and the system calls sched_setaffinity and
+        // sched_setscheduler on the child itself, with structures built on its stack).
         unsafe {
             cmd.pre_exec(move || {
                 if libc::prctl(libc::PR_SET_PDEATHSIG, death_signal as libc::c_ulong) != 0 {
@@ -147,6 +160,17 @@ impl Proc {
                 // The runner may have died before the request above took effect.
                 if libc::getppid() != runner {
                     return Err(std::io::Error::other("the runner exited"));
+                }
+                if let Some(cpu) = idle_on_cpu {
+                    let mut set: libc::cpu_set_t = std::mem::zeroed();
+                    libc::CPU_SET(cpu, &mut set);
+                    if libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    let param = libc::sched_param { sched_priority: 0 };
+                    if libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
                 }
                 Ok(())
             });
@@ -232,9 +256,11 @@ impl Proc {
             return;
         }
         let pid = self.child.id() as libc::pid_t;
+        // Its process group has its pid (see `spawn`).
+        let target = if self.spec.stop_group { -pid } else { pid };
         // SAFETY: the child has not been reaped (try_status saw it running), so its pid still
-        // names it.
-        unsafe { libc::kill(pid, self.spec.stop_signal) };
+        // names it and its group.
+        unsafe { libc::kill(target, self.spec.stop_signal) };
         let end = Instant::now() + Duration::from_secs(3);
         while Instant::now() < end {
             if self.try_status().is_some() {

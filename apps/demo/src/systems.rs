@@ -37,22 +37,28 @@ pub struct Bins {
     pub spin: PathBuf,
     pub batch: PathBuf,
     pub loadgen_linux: PathBuf,
+    /// The launcher that runs `--batch-cmd` as a Corral runtime.
+    pub corral_run: PathBuf,
 }
 
 impl Bins {
     /// Finds the binaries in `dir`; the error names each missing one and how to build it.
-    pub fn locate(dir: &Path, systems: &[System]) -> Result<Bins> {
+    /// `batch_cmd`: the batch job is a command of the user's (`--batch-cmd`), not `batch`.
+    pub fn locate(dir: &Path, systems: &[System], batch_cmd: bool) -> Result<Bins> {
         let bins = Bins {
             dir: dir.to_owned(),
             iokerneld: dir.join("iokerneld"),
             spin: dir.join("spin"),
             batch: dir.join("batch"),
             loadgen_linux: dir.join("corral-loadgen-linux"),
+            corral_run: dir.join("corral-run"),
         };
-        let mut need = vec![
-            (&bins.spin, "corral-app-spin"),
-            (&bins.batch, "corral-app-batch"),
-        ];
+        let mut need = vec![(&bins.spin, "corral-app-spin")];
+        if !batch_cmd {
+            need.push((&bins.batch, "corral-app-batch"));
+        } else if systems.contains(&System::Corral) {
+            need.push((&bins.corral_run, "corral-run"));
+        }
         if systems.contains(&System::Corral) || systems.contains(&System::Dedicated) {
             need.push((&bins.iokerneld, "corral-iokerneld"));
         }
@@ -158,6 +164,49 @@ fn start_batch(env: &Env, name: &str, extra: &[&str]) -> Result<(Proc, BatchRead
         .ok_or_else(|| Error::msg("batch: no stdout pipe"))?;
     Ok((batch, BatchReader::start(stdout, env.clock)))
 }
+
+/// Starts `--batch-cmd`: as a Corral runtime under iokerneld (`socket`), or, without one, at
+/// SCHED_IDLE on the application CPU; the reader samples the CPU time it receives.
+fn start_batch_command(
+    env: &Env,
+    name: &str,
+    command: &[String],
+    socket: Option<&str>,
+) -> Result<(Proc, BatchReader)> {
+    let (program, args, idle_on_cpu) = match socket {
+        Some(socket) => {
+            let mut args: Vec<String> = [
+                "--iokerneld",
+                socket,
+                "--name",
+                "batch",
+                "--kthreads",
+                "1",
+                "--",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+            args.extend_from_slice(command);
+            (env.bins.corral_run.clone(), args, None)
+        }
+        None => (
+            PathBuf::from(&command[0]),
+            command[1..].to_vec(),
+            Some(env.plan.app_cpu),
+        ),
+    };
+    let mut spec = Spec::new("batch", &program, args, env.log(name));
+    spec.discard_stdout = true;
+    spec.idle_on_cpu = idle_on_cpu;
+    spec.stop_group = true;
+    let batch = Proc::spawn(spec)?;
+    let reader = BatchReader::cpu_time(batch.pid(), BATCH_CPU_SAMPLE, env.clock);
+    Ok((batch, reader))
+}
+
+/// How often a `--batch-cmd` job's CPU time is read (as often as `batch` reports).
+const BATCH_CPU_SAMPLE: Duration = Duration::from_millis(100);
 
 fn batch_spec(env: &Env, name: &str, extra: &[&str]) -> Spec {
     let mut args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
@@ -408,6 +457,13 @@ impl<'e> Corral<'e> {
 
         let batch = if dedicated {
             None
+        } else if let Some(command) = &plan.batch_cmd {
+            Some(start_batch_command(
+                env,
+                &format!("{tag}-batch"),
+                command,
+                Some(&socket),
+            )?)
         } else {
             Some(start_batch(
                 env,
@@ -763,8 +819,10 @@ impl<'e> Linux<'e> {
             env.log("linux-spin"),
         ))?;
         probe_udp(plan.linux_addr.into(), &mut spin)?;
-        let (batch, reader) =
-            start_batch(env, "linux-batch", &["--runtime", "linux", "--cpu", &cpu])?;
+        let (batch, reader) = match &plan.batch_cmd {
+            Some(command) => start_batch_command(env, "linux-batch", command, None)?,
+            None => start_batch(env, "linux-batch", &["--runtime", "linux", "--cpu", &cpu])?,
+        };
         let mut me = Linux {
             env,
             batch,
@@ -991,7 +1049,7 @@ mod tests {
     #[test]
     fn missing_binaries_are_named_with_their_package() {
         let dir = tempfile::tempdir().unwrap();
-        let err = Bins::locate(dir.path(), &[System::Corral, System::Linux])
+        let err = Bins::locate(dir.path(), &[System::Corral, System::Linux], false)
             .unwrap_err()
             .to_string();
         for want in [

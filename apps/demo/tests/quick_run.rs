@@ -417,6 +417,75 @@ fn ctrl_c_stops_every_process_it_started() {
     );
 }
 
+/// Any command as the batch job: under corral-run for Corral, at SCHED_IDLE for Linux, its
+/// share measured from the CPU time it received, with no reports of its own.
+#[test]
+fn a_batch_command_gets_a_measured_cpu_share() {
+    let bins = require_binaries();
+    assert!(
+        bins.join("corral-run").is_file() && bins.join("libcorral_shim.so").is_file(),
+        "corral-run or its shim is missing from {}: build them with `cargo build -p corral-run` \
+         (same profile)",
+        bins.display()
+    );
+    let _cpu = CPU.lock().unwrap_or_else(|e| e.into_inner());
+    let out = tempfile::tempdir().unwrap();
+    let mut cmd = demo();
+    cmd.args([
+        "--quick",
+        "--systems",
+        "corral,linux",
+        "--loads",
+        "0.2",
+        "--batch-cmd",
+        "xz -T2 -6 -c /dev/urandom",
+        "--out",
+    ])
+    .arg(out.path())
+    .arg("--bin-dir")
+    .arg(&bins)
+    .args(["--linux-addr", &format!("127.0.0.1:{}", port() + 1)]);
+    let o = run_with_timeout(cmd, Duration::from_secs(180));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(stdout.contains("batch CPU share"), "{stdout}");
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.path().join("results.json")).unwrap())
+            .unwrap();
+    assert_eq!(
+        json["plan"]["batch_cmd"],
+        serde_json::json!(["xz", "-T2", "-6", "-c", "/dev/urandom"])
+    );
+    for s in json["systems"].as_array().unwrap() {
+        let name = s["system"].as_str().unwrap();
+        let batch = s["commands"]["batch"].as_array().unwrap();
+        let ran_xz = batch.iter().any(|w| w == "xz");
+        assert!(ran_xz, "{name}: {batch:?}");
+        assert_eq!(
+            batch[0].as_str().unwrap().ends_with("corral-run"),
+            name == "corral",
+            "{name}: {batch:?}"
+        );
+        // CPU microseconds per second: alone, and beside the server at each load.
+        assert!(
+            s["batch_alone"]["units_per_s"].as_f64().unwrap() > 0.0,
+            "{name}: {}",
+            s["batch_alone"]
+        );
+        for p in s["points"].as_array().unwrap() {
+            assert!(
+                p["batch_units_per_s"].as_f64().unwrap() > 0.0,
+                "{name}: {p}"
+            );
+            assert!(p["batch_fraction"].as_f64().unwrap() > 0.0, "{name}: {p}");
+        }
+    }
+}
+
 #[test]
 fn missing_binaries_are_named() {
     let dir = tempfile::tempdir().unwrap();

@@ -4,8 +4,9 @@
 //!
 //! Interposed: `__libc_start_main` ([`start`]); threads, keys ([`thread`]); mutexes, condition
 //! variables, rwlocks, barriers, spinlocks, `pthread_once`, unnamed semaphores; `sched_yield`
-//! and the sleeps ([`wait`]); signal masks ([`sigmask`]); `malloc` and its family
-//! (`corral-preempt-malloc`); what cannot work is refused ([`refuse`]).
+//! and the sleeps ([`wait`]); signal masks ([`sigmask`]); the preemption signal's disposition
+//! ([`disposition`]); `malloc` and its family (`corral-preempt-malloc`); what cannot work is
+//! refused ([`refuse`]).
 
 #![allow(clippy::missing_safety_doc)]
 
@@ -13,6 +14,7 @@ use corral_preempt_malloc as _;
 
 mod barrier;
 mod cond;
+mod disposition;
 mod futex;
 mod layout;
 mod mutex;

@@ -12,7 +12,7 @@ use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 use crate::real::real;
 use crate::settings::{self, Settings};
-use crate::{refuse, tls};
+use crate::{disposition, refuse, tls};
 
 type Main = unsafe extern "C" fn(i32, *mut *mut c_char, *mut *mut c_char) -> i32;
 type StartMain =
@@ -108,10 +108,12 @@ unsafe extern "C" fn main_in_runtime(
     });
     restore_environment();
     let config = settings.config(&program_name(argv));
+    let program_disposition = disposition::kernel_disposition(corral::PREEMPT_SIGNAL);
     let rt = match corral::Runtime::new(config) {
         Ok(rt) => Box::leak(Box::new(rt)),
         Err(e) => refuse::fatal(&format!("cannot start a Corral runtime: {e}")),
     };
+    disposition::take_over_preempt_signal(program_disposition);
     MAIN_TCB.store(tls::current_tcb(), Ordering::Relaxed);
     let (argv, envp) = (argv as usize, envp as usize);
     let spawned = rt.spawn_with(corral::Builder::new().name("main"), move || {
