@@ -105,17 +105,21 @@ fn main() {
     } else if args.tcp_idle_memory {
         let m = tcp::idle_memory(&args, &binary);
         println!(
-            "memory per idle established TCP connection, server side, {} connections",
+            "memory per idle established TCP connection, {} connections",
             args.samples
         );
         println!(
-            "linux (kernel slab)    {:>8.0} B   (client and server sockets together: {:.0} B)",
-            m.linux_server, m.linux_client_and_server
+            "linux: both ends' sockets (kernel slab) {:>8.0} B, so about {:.0} B an end",
+            m.linux_pair,
+            m.linux_pair / 2.0
         );
-        println!("corral (resident)      {:>8.0} B", m.corral_server);
         println!(
-            "ratio                  {:>7.2}x",
-            m.corral_server / m.linux_server
+            "corral server (resident)               {:>8.0} B",
+            m.corral_server
+        );
+        println!(
+            "ratio to one Linux end                  {:>7.2}x",
+            m.corral_server / (m.linux_pair / 2.0)
         );
     } else if args.tcp_connections {
         let (linux, corral) = tcp::connections(&args, &binary);
@@ -199,9 +203,8 @@ fn rates(args: &Args, binary: &std::path::Path, seconds: f64) {
 }
 
 /// Bulk TCP against two ceilings measured in the same run: full-size frames per second
-/// through each path (UDP datagrams of a full frame's payload, counted at a Corral receiver;
-/// through the TAP device, the best of a ladder of paced rates, each a quarter of `seconds`),
-/// times the MSS.
+/// through each path (UDP datagrams of a full frame's payload, counted at a Corral receiver:
+/// the best of a ladder of paced rates, each a quarter of `seconds`), times the MSS.
 fn tcp_bulk(args: &Args, binary: &std::path::Path, seconds: f64) {
     let mb = |bytes_per_s: f64| bytes_per_s / 1e6;
     let (linux, corral) = tcp::bulk_linux_sender(args, binary, seconds);
@@ -210,7 +213,7 @@ fn tcp_bulk(args: &Args, binary: &std::path::Path, seconds: f64) {
         .collect();
     let local = tcp::bulk_between_runtimes(args, binary, seconds);
     let local_frames: Vec<f64> = (0..args.reps)
-        .map(|_| udp::local_rate(args, binary, FULL_UDP_PAYLOAD, seconds).0)
+        .map(|_| udp::local_ceiling(args, binary, FULL_UDP_PAYLOAD, seconds / 4.0).0)
         .collect();
     let tap_ceiling = median(tap_frames.clone()) * MSS;
     let local_ceiling = median(local_frames.clone()) * MSS;

@@ -260,16 +260,14 @@ pub fn bulk_linux_sender(args: &Args, binary: &Path, seconds: f64) -> (Vec<f64>,
     (linux, corral)
 }
 
-/// Memory per idle established connection, server side: opens `args.samples` connections
-/// from a Linux client to a server that holds them (no thread or uthread per connection) and
-/// reads what grew. Linux's server sockets live in the kernel's slab caches, so the slab
-/// objects added with a Linux server, less those added with the Corral server (where the
-/// kernel holds only the client's sockets), are the Linux server's share. The Corral server's
-/// is the growth of this process's resident memory (the Linux client's sockets add nothing
-/// there).
+/// Memory per idle established connection: opens `args.samples` connections from a Linux
+/// client to a server that holds them (no thread or uthread per connection) and reads what
+/// grew. With a Linux server both ends' sockets live in the kernel's slab caches, so Linux's
+/// figure is the pair's; the Corral server's is the growth of this process's resident memory
+/// (the Linux client's sockets add nothing there).
 pub fn idle_memory(args: &Args, binary: &Path) -> IdleMemory {
     raise_file_limit(4 * args.samples + 1024);
-    let linux_slab = {
+    let linux_pair = {
         let ns = Namespace::create();
         linux_server(&ns, args.server_cpu, Service::Hold);
         hold_connections(SocketAddrV4::new(VETH_PEER, PORT), args.samples).0
@@ -277,8 +275,7 @@ pub fn idle_memory(args: &Args, binary: &Path) -> IdleMemory {
     let daemon = Daemon::start(args, binary, &TAP_ARGS, "tcp-idle");
     let rt = daemon.runtime("tcp-idle", TAP_RUNTIME, 1, true);
     corral_server(&rt, SocketAddrV4::new(TAP_RUNTIME, PORT), Service::Hold);
-    let (corral_slab, corral_rss) =
-        hold_connections(SocketAddrV4::new(TAP_RUNTIME, PORT), args.samples);
+    let corral_server = hold_connections(SocketAddrV4::new(TAP_RUNTIME, PORT), args.samples).1;
     let live = rt.net_stats().expect("a networked runtime").tcp.connections;
     assert!(
         live >= args.samples,
@@ -287,16 +284,16 @@ pub fn idle_memory(args: &Args, binary: &Path) -> IdleMemory {
     );
     let per = |bytes: i64| bytes as f64 / args.samples as f64;
     IdleMemory {
-        linux_server: per(linux_slab - corral_slab),
-        linux_client_and_server: per(linux_slab),
-        corral_server: per(corral_rss),
+        linux_pair: per(linux_pair),
+        corral_server: per(corral_server),
     }
 }
 
-/// Bytes per idle connection, server side.
+/// Bytes per idle connection.
 pub struct IdleMemory {
-    pub linux_server: f64,
-    pub linux_client_and_server: f64,
+    /// Both ends' sockets in Linux's kernel.
+    pub linux_pair: f64,
+    /// The Corral server's resident memory.
     pub corral_server: f64,
 }
 

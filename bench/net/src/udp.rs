@@ -106,6 +106,9 @@ pub fn tap_rate(args: &Args, binary: &Path, payload: usize, seconds: f64) -> (f6
     tap_flood(args, &count, payload, seconds, None, false)
 }
 
+/// The offered rates of a ceiling's ladder, in steps of 25,000 datagrams per second.
+const LADDER: std::ops::RangeInclusive<u32> = 1..=24;
+
 /// The most datagrams of `payload` bytes per second the TAP path delivers to a Corral receiver
 /// at any offered rate. A sender flat out on iokerneld's CPU takes that CPU from iokerneld
 /// (there is no third one), so the most is found by pacing: the sender sleeps between bursts
@@ -118,7 +121,7 @@ pub fn tap_ceiling(args: &Args, binary: &Path, payload: usize, seconds: f64) -> 
     let count = start_sink(&rt, SocketAddrV4::new(TAP_RUNTIME, 9));
     let mut best = (0.0, 0.0);
     let mut best_system = 0.0;
-    for rate in (1..=12).map(|i| i as f64 * 25_000.0) {
+    for rate in LADDER.map(|i| i as f64 * 25_000.0) {
         let system = daemon.system_seconds();
         let got = tap_flood(args, &count, payload, seconds, Some(rate), true);
         if got.0 > best.0 {
@@ -251,4 +254,58 @@ pub fn local_rate(args: &Args, binary: &Path, payload: usize, seconds: f64) -> (
     std::thread::sleep(Duration::from_millis(100));
     let received = count.load(Ordering::Relaxed) - before;
     (received as f64 / elapsed, sent as f64 / elapsed)
+}
+
+/// The most datagrams of `payload` bytes per second one Corral runtime gets to another through
+/// iokerneld's local switch at any offered rate, the two sharing the one managed core. Flat
+/// out (`local_rate`), the sender keeps the core until iokerneld takes it, while the frames
+/// it sent overflow the receiver's ring; paced, it sleeps between bursts (its kthread parks
+/// and the receiver gets the core). Each rate of a ladder runs `seconds`; returns the best
+/// received rate and the offered rate that gave it.
+pub fn local_ceiling(args: &Args, binary: &Path, payload: usize, seconds: f64) -> (f64, f64) {
+    const BURST: u64 = 16;
+    let daemon = Daemon::start(args, binary, &["--nic", "none"], "local");
+    let (a_ip, b_ip) = (Ipv4Addr::new(10, 95, 0, 2), Ipv4Addr::new(10, 95, 0, 3));
+    let b = daemon.runtime("local-sink", b_ip, 1, false);
+    let count = start_sink(&b, SocketAddrV4::new(b_ip, 9));
+    let a = daemon.runtime("local-source", a_ip, 1, false);
+    let to = SocketAddrV4::new(b_ip, 9);
+    a.block_on(move || {
+        let s = CorralUdp::bind(SocketAddrV4::new(a_ip, 0)).unwrap();
+        s.send_to(&[0u8; 64], to).unwrap();
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let mut best = (0.0, 0.0);
+    for rate in LADDER.map(|i| i as f64 * 25_000.0) {
+        let before = count.load(Ordering::Relaxed);
+        let (sent, elapsed) = a.block_on(move || {
+            let s = CorralUdp::bind(SocketAddrV4::new(a_ip, 0)).unwrap();
+            let buf = vec![0u8; payload];
+            let start = Instant::now();
+            let (mut sent, mut bursts) = (0u64, 0u64);
+            while start.elapsed().as_secs_f64() < seconds {
+                let due = Duration::from_secs_f64((bursts * BURST) as f64 / rate);
+                if let Some(wait) = due.checked_sub(start.elapsed()) {
+                    corral::sleep(wait);
+                }
+                for _ in 0..BURST {
+                    if s.send_to(&buf, to).is_ok() {
+                        sent += 1;
+                    }
+                }
+                bursts += 1;
+            }
+            (sent, start.elapsed().as_secs_f64())
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        let received = (count.load(Ordering::Relaxed) - before) as f64 / elapsed;
+        if received > best.0 {
+            best = (received, sent as f64 / elapsed);
+        }
+    }
+    eprintln!(
+        "local ceiling: {:.0} frames/s received of {:.0} offered",
+        best.0, best.1
+    );
+    best
 }
