@@ -28,6 +28,9 @@ cargo build --quiet --profile ci -p corral-capi --example corral_capi_testlib
 # iokerneld's tests start ABI-level clients: a binary of another package, which `cargo test`
 # does not build as a program.
 cargo build --quiet --profile ci -p corral-testclient --bin corral-abi-client
+# The demo's batch-command test runs corral-run, which needs its shim next to it, where only
+# `cargo build` puts the cdylib.
+cargo build --quiet --profile ci -p corral-run
 cargo test --profile ci --workspace --lib --bins --tests --examples 2>&1 | tee target/test-output.txt
 
 # One closing line for the whole suite.
