@@ -220,73 +220,60 @@ fn tap_flood(
     (received as f64 / elapsed, sent as f64 / elapsed)
 }
 
-/// Datagrams of `payload` bytes per second one Corral runtime gets to another through
-/// iokerneld's local switch, both sharing the one managed core, and the rate the sender
-/// managed.
-pub fn local_rate(args: &Args, binary: &Path, payload: usize, seconds: f64) -> (f64, f64) {
-    let daemon = Daemon::start(args, binary, &["--nic", "none"], "local");
-    let (a_ip, b_ip) = (Ipv4Addr::new(10, 95, 0, 2), Ipv4Addr::new(10, 95, 0, 3));
-    let b = daemon.runtime("local-sink", b_ip, 1, false);
-    let count = start_sink(&b, SocketAddrV4::new(b_ip, 9));
-    let a = daemon.runtime("local-source", a_ip, 1, false);
-    let to = SocketAddrV4::new(b_ip, 9);
-    // One datagram first, so that ARP is resolved before timing.
-    a.block_on(move || {
-        let s = CorralUdp::bind(SocketAddrV4::new(a_ip, 0)).unwrap();
-        s.send_to(&[0u8; 64], to).unwrap();
-    });
-    std::thread::sleep(Duration::from_millis(100));
-    let before = count.load(Ordering::Relaxed);
-    let (sent, elapsed) = a.block_on(move || {
-        let s = CorralUdp::bind(SocketAddrV4::new(a_ip, 0)).unwrap();
-        let buf = vec![0u8; payload];
-        let start = Instant::now();
-        let mut sent = 0u64;
-        while start.elapsed().as_secs_f64() < seconds {
-            for _ in 0..64 {
-                if s.send_to(&buf, to).is_ok() {
-                    sent += 1;
-                }
-            }
-        }
-        (sent, start.elapsed().as_secs_f64())
-    });
-    std::thread::sleep(Duration::from_millis(100));
-    let received = count.load(Ordering::Relaxed) - before;
-    (received as f64 / elapsed, sent as f64 / elapsed)
+/// Two runtimes under one iokerneld with no NIC (`--nic none`), sharing the one managed core:
+/// a sink counting what reaches its port 9, and a source that has resolved the sink's MAC.
+struct LocalPair {
+    source: Runtime,
+    _sink: Runtime,
+    source_ip: Ipv4Addr,
+    to: SocketAddrV4,
+    count: Arc<AtomicU64>,
+    /// Dropped last (fields drop in order): a runtime whose iokerneld goes first exits.
+    _daemon: Daemon,
 }
 
-/// The most datagrams of `payload` bytes per second one Corral runtime gets to another through
-/// iokerneld's local switch at any offered rate, the two sharing the one managed core. Flat
-/// out (`local_rate`), the sender keeps the core until iokerneld takes it, while the frames
-/// it sent overflow the receiver's ring; paced, it sleeps between bursts (its kthread parks
-/// and the receiver gets the core). Each rate of a ladder runs `seconds`; returns the best
-/// received rate and the offered rate that gave it.
-pub fn local_ceiling(args: &Args, binary: &Path, payload: usize, seconds: f64) -> (f64, f64) {
-    const BURST: u64 = 16;
-    let daemon = Daemon::start(args, binary, &["--nic", "none"], "local");
-    let (a_ip, b_ip) = (Ipv4Addr::new(10, 95, 0, 2), Ipv4Addr::new(10, 95, 0, 3));
-    let b = daemon.runtime("local-sink", b_ip, 1, false);
-    let count = start_sink(&b, SocketAddrV4::new(b_ip, 9));
-    let a = daemon.runtime("local-source", a_ip, 1, false);
-    let to = SocketAddrV4::new(b_ip, 9);
-    a.block_on(move || {
-        let s = CorralUdp::bind(SocketAddrV4::new(a_ip, 0)).unwrap();
-        s.send_to(&[0u8; 64], to).unwrap();
-    });
-    std::thread::sleep(Duration::from_millis(100));
-    let mut best = (0.0, 0.0);
-    for rate in LADDER.map(|i| i as f64 * 25_000.0) {
-        let before = count.load(Ordering::Relaxed);
-        let (sent, elapsed) = a.block_on(move || {
+impl LocalPair {
+    fn start(args: &Args, binary: &Path) -> LocalPair {
+        let daemon = Daemon::start(args, binary, &["--nic", "none"], "local");
+        let (a_ip, b_ip) = (Ipv4Addr::new(10, 95, 0, 2), Ipv4Addr::new(10, 95, 0, 3));
+        let sink = daemon.runtime("local-sink", b_ip, 1, false);
+        let to = SocketAddrV4::new(b_ip, 9);
+        let count = start_sink(&sink, to);
+        let source = daemon.runtime("local-source", a_ip, 1, false);
+        // One datagram first, so that ARP is resolved before timing.
+        source.block_on(move || {
             let s = CorralUdp::bind(SocketAddrV4::new(a_ip, 0)).unwrap();
+            s.send_to(&[0u8; 64], to).unwrap();
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        LocalPair {
+            source,
+            _sink: sink,
+            source_ip: a_ip,
+            to,
+            count,
+            _daemon: daemon,
+        }
+    }
+
+    /// Sends datagrams of `payload` bytes for `seconds`: flat out, or paced at `rate` a second
+    /// (bursts of 16 with sleeps between them, the source's kthread parking meanwhile).
+    /// Returns the rates received and sent.
+    fn flood(&self, payload: usize, seconds: f64, rate: Option<f64>) -> (f64, f64) {
+        const BURST: u64 = 16;
+        let (source_ip, to) = (self.source_ip, self.to);
+        let before = self.count.load(Ordering::Relaxed);
+        let (sent, elapsed) = self.source.block_on(move || {
+            let s = CorralUdp::bind(SocketAddrV4::new(source_ip, 0)).unwrap();
             let buf = vec![0u8; payload];
             let start = Instant::now();
             let (mut sent, mut bursts) = (0u64, 0u64);
             while start.elapsed().as_secs_f64() < seconds {
-                let due = Duration::from_secs_f64((bursts * BURST) as f64 / rate);
-                if let Some(wait) = due.checked_sub(start.elapsed()) {
-                    corral::sleep(wait);
+                if let Some(rate) = rate {
+                    let due = Duration::from_secs_f64((bursts * BURST) as f64 / rate);
+                    if let Some(wait) = due.checked_sub(start.elapsed()) {
+                        corral::sleep(wait);
+                    }
                 }
                 for _ in 0..BURST {
                     if s.send_to(&buf, to).is_ok() {
@@ -298,11 +285,30 @@ pub fn local_ceiling(args: &Args, binary: &Path, payload: usize, seconds: f64) -
             (sent, start.elapsed().as_secs_f64())
         });
         std::thread::sleep(Duration::from_millis(50));
-        let received = (count.load(Ordering::Relaxed) - before) as f64 / elapsed;
-        if received > best.0 {
-            best = (received, sent as f64 / elapsed);
-        }
+        let received = self.count.load(Ordering::Relaxed) - before;
+        (received as f64 / elapsed, sent as f64 / elapsed)
     }
+}
+
+/// Datagrams of `payload` bytes per second one Corral runtime gets to another through
+/// iokerneld's local switch, both sharing the one managed core, and the rate the sender
+/// managed: flat out.
+pub fn local_rate(args: &Args, binary: &Path, payload: usize, seconds: f64) -> (f64, f64) {
+    LocalPair::start(args, binary).flood(payload, seconds, None)
+}
+
+/// The most datagrams of `payload` bytes per second one Corral runtime gets to another through
+/// iokerneld's local switch at any offered rate, the two sharing the one managed core. Flat
+/// out (`local_rate`), the sender keeps the core until iokerneld takes it, while the frames
+/// it sent overflow the receiver's ring; paced, it sleeps between bursts (its kthread parks
+/// and the receiver gets the core). Each rate of a ladder runs `seconds`; returns the best
+/// received rate and the offered rate that gave it.
+pub fn local_ceiling(args: &Args, binary: &Path, payload: usize, seconds: f64) -> (f64, f64) {
+    let pair = LocalPair::start(args, binary);
+    let best = LADDER
+        .map(|i| pair.flood(payload, seconds, Some(i as f64 * 25_000.0)))
+        .max_by(|x, y| x.0.total_cmp(&y.0))
+        .expect("a ladder of rates");
     eprintln!(
         "local ceiling: {:.0} frames/s received of {:.0} offered",
         best.0, best.1
