@@ -7,11 +7,10 @@
 use std::io::Write;
 use std::net::{Shutdown, SocketAddrV4};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use ::corral::net::{TcpListener, TcpStream, UdpReply, UdpSpawner};
 
-use crate::Server;
+use crate::{Server, TOO_MANY_CONNECTIONS};
 
 /// Binds the TCP listener (if `tcp` is set) and the UDP port (if `udp` is set) on the calling
 /// uthread's runtime, then serves forever.
@@ -34,35 +33,21 @@ pub fn serve(
 
 /// Accepts connections forever, a uthread for each; `-c` caps them as on Linux.
 pub fn run_tcp(server: Arc<Server>, listener: TcpListener) -> std::io::Result<()> {
-    let counters = &server.store.counters;
     loop {
-        let mut stream = match listener.accept() {
-            Ok((s, _peer)) => s,
-            Err(_) => continue,
+        let Ok((mut stream, _peer)) = listener.accept() else {
+            continue;
         };
-        if counters.curr_connections.load(Ordering::Relaxed) as usize
-            >= server.settings.max_connections
-        {
-            let _ = stream.write_all(b"ERROR Too many open connections\r\n");
+        let Some(admitted) = server.admit() else {
+            let _ = stream.write_all(TOO_MANY_CONNECTIONS);
             let _ = stream.shutdown(Shutdown::Both);
             continue;
-        }
-        counters.curr_connections.fetch_add(1, Ordering::Relaxed);
-        counters.total_connections.fetch_add(1, Ordering::Relaxed);
-        let server = server.clone();
-        let spawned = ::corral::Builder::new().spawn_detached(move || {
+        };
+        // A uthread that fails to start drops `admitted` and its stream with its closure:
+        // the connection closes unserved and stops counting.
+        let _ = ::corral::Builder::new().spawn_detached(move || {
             let _ = stream.set_nodelay(true);
-            serve_one(&server, stream);
-            server
-                .store
-                .counters
-                .curr_connections
-                .fetch_sub(1, Ordering::Relaxed);
+            serve_one(admitted.server(), stream);
         });
-        // A uthread that never started dropped its stream (closing the connection) unserved.
-        if spawned.is_err() {
-            counters.curr_connections.fetch_sub(1, Ordering::Relaxed);
-        }
     }
 }
 

@@ -8,6 +8,7 @@ pub mod linux;
 
 use std::io::{self, Read, Write};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use corral_memcache::{Limits, Session, ShardWait, Status, Store, StoreConfig};
@@ -66,7 +67,45 @@ pub struct Server {
     pub settings: Settings,
 }
 
+/// memcached's answer to a connection beyond `-c`.
+pub const TOO_MANY_CONNECTIONS: &[u8] = b"ERROR Too many open connections\r\n";
+
+/// A connection counted in the store's `curr_connections` and `total_connections`; it stops
+/// counting as current when dropped, however its thread or uthread ends (or fails to start).
+pub struct Admitted(Arc<Server>);
+
+impl Admitted {
+    pub fn server(&self) -> &Server {
+        &self.0
+    }
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        self.0
+            .store
+            .counters
+            .curr_connections
+            .fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 impl Server {
+    /// Counts a new connection, or refuses it (`None`) when `-c` connections are open already.
+    /// Called by the one thread or uthread that accepts, so the check and the count need not
+    /// be one atomic step.
+    pub fn admit(self: &Arc<Self>) -> Option<Admitted> {
+        let counters = &self.store.counters;
+        if counters.curr_connections.load(Ordering::Relaxed) as usize
+            >= self.settings.max_connections
+        {
+            return None;
+        }
+        counters.curr_connections.fetch_add(1, Ordering::Relaxed);
+        counters.total_connections.fetch_add(1, Ordering::Relaxed);
+        Some(Admitted(self.clone()))
+    }
+
     pub fn new(settings: Settings) -> Arc<Self> {
         let clock = Clock::start();
         let mut cfg = StoreConfig::new(

@@ -4,43 +4,26 @@
 use std::io::Write;
 use std::net::{TcpListener, TcpStream, UdpSocket};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::thread;
 
-use crate::Server;
+use crate::{Server, TOO_MANY_CONNECTIONS};
 
 /// Accepts connections forever.
 pub fn run_tcp(server: Arc<Server>, listener: TcpListener) -> std::io::Result<()> {
-    let counters = &server.store.counters;
     for conn in listener.incoming() {
-        let mut stream = match conn {
-            Ok(s) => s,
-            Err(_) => continue,
-        };
-        if counters.curr_connections.load(Ordering::Relaxed) as usize
-            >= server.settings.max_connections
-        {
-            let _ = stream.write_all(b"ERROR Too many open connections\r\n");
+        let Ok(mut stream) = conn else { continue };
+        let Some(admitted) = server.admit() else {
+            let _ = stream.write_all(TOO_MANY_CONNECTIONS);
             continue;
-        }
-        counters.curr_connections.fetch_add(1, Ordering::Relaxed);
-        counters.total_connections.fetch_add(1, Ordering::Relaxed);
-        let server = server.clone();
-        let spawned = thread::Builder::new()
+        };
+        // A thread that fails to start drops `admitted` with its closure, uncounting it.
+        let _ = thread::Builder::new()
             .name("kv-conn".into())
             .stack_size(256 << 10)
             .spawn(move || {
                 let _ = stream.set_nodelay(true);
-                serve_one(&server, stream);
-                server
-                    .store
-                    .counters
-                    .curr_connections
-                    .fetch_sub(1, Ordering::Relaxed);
+                serve_one(admitted.server(), stream);
             });
-        if spawned.is_err() {
-            counters.curr_connections.fetch_sub(1, Ordering::Relaxed);
-        }
     }
     Ok(())
 }
