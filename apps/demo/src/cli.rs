@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, ValueEnum};
 use corral_loadgen::ServiceDist;
+use corral_loadgen::kv::SizeDist;
 
 use crate::results::System;
 
@@ -18,6 +19,11 @@ pub enum Experiment {
     /// A sudden step up in load and back, p99.9 per window around the step (the paper's
     /// Figure 5), on Corral.
     Burst,
+    /// The memcached co-location experiment (the paper's Figure 4 for memcached): corral-kv
+    /// with the batch job on Corral, Debian's memcached with the batch job at SCHED_IDLE on
+    /// Linux, and corral-kv alone on a dedicated core, each driven to saturation with the same
+    /// memcached workload over TCP.
+    Kv,
 }
 
 /// How iokerneld hands a core from one kthread to another (its `--handover`).
@@ -191,6 +197,57 @@ pub struct Args {
     #[arg(long, value_name = "COMMAND")]
     pub batch_cmd: Option<String>,
 
+    /// Key-value experiment: offered rates in requests per second, comma-separated, rising;
+    /// each system stops after two points in a row miss its latency objective [default:
+    /// 10k, 20k, 40k, 60k, 80k, 100k, 125k, 150k, 200k, 250k, 300k, 400k, 500k, 650k, 800k,
+    /// 1M; with --quick 5k,10k].
+    #[arg(long, value_delimiter = ',', value_name = "RPS,...")]
+    pub rates: Vec<f64>,
+
+    /// Key-value experiment: the rate of the unloaded point that sets each server's median
+    /// latency, and so its objective.
+    #[arg(long, default_value_t = 1000.0, value_name = "RPS")]
+    pub unloaded_rate: f64,
+
+    /// Key-value experiment: the p99 latency objective, as a multiple of each server's own
+    /// unloaded median.
+    #[arg(long, default_value_t = 10.0)]
+    pub slo_factor: f64,
+
+    /// Key-value experiment: keys in the key space (every key is set before a run when the
+    /// generator preloads).
+    #[arg(long, default_value_t = 10_000)]
+    pub keys: u64,
+
+    /// Key-value experiment: key sizes (`fixed:N`, `uniform:[MIN:]MAX`, `fb_key`, ...).
+    #[arg(long, default_value = "fixed:30")]
+    #[serde(serialize_with = "display")]
+    pub key_size: SizeDist,
+
+    /// Key-value experiment: value sizes (`fixed:N`, `fb_value` for mutilate's ETC sizes,
+    /// ...).
+    #[arg(long, default_value = "fixed:200")]
+    #[serde(serialize_with = "display")]
+    pub value_size: SizeDist,
+
+    /// Key-value experiment: the fraction of requests that are gets (the rest are sets).
+    #[arg(long, default_value_t = 0.9)]
+    pub get_fraction: f64,
+
+    /// Key-value experiment: the TCP port of corral-kv, on --corral-addr's IP.
+    #[arg(long, default_value_t = 11211)]
+    pub kv_port: u16,
+
+    /// Key-value experiment: the loopback address memcached listens on (not 11211, which a
+    /// memcached system service may hold).
+    #[arg(long, default_value = "127.0.0.1:11411")]
+    pub memcached_addr: std::net::SocketAddrV4,
+
+    /// Key-value experiment: the memcached executable (Debian's 1.6.18 package, which
+    /// scripts/setup.sh installs).
+    #[arg(long, default_value = "/usr/bin/memcached")]
+    pub memcached: PathBuf,
+
     /// TrueType font for the plots' text.
     #[arg(
         long,
@@ -237,7 +294,36 @@ pub struct Plan {
     pub linux_addr: std::net::SocketAddrV4,
     /// `--batch-cmd`, split into words; `None` runs the Monte Carlo `batch` app.
     pub batch_cmd: Option<Vec<String>>,
+    /// The key-value experiment's workload and ladder.
+    pub kv: KvPlan,
 }
+
+/// The key-value experiment's plan: the workload both generators play, the rates, and the
+/// latency objective.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct KvPlan {
+    /// Offered rates (requests per second), rising.
+    pub rates: Vec<f64>,
+    pub unloaded_rate: f64,
+    pub slo_factor: f64,
+    pub keys: u64,
+    #[serde(serialize_with = "display")]
+    pub key_size: SizeDist,
+    #[serde(serialize_with = "display")]
+    pub value_size: SizeDist,
+    pub get_fraction: f64,
+    /// corral-kv's address behind iokerneld's generator.
+    pub corral_addr: std::net::SocketAddrV4,
+    pub memcached_addr: std::net::SocketAddrV4,
+    pub memcached: PathBuf,
+}
+
+/// The key-value experiment's default ladder of offered rates (requests per second): from a
+/// light load to beyond what one core serves.
+pub const KV_RATES: [f64; 16] = [
+    10e3, 20e3, 40e3, 60e3, 80e3, 100e3, 125e3, 150e3, 200e3, 250e3, 300e3, 400e3, 500e3,
+    650e3, 800e3, 1e6,
+];
 
 impl Plan {
     /// Requests per second for a load.
@@ -261,7 +347,9 @@ impl Args {
         let q = self.quick;
         let systems = if self.systems.is_empty() {
             match self.experiment {
-                Experiment::Sweep => vec![System::Corral, System::Linux, System::Dedicated],
+                Experiment::Sweep | Experiment::Kv => {
+                    vec![System::Corral, System::Linux, System::Dedicated]
+                }
                 Experiment::Intervals | Experiment::Burst => vec![System::Corral],
             }
         } else {
@@ -270,7 +358,9 @@ impl Args {
             s.dedup();
             s
         };
-        if self.experiment != Experiment::Sweep && systems != [System::Corral] {
+        if matches!(self.experiment, Experiment::Intervals | Experiment::Burst)
+            && systems != [System::Corral]
+        {
             return Err(format!(
                 "invalid systems = {}: the {} experiment runs on Corral only{}",
                 systems
@@ -340,11 +430,12 @@ impl Args {
         }
         let pick =
             |v: Option<f64>, normal: f64, quick: f64| v.unwrap_or(if q { quick } else { normal });
-        let normal_point = if self.experiment == Experiment::Intervals {
-            6.0
-        } else {
-            12.0
+        let normal_point = match self.experiment {
+            Experiment::Intervals => 6.0,
+            Experiment::Kv => 5.0,
+            Experiment::Sweep | Experiment::Burst => 12.0,
         };
+        let kv = self.kv_plan()?;
         let point_secs = positive("point-secs", pick(self.point_secs, normal_point, 1.0))?;
         let warmup_secs = pick(self.warmup_secs, 1.0, 0.2);
         if !(warmup_secs.is_finite() && warmup_secs >= 0.0 && warmup_secs < point_secs) {
@@ -389,6 +480,69 @@ impl Args {
                         .ok_or_else(|| format!("invalid batch-cmd = {c:?}: {}", BATCH_CMD_SYNTAX))
                 })
                 .transpose()?,
+            kv,
+        })
+    }
+
+    fn kv_plan(&self) -> Result<KvPlan, String> {
+        let rates = if !self.rates.is_empty() {
+            self.rates.clone()
+        } else if self.quick {
+            vec![5e3, 10e3]
+        } else {
+            KV_RATES.to_vec()
+        };
+        let sane_rate = |r: f64| r.is_finite() && r >= 1.0 && r <= 1e8;
+        if let Some(bad) = rates.iter().find(|r| !sane_rate(**r)) {
+            return Err(format!(
+                "invalid rates = {bad}: expected requests per second in [1, 1e8]"
+            ));
+        }
+        if rates.windows(2).any(|w| w[1] <= w[0]) {
+            return Err(format!(
+                "invalid rates = {}: expected rising rates",
+                rates
+                    .iter()
+                    .map(|r| r.to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ));
+        }
+        if !sane_rate(self.unloaded_rate) {
+            return Err(format!(
+                "invalid unloaded-rate = {}: expected requests per second in [1, 1e8]",
+                self.unloaded_rate
+            ));
+        }
+        if !(self.slo_factor.is_finite() && self.slo_factor >= 1.0) {
+            return Err(format!(
+                "invalid slo-factor = {}: expected at least 1",
+                self.slo_factor
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.get_fraction) {
+            return Err(format!(
+                "invalid get-fraction = {}: expected a fraction in [0, 1]",
+                self.get_fraction
+            ));
+        }
+        if self.keys == 0 {
+            return Err("invalid keys = 0: expected at least 1".into());
+        }
+        if self.kv_port == 0 {
+            return Err("invalid kv-port = 0: expected a TCP port".into());
+        }
+        Ok(KvPlan {
+            rates,
+            unloaded_rate: self.unloaded_rate,
+            slo_factor: self.slo_factor,
+            keys: self.keys,
+            key_size: self.key_size,
+            value_size: self.value_size,
+            get_fraction: self.get_fraction,
+            corral_addr: std::net::SocketAddrV4::new(*self.corral_addr.ip(), self.kv_port),
+            memcached_addr: self.memcached_addr,
+            memcached: self.memcached.clone(),
         })
     }
 }

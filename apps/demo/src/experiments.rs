@@ -87,11 +87,17 @@ pub fn run(args: &Args) -> Result<()> {
         .ok()
         .and_then(|p| p.parent().map(Path::to_path_buf))
         .ok_or_else(|| Error::msg("cannot find the runner's own executable"))?;
-    let bins = Bins::locate(
-        args.bin_dir.as_deref().unwrap_or(&exe_dir),
-        &plan.systems,
-        plan.batch_cmd.is_some(),
-    )?;
+    let bin_dir = args.bin_dir.as_deref().unwrap_or(&exe_dir);
+    let bins = if plan.experiment == Experiment::Kv {
+        Bins::locate_kv(
+            bin_dir,
+            &plan.systems,
+            plan.batch_cmd.is_some(),
+            &plan.kv.memcached,
+        )?
+    } else {
+        Bins::locate(bin_dir, &plan.systems, plan.batch_cmd.is_some())?
+    };
     // Fail on a missing font now, not after minutes of measuring.
     plot::load_font(&args.font)?;
     let out = match &args.out {
@@ -119,12 +125,18 @@ pub fn run(args: &Args) -> Result<()> {
              CPUs and will disturb the measurements"
         ));
     }
-    let spin_iterations_per_us = crate::systems::calibrate_spin(&bins.spin, plan.app_cpu)?;
-    say(format!(
-        "spin servers' burn rate: {spin_iterations_per_us:.1} iterations per microsecond, measured \
-         once on CPU {} and used by both systems",
-        plan.app_cpu
-    ));
+    // The key-value experiment runs no spin server.
+    let spin_iterations_per_us = if plan.experiment == Experiment::Kv {
+        f64::NAN
+    } else {
+        let rate = crate::systems::calibrate_spin(&bins.spin, plan.app_cpu)?;
+        say(format!(
+            "spin servers' burn rate: {rate:.1} iterations per microsecond, measured once on \
+             CPU {} and used by both systems",
+            plan.app_cpu
+        ));
+        rate
+    };
     let env = Env {
         plan,
         bins,
@@ -167,13 +179,35 @@ pub fn run(args: &Args) -> Result<()> {
             fmt_pct(p.burst_peak),
             fmt_pct(p.burst_base),
             p.burst_secs
+        ),        Experiment::Kv => format!(
+            "memcached co-location sweep of {} at an unloaded {}/s then {} requests/s until \
+             saturation, {} s per point",
+            p.systems
+                .iter()
+                .map(|s| s.title())
+                .collect::<Vec<_>>()
+                .join(", "),
+            crate::kvreport::fmt_rate(p.kv.unloaded_rate),
+            p.kv.rates
+                .iter()
+                .map(|r| crate::kvreport::fmt_rate(*r))
+                .collect::<Vec<_>>()
+                .join(","),
+            p.point_secs
         ),
     };
-    say(format!(
-        "corral-demo: {what}; service {}; results in {}",
-        report::service_label(&p.service),
-        env.out.display()
-    ));
+    if p.experiment == Experiment::Kv {
+        say(format!(
+            "corral-demo: {what}; results in {}",
+            env.out.display()
+        ));
+    } else {
+        say(format!(
+            "corral-demo: {what}; service {}; results in {}",
+            report::service_label(&p.service),
+            env.out.display()
+        ));
+    }
     if let Some(mode) = p.handover {
         say(format!(
             "iokerneld core hand-over: --handover {}",
@@ -195,6 +229,7 @@ pub fn run(args: &Args) -> Result<()> {
         Experiment::Sweep => sweep(&env, &mut record)?,
         Experiment::Intervals => intervals(&env, &mut record)?,
         Experiment::Burst => burst(&env, &mut record)?,
+        Experiment::Kv => crate::kv::sweep(&env, &mut record)?,
     };
     let csv_path = env.out.join("results.csv");
     std::fs::write(&csv_path, csv)
@@ -389,7 +424,7 @@ fn alone_line(system: System, a: &BatchAlone, cpu_units: bool) -> String {
 }
 
 /// The batch job alone, with the CPU time other processes took meanwhile.
-fn alone_watched(measure: impl FnOnce() -> Result<BatchAlone>) -> Result<BatchAlone> {
+pub(crate) fn alone_watched(measure: impl FnOnce() -> Result<BatchAlone>) -> Result<BatchAlone> {
     let a = machine::snapshot();
     let mut alone = measure()?;
     let b = machine::snapshot();
@@ -562,7 +597,7 @@ fn linux_sweep(env: &Env) -> Result<SystemRun> {
     Ok(run)
 }
 
-type Written = (String, String, Vec<PathBuf>);
+pub(crate) type Written = (String, String, Vec<PathBuf>);
 
 fn sweep(env: &Env, record: &mut serde_json::Value) -> Result<Written> {
     let p = &env.plan;

@@ -12,6 +12,8 @@ pub mod batch;
 pub mod cli;
 pub mod error;
 pub mod experiments;
+pub mod kv;
+pub mod kvreport;
 pub mod machine;
 pub mod plot;
 pub mod procs;

@@ -91,6 +91,8 @@ pub struct Spec {
     pub discard_stdout: bool,
     /// Runs it at SCHED_IDLE, pinned to this CPU.
     pub idle_on_cpu: Option<usize>,
+    /// Pins it (every thread it starts inherits the mask) to this CPU at its normal priority.
+    pub pin_to_cpu: Option<usize>,
     /// Whether stopping it stops its whole process group (the processes it started too).
     pub stop_group: bool,
 }
@@ -106,6 +108,7 @@ impl Spec {
             stop_signal: libc::SIGKILL,
             discard_stdout: false,
             idle_on_cpu: None,
+            pin_to_cpu: None,
             stop_group: false,
         }
     }
@@ -141,6 +144,7 @@ impl Proc {
         };
         let death_signal = spec.stop_signal;
         let idle_on_cpu = spec.idle_on_cpu;
+        let pin_to_cpu = spec.pin_to_cpu;
         // SAFETY: getpid has no preconditions.
         let runner = unsafe { libc::getpid() };
         let mut cmd = Command::new(&spec.program);
@@ -161,12 +165,14 @@ impl Proc {
                 if libc::getppid() != runner {
                     return Err(std::io::Error::other("the runner exited"));
                 }
-                if let Some(cpu) = idle_on_cpu {
+                if let Some(cpu) = idle_on_cpu.or(pin_to_cpu) {
                     let mut set: libc::cpu_set_t = std::mem::zeroed();
                     libc::CPU_SET(cpu, &mut set);
                     if libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) != 0 {
                         return Err(std::io::Error::last_os_error());
                     }
+                }
+                if idle_on_cpu.is_some() {
                     let param = libc::sched_param { sched_priority: 0 };
                     if libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) != 0 {
                         return Err(std::io::Error::last_os_error());

@@ -195,3 +195,61 @@ pub struct Burst {
     pub burst: Point,
     pub steady: Point,
 }
+
+/// One offered rate of the key-value experiment, for one system.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KvPoint {
+    /// Offered requests per second.
+    pub rate_rps: f64,
+    /// The light point that sets the server's unloaded median (and so its objective).
+    pub unloaded: bool,
+    /// The generator's command line.
+    pub command: Vec<String>,
+    pub summary: Summary,
+    /// Replies the generator found wrong (a wrong value, an unexpected or unparsable reply, a
+    /// client or server error) and connections that failed with requests in flight.
+    pub errors: u64,
+    /// The generator's reply checks, as it reported them.
+    pub checks: serde_json::Value,
+    /// Batch throughput during the point, after its warm-up.
+    pub batch_units_per_s: Option<f64>,
+    /// `batch_units_per_s` over the same system's batch-alone throughput: the batch share.
+    pub batch_fraction: Option<f64>,
+    pub batch_window_s: Option<[f64; 2]>,
+    /// Core reallocations per second (Corral).
+    pub reallocations_per_s: Option<f64>,
+    /// iokerneld's loop stalls (count, total ns) during the point (Corral).
+    pub iokerneld_stalls: Option<[u64; 2]>,
+    /// Kthreads demoted for ignoring a preemption (Corral).
+    pub demotions: Option<Demotions>,
+    /// CPUs' worth of time the server process used over the generator's run (1.0 = its core
+    /// was busy throughout).
+    pub server_cpus: Option<f64>,
+    /// CPUs' worth of iokerneld's time its built-in generator spent building requests and
+    /// parsing replies (Corral and the dedicated floor).
+    pub generator_cpus: Option<f64>,
+    /// CPUs' worth of time processes the runner did not start used (see
+    /// [`Point::foreign_cpus`]).
+    pub foreign_cpus: Option<f64>,
+    pub steal: Option<CpuSteal>,
+    /// Everything the generator reported, as it reported it.
+    pub raw: serde_json::Value,
+}
+
+/// One system of the key-value experiment: its unloaded point, its objective and its ladder.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct KvSystemRun {
+    pub system: System,
+    /// Command lines of the long-running processes, by name.
+    pub commands: BTreeMap<String, Vec<String>>,
+    pub batch_alone: Option<BatchAlone>,
+    pub unloaded: KvPoint,
+    /// The p99 latency objective: the slo factor times the unloaded median.
+    pub slo_p99_ns: u64,
+    /// The ladder's points, rising; the ladder stops after two points in a row miss.
+    pub points: Vec<KvPoint>,
+    /// iokerneld's statistics at the end of the run (Corral and the dedicated floor).
+    pub daemon_stats: Option<serde_json::Value>,
+    #[serde(default)]
+    pub daemon_warnings: Vec<String>,
+}

@@ -39,52 +39,105 @@ pub struct Bins {
     pub loadgen_linux: PathBuf,
     /// The launcher that runs `--batch-cmd` as a Corral runtime.
     pub corral_run: PathBuf,
+    /// The key-value server (key-value experiment).
+    pub kv: PathBuf,
+    /// memcached 1.6.18 (key-value experiment, Linux).
+    pub memcached: PathBuf,
 }
 
 impl Bins {
-    /// Finds the binaries in `dir`; the error names each missing one and how to build it.
-    /// `batch_cmd`: the batch job is a command of the user's (`--batch-cmd`), not `batch`.
-    pub fn locate(dir: &Path, systems: &[System], batch_cmd: bool) -> Result<Bins> {
-        let bins = Bins {
+    /// The binaries in `dir`, whether there or not.
+    fn in_dir(dir: &Path) -> Bins {
+        Bins {
             dir: dir.to_owned(),
             iokerneld: dir.join("iokerneld"),
             spin: dir.join("spin"),
             batch: dir.join("batch"),
             loadgen_linux: dir.join("corral-loadgen-linux"),
             corral_run: dir.join("corral-run"),
-        };
-        let mut need = vec![(&bins.spin, "corral-app-spin")];
+            kv: dir.join("corral-kv"),
+            memcached: PathBuf::from("memcached"),
+        }
+    }
+
+    /// The batch job's binaries and the load generators `systems` need, before their servers.
+    fn common_needs<'b>(
+        &'b self,
+        systems: &[System],
+        batch_cmd: bool,
+    ) -> Vec<(&'b PathBuf, &'static str)> {
+        let mut need = Vec::new();
         if !batch_cmd {
-            need.push((&bins.batch, "corral-app-batch"));
+            need.push((&self.batch, "corral-app-batch"));
         } else if systems.contains(&System::Corral) {
-            need.push((&bins.corral_run, "corral-run"));
+            need.push((&self.corral_run, "corral-run"));
         }
         if systems.contains(&System::Corral) || systems.contains(&System::Dedicated) {
-            need.push((&bins.iokerneld, "corral-iokerneld"));
+            need.push((&self.iokerneld, "corral-iokerneld"));
         }
         if systems.contains(&System::Linux) {
-            need.push((&bins.loadgen_linux, "corral-loadgen"));
+            need.push((&self.loadgen_linux, "corral-loadgen"));
         }
-        let missing: Vec<String> = need
-            .iter()
-            .filter(|(p, _)| !p.is_file())
-            .map(|(p, pkg)| format!("{} (package {pkg})", p.display()))
-            .collect();
-        if !missing.is_empty() {
-            let pkgs: Vec<&str> = need
-                .iter()
-                .filter(|(p, _)| !p.is_file())
-                .map(|(_, pkg)| *pkg)
-                .collect();
+        need
+    }
+
+    /// Finds the binaries in `dir`; the error names each missing one and how to build it.
+    /// `batch_cmd`: the batch job is a command of the user's (`--batch-cmd`), not `batch`.
+    pub fn locate(dir: &Path, systems: &[System], batch_cmd: bool) -> Result<Bins> {
+        let bins = Bins::in_dir(dir);
+        let mut need = vec![(&bins.spin, "corral-app-spin")];
+        need.extend(bins.common_needs(systems, batch_cmd));
+        check_present(&need)?;
+        Ok(bins)
+    }
+
+    /// Finds the key-value experiment's binaries: corral-kv in `dir` (for Corral and the
+    /// dedicated floor) and `memcached` (for Linux) where the plan says.
+    pub fn locate_kv(
+        dir: &Path,
+        systems: &[System],
+        batch_cmd: bool,
+        memcached: &Path,
+    ) -> Result<Bins> {
+        let mut bins = Bins::in_dir(dir);
+        bins.memcached = memcached.to_owned();
+        let mut need = Vec::new();
+        if systems.contains(&System::Corral) || systems.contains(&System::Dedicated) {
+            need.push((&bins.kv, "corral-app-kv"));
+        }
+        need.extend(bins.common_needs(systems, batch_cmd));
+        check_present(&need)?;
+        if systems.contains(&System::Linux) && !bins.memcached.is_file() {
             return Err(Error::msg(format!(
-                "missing {}; build with `cargo build --release -p {}` (or point --bin-dir at \
-                 the directory that has them)",
-                missing.join(", "),
-                pkgs.join(" -p ")
+                "missing {} (memcached 1.6.18, Debian's package: `bash scripts/setup.sh` or \
+                 `apt-get install memcached`; or name it with --memcached)",
+                bins.memcached.display()
             )));
         }
         Ok(bins)
     }
+}
+
+/// Fails naming each missing binary and the package that builds it.
+fn check_present(need: &[(&PathBuf, &str)]) -> Result<()> {
+    let missing: Vec<&(&PathBuf, &str)> = need.iter().filter(|(p, _)| !p.is_file()).collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(Error::msg(format!(
+        "missing {}; build with `cargo build --release -p {}` (or point --bin-dir at the \
+         directory that has them)",
+        missing
+            .iter()
+            .map(|(p, pkg)| format!("{} (package {pkg})", p.display()))
+            .collect::<Vec<_>>()
+            .join(", "),
+        missing
+            .iter()
+            .map(|(_, pkg)| *pkg)
+            .collect::<Vec<_>>()
+            .join(" -p ")
+    )))
 }
 
 /// Where a run writes, and what every system needs to know.
@@ -97,7 +150,8 @@ pub struct Env {
     pub socket: PathBuf,
     pub clock: Clock,
     /// The spin servers' burn rate, measured once on the application CPU and given to both
-    /// systems' servers, so that a requested microsecond is the same work in each.
+    /// systems' servers, so that a requested microsecond is the same work in each; NaN in the
+    /// key-value experiment, which runs no spin server.
     pub spin_iterations_per_us: f64,
 }
 
@@ -128,18 +182,18 @@ pub fn calibrate_spin(spin: &std::path::Path, cpu: usize) -> Result<f64> {
 }
 
 impl Env {
-    fn log(&self, name: &str) -> PathBuf {
+    pub(crate) fn log(&self, name: &str) -> PathBuf {
         self.logs.join(format!("{name}.log"))
     }
 }
 
 /// Time a child gets to come up (calibrate, register, bind) before the runner gives up.
-const START_TIMEOUT: Duration = Duration::from_secs(20);
+pub(crate) const START_TIMEOUT: Duration = Duration::from_secs(20);
 /// Batch runs far longer than any experiment; the runner stops it.
 const BATCH_FOREVER_S: &str = "86400";
 
 /// Extra time a generator gets beyond its schedule and grace period before it is declared hung.
-fn gen_timeout(plan: &Plan, schedule_secs: f64) -> Duration {
+pub(crate) fn gen_timeout(plan: &Plan, schedule_secs: f64) -> Duration {
     Duration::from_secs_f64(schedule_secs + plan.grace_ms as f64 / 1e3 + 30.0)
 }
 
@@ -157,7 +211,7 @@ fn spin_calibration(log: &Path) -> Option<f64> {
 
 /// Starts the batch job with `extra` arguments, reporting as JSON lines every 100 ms, and the
 /// reader that collects its reports.
-fn start_batch(env: &Env, name: &str, extra: &[&str]) -> Result<(Proc, BatchReader)> {
+pub(crate) fn start_batch(env: &Env, name: &str, extra: &[&str]) -> Result<(Proc, BatchReader)> {
     let mut batch = Proc::spawn(batch_spec(env, name, extra))?;
     let stdout = batch
         .take_stdout()
@@ -167,7 +221,7 @@ fn start_batch(env: &Env, name: &str, extra: &[&str]) -> Result<(Proc, BatchRead
 
 /// Starts `--batch-cmd`: as a Corral runtime under iokerneld (`socket`), or, without one, at
 /// SCHED_IDLE on the application CPU; the reader samples the CPU time it receives.
-fn start_batch_command(
+pub(crate) fn start_batch_command(
     env: &Env,
     name: &str,
     command: &[String],
@@ -228,7 +282,7 @@ fn batch_spec(env: &Env, name: &str, extra: &[&str]) -> Spec {
 
 /// Measures the batch job with the server idle: `settle` seconds to let it reach its pace,
 /// then `secs` seconds measured.
-fn measure_alone(
+pub(crate) fn measure_alone(
     env: &Env,
     reader: &BatchReader,
     mut alive: impl FnMut() -> Result<()>,
@@ -250,15 +304,15 @@ fn measure_alone(
 
 /// Batch throughput during one point.
 #[derive(Default)]
-struct PointBatch {
-    units_per_s: Option<f64>,
-    fraction: Option<f64>,
-    window_s: Option<[f64; 2]>,
+pub(crate) struct PointBatch {
+    pub units_per_s: Option<f64>,
+    pub fraction: Option<f64>,
+    pub window_s: Option<[f64; 2]>,
 }
 
 /// Batch throughput over a point's measured span: from `warmup` after the generator started to
 /// the end of its schedule.
-fn point_batch(
+pub(crate) fn point_batch(
     env: &Env,
     reader: &BatchReader,
     started: f64,
@@ -318,7 +372,7 @@ pub struct Corral<'e> {
 /// iokerneld's command line: its CPU, the application CPU to manage, the control socket, the
 /// generator as its NIC, the allocation interval, the cede grace period, and `--handover` only
 /// when the plan names a mode.
-fn iokerneld_args(plan: &Plan, socket: &str, interval_us: u64) -> Vec<String> {
+pub(crate) fn iokerneld_args(plan: &Plan, socket: &str, interval_us: u64) -> Vec<String> {
     let mut args: Vec<String> = vec![
         "--core".into(),
         plan.iokernel_cpu.to_string(),
@@ -371,6 +425,51 @@ pub fn demotions_between(
     })
 }
 
+/// Starts iokerneld on the plan's CPUs with the generator as its NIC, and waits for its control
+/// socket; `tag` names its log. A socket left by a daemon that died is removed; one a live
+/// daemon listens on is an error.
+pub(crate) fn start_iokerneld(env: &Env, interval_us: u64, tag: &str) -> Result<Proc> {
+    let socket = env.socket.display().to_string();
+    if env.socket.exists() {
+        if daemon_stats(&env.bins.iokerneld, &env.socket).is_ok() {
+            return Err(Error::msg(format!(
+                "an iokerneld is already listening on {}; stop it or pick another --socket",
+                env.socket.display()
+            )));
+        }
+        // Left by a daemon that died without cleaning up.
+        std::fs::remove_file(&env.socket).map_err(|e| {
+            Error::msg(format!(
+                "cannot remove the stale socket {}: {e}",
+                env.socket.display()
+            ))
+        })?;
+    }
+    let mut spec = Spec::new(
+        "iokerneld",
+        &env.bins.iokerneld,
+        iokerneld_args(&env.plan, &socket, interval_us),
+        env.log(&format!("{tag}-iokerneld")),
+    );
+    spec.stop_signal = libc::SIGTERM;
+    let mut iokerneld = Proc::spawn(spec)?;
+    let end = Instant::now() + START_TIMEOUT;
+    while !env.socket.exists() {
+        procs::check_interrupt()?;
+        iokerneld.check_running()?;
+        if Instant::now() > end {
+            return Err(Error::msg(format!(
+                "iokerneld did not create its socket {} within {} s: {}",
+                socket,
+                START_TIMEOUT.as_secs(),
+                iokerneld.log_tail()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(iokerneld)
+}
+
 impl<'e> Corral<'e> {
     /// Starts iokerneld, then spin (and waits until it registered), then batch (and waits for
     /// its first report), then checks that spin answers a short generated load. `dedicated`:
@@ -383,44 +482,8 @@ impl<'e> Corral<'e> {
         } else {
             format!("corral-{interval_us}us")
         };
-        if env.socket.exists() {
-            if daemon_stats(&env.bins.iokerneld, &env.socket).is_ok() {
-                return Err(Error::msg(format!(
-                    "an iokerneld is already listening on {}; stop it or pick another --socket",
-                    env.socket.display()
-                )));
-            }
-            // Left by a daemon that died without cleaning up.
-            std::fs::remove_file(&env.socket).map_err(|e| {
-                Error::msg(format!(
-                    "cannot remove the stale socket {}: {e}",
-                    env.socket.display()
-                ))
-            })?;
-        }
         let socket = env.socket.display().to_string();
-        let mut spec = Spec::new(
-            "iokerneld",
-            &env.bins.iokerneld,
-            iokerneld_args(plan, &socket, interval_us),
-            env.log(&format!("{tag}-iokerneld")),
-        );
-        spec.stop_signal = libc::SIGTERM;
-        let mut iokerneld = Proc::spawn(spec)?;
-        let end = Instant::now() + START_TIMEOUT;
-        while !env.socket.exists() {
-            procs::check_interrupt()?;
-            iokerneld.check_running()?;
-            if Instant::now() > end {
-                return Err(Error::msg(format!(
-                    "iokerneld did not create its socket {} within {} s: {}",
-                    socket,
-                    START_TIMEOUT.as_secs(),
-                    iokerneld.log_tail()
-                )));
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        let mut iokerneld = start_iokerneld(env, interval_us, &tag)?;
 
         let mut spin = Proc::spawn(Spec::new(
             "spin",
@@ -724,7 +787,7 @@ impl<'e> Corral<'e> {
     }
 }
 
-fn daemon_stats(iokerneld: &Path, socket: &Path) -> Result<serde_json::Value> {
+pub(crate) fn daemon_stats(iokerneld: &Path, socket: &Path) -> Result<serde_json::Value> {
     let text = procs::run_capture(
         iokerneld,
         &["stats", "--socket", &socket.display().to_string()],
@@ -738,7 +801,7 @@ fn daemon_stats(iokerneld: &Path, socket: &Path) -> Result<serde_json::Value> {
 }
 
 /// Waits until iokerneld lists a runtime called `name`.
-fn wait_registered(env: &Env, name: &str, procs_: &mut [&mut Proc]) -> Result<()> {
+pub(crate) fn wait_registered(env: &Env, name: &str, procs_: &mut [&mut Proc]) -> Result<()> {
     let end = Instant::now() + START_TIMEOUT;
     loop {
         procs::check_interrupt()?;
@@ -767,7 +830,7 @@ fn wait_registered(env: &Env, name: &str, procs_: &mut [&mut Proc]) -> Result<()
     }
 }
 
-fn read_json(path: &Path) -> Result<serde_json::Value> {
+pub(crate) fn read_json(path: &Path) -> Result<serde_json::Value> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| Error::msg(format!("cannot read {}: {e}", path.display())))?;
     serde_json::from_str(&text)

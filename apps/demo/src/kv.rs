@@ -1,0 +1,1104 @@
+//! The key-value co-location experiment: a memcached-compatible server and the batch job
+//! sharing one core, driven over TCP by the same memcached workload at rising offered rates.
+//!
+//! - Corral: `iokerneld --nic gen` on the iokernel CPU; `corral-kv` (one kthread, one
+//!   guaranteed core, so that its wake-ups preempt the batch job at once) and the batch job as
+//!   Corral runtimes sharing the application CPU; each point is one `iokerneld gen --protocol
+//!   memcache-tcp` run, whose connections reach corral-kv through iokerneld's switch.
+//! - Linux: Debian's memcached 1.6.18 with one worker thread pinned to the application CPU and
+//!   the batch job at SCHED_IDLE on it; each point is one `corral-loadgen-linux --protocol
+//!   memcache-tcp` run pinned to the iokernel CPU, over loopback.
+//! - Dedicated: corral-kv alone with a spinning kthread on a guaranteed core: the floor a
+//!   core-wasting kernel-bypass server sets.
+//!
+//! Each system first plays a light unloaded point, whose median sets its own latency objective
+//! (`--slo-factor` times it, for the p99), then the ladder of rates until two points in a row
+//! miss the objective. Both generators check every reply and play the same key space, sizes,
+//! get ratio, connection count and seed.
+
+use std::collections::BTreeMap;
+use std::io::{Read as _, Write as _};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use corral_loadgen::Summary;
+use plotters::style::RGBColor;
+use serde_json::{Value, json};
+
+use crate::batch::{self, BatchReader};
+use crate::error::{Error, Result};
+use crate::kvreport::{self, fmt_rate};
+use crate::plot::{self, Chart, Line};
+use crate::procs::{self, Proc, Spec};
+use crate::report::fmt_us;
+use crate::results::{BatchAlone, CpuSteal, KvPoint, KvSystemRun, System};
+use crate::systems::{
+    Env, PointBatch, START_TIMEOUT, daemon_stats, demotions_between, gen_timeout,
+    measure_alone, point_batch, read_json, start_batch, start_batch_command, start_iokerneld,
+    wait_registered,
+};
+use crate::{experiments, machine};
+
+/// The name corral-kv registers with iokerneld under.
+const KV_RUNTIME_NAME: &str = "corral-kv";
+
+/// The ladder stops for a system after this many points in a row miss its objective.
+const MISSES_TO_STOP: usize = 2;
+
+/// Memory (MB) and connection limit given to both servers, far above what the workload needs,
+/// so that neither evicts nor refuses.
+const SERVER_MEMORY_MB: &str = "1024";
+const SERVER_MAX_CONNECTIONS: &str = "4096";
+
+/// The reply-check counters that count as errors: a wrong value or reply, an error the server
+/// sent, an unparsable reply, a connection that failed with requests in flight.
+const ERROR_CHECKS: [&str; 6] = [
+    "wrong_value",
+    "wrong_reply",
+    "client_errors",
+    "server_errors",
+    "unparsable",
+    "connection_failures",
+];
+
+fn say(line: impl AsRef<str>) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{}", line.as_ref());
+    let _ = out.flush();
+}
+
+/// The sum of the error counters of a generator's `checks` object.
+pub fn errors_in(checks: &Value) -> u64 {
+    ERROR_CHECKS
+        .iter()
+        .filter_map(|k| checks[*k].as_u64())
+        .sum()
+}
+
+/// The workload flags both generators take in the same form.
+fn workload_args(env: &Env) -> Vec<String> {
+    let p = &env.plan;
+    vec![
+        "--keys".into(),
+        p.kv.keys.to_string(),
+        "--key-size".into(),
+        p.kv.key_size.to_string(),
+        "--value-size".into(),
+        p.kv.value_size.to_string(),
+        "--get-fraction".into(),
+        p.kv.get_fraction.to_string(),
+        "--seed".into(),
+        p.seed.to_string(),
+        "--grace-ms".into(),
+        p.grace_ms.to_string(),
+    ]
+}
+
+/// What a server measured at one point besides the generator's own report.
+struct Measured {
+    command: Vec<String>,
+    raw: Value,
+    summary: Summary,
+    checks: Value,
+    batch: PointBatch,
+    server_cpus: Option<f64>,
+}
+
+/// A system under test: a server (with or without the batch job) that plays points.
+trait KvServer {
+    /// Plays `rate` requests per second for `secs`; `alone` is the batch job alone, for its
+    /// share.
+    fn run_point(
+        &mut self,
+        rate: f64,
+        secs: f64,
+        name: &str,
+        alone: Option<&BatchAlone>,
+    ) -> Result<KvPoint>;
+    /// Whether the system runs the batch job.
+    fn has_batch(&self) -> bool;
+    /// The batch job alone, the server idle.
+    fn batch_alone(&mut self) -> Result<BatchAlone>;
+    fn commands(&self) -> BTreeMap<String, Vec<String>>;
+    /// iokerneld's statistics and warnings, for the systems that have one.
+    fn daemon_report(&self) -> (Option<Value>, Vec<String>);
+}
+
+/// CPUs' worth of time `pid` and its descendants used between two readings `wall_s` apart.
+fn cpus_between(before: Option<u64>, after: Option<u64>, wall_s: f64) -> Option<f64> {
+    let (a, b) = (before?, after?);
+    (wall_s > 0.0).then(|| b.saturating_sub(a) as f64 / 1e6 / wall_s)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Corral
+
+struct CorralKv<'e> {
+    env: &'e Env,
+    // Stopped in this order on drop: the runtimes before the daemon they registered with.
+    batch: Option<(Proc, BatchReader)>,
+    kv: Proc,
+    iokerneld: Proc,
+    tag: String,
+}
+
+impl<'e> CorralKv<'e> {
+    /// Starts iokerneld, corral-kv (and waits until it registered), the batch job unless
+    /// `dedicated` (and waits for its first report), then checks that corral-kv answers a light
+    /// generated load.
+    fn start(env: &'e Env, dedicated: bool) -> Result<CorralKv<'e>> {
+        let plan = &env.plan;
+        let tag = if dedicated { "kv-dedicated" } else { "kv-corral" }.to_owned();
+        let mut iokerneld = start_iokerneld(env, plan.interval_us, &tag)?;
+        let socket = env.socket.display().to_string();
+        let mut args: Vec<String> = vec![
+            "--runtime".into(),
+            "corral".into(),
+            "-l".into(),
+            plan.kv.corral_addr.ip().to_string(),
+            "-p".into(),
+            plan.kv.corral_addr.port().to_string(),
+            "-U".into(),
+            "0".into(),
+            "-t".into(),
+            "1".into(),
+            "-m".into(),
+            SERVER_MEMORY_MB.into(),
+            "-c".into(),
+            SERVER_MAX_CONNECTIONS.into(),
+            "--iokerneld".into(),
+            socket.clone(),
+            // A guaranteed core: the server's wake-ups preempt the batch job at once.
+            "--guaranteed".into(),
+            "1".into(),
+        ];
+        if dedicated {
+            args.extend(["--spinning".into(), "1".into()]);
+        }
+        if let Some(us) = plan.spin_before_park_us {
+            args.extend(["--spin-before-park-us".into(), us.to_string()]);
+        }
+        let mut kv = Proc::spawn(Spec::new(
+            "corral-kv",
+            &env.bins.kv,
+            args,
+            env.log(&format!("{tag}-server")),
+        ))?;
+        wait_registered(env, KV_RUNTIME_NAME, &mut [&mut iokerneld, &mut kv])?;
+        let batch = if dedicated {
+            None
+        } else if let Some(command) = &plan.batch_cmd {
+            Some(start_batch_command(
+                env,
+                &format!("{tag}-batch"),
+                command,
+                Some(&socket),
+            )?)
+        } else {
+            Some(start_batch(
+                env,
+                &format!("{tag}-batch"),
+                &[
+                    "--runtime",
+                    "corral",
+                    "--iokerneld",
+                    &socket,
+                    "--kthreads",
+                    "1",
+                ],
+            )?)
+        };
+        let mut me = CorralKv {
+            env,
+            batch,
+            kv,
+            iokerneld,
+            tag,
+        };
+        if let Some((batch, reader)) = me.batch.as_mut() {
+            let now = env.clock.now_s();
+            let (kv, iokerneld) = (&mut me.kv, &mut me.iokerneld);
+            reader.wait_past(now, START_TIMEOUT, || {
+                batch.check_running()?;
+                kv.check_running()?;
+                iokerneld.check_running()
+            })?;
+        }
+        me.probe()?;
+        Ok(me)
+    }
+
+    fn alive(&mut self) -> Result<()> {
+        self.iokerneld.check_running()?;
+        self.kv.check_running()?;
+        match self.batch.as_mut() {
+            Some((batch, _)) => batch.check_running(),
+            None => Ok(()),
+        }
+    }
+
+    /// `iokerneld gen`'s arguments for `rate` requests per second over `secs`.
+    fn gen_args(&self, rate: f64, secs: f64, name: &str) -> (Vec<String>, PathBuf) {
+        let plan = &self.env.plan;
+        let json = self.env.raw.join(format!("{}-{name}.json", self.tag));
+        let mut args: Vec<String> = vec![
+            "gen".into(),
+            "--socket".into(),
+            self.env.socket.display().to_string(),
+            "--target".into(),
+            plan.kv.corral_addr.to_string(),
+            "--protocol".into(),
+            "memcache-tcp".into(),
+            "--rate".into(),
+            format!("{rate}"),
+            "--duration".into(),
+            format!("{secs}"),
+            "--arrivals".into(),
+            "poisson".into(),
+            "--clients".into(),
+            plan.clients.to_string(),
+        ];
+        args.extend(workload_args(self.env));
+        args.extend(["--json".into(), json.display().to_string()]);
+        (args, json)
+    }
+
+    /// Runs one `iokerneld gen` to completion and returns what it wrote.
+    fn run_gen(&mut self, args: Vec<String>, json: &std::path::Path, secs: f64) -> Result<Value> {
+        let _ = std::fs::remove_file(json);
+        let name = json
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let spec = Spec::new(
+            "iokerneld gen",
+            &self.env.bins.iokerneld,
+            args,
+            self.env.logs.join(format!("{name}.log")),
+        );
+        let mut gen_proc = Proc::spawn(spec)?;
+        let status = gen_proc.wait_timeout(gen_timeout(&self.env.plan, secs), || self.alive())?;
+        if !status.success() {
+            return Err(Error::msg(format!(
+                "iokerneld gen failed ({status}): {}",
+                gen_proc.log_tail()
+            )));
+        }
+        read_json(json)
+    }
+
+    /// Checks that corral-kv answers: a short, light generated load must get answers.
+    fn probe(&mut self) -> Result<()> {
+        let end = Instant::now() + START_TIMEOUT;
+        let mut last = String::new();
+        while Instant::now() < end {
+            let (args, json) = self.gen_args(1000.0, 0.2, "probe");
+            match self.run_gen(args, &json, 0.2) {
+                Ok(raw) if raw["summary"]["matched"].as_u64() > Some(0) => return Ok(()),
+                Ok(raw) => {
+                    last = format!(
+                        "{} requests sent, none answered",
+                        raw["summary"]["sent"].as_u64().unwrap_or(0)
+                    )
+                }
+                Err(Error::Interrupted) => return Err(Error::Interrupted),
+                Err(e) => last = e.to_string(),
+            }
+            procs::sleep(Duration::from_millis(200))?;
+        }
+        Err(Error::msg(format!(
+            "corral-kv does not answer generated requests: {last}; its log: {}",
+            self.kv.log_tail()
+        )))
+    }
+
+    fn measure(
+        &mut self,
+        rate: f64,
+        secs: f64,
+        name: &str,
+        alone: Option<&BatchAlone>,
+    ) -> Result<(Measured, Value)> {
+        let (args, json) = self.gen_args(rate, secs, name);
+        let command: Vec<String> = std::iter::once(self.env.bins.iokerneld.display().to_string())
+            .chain(args.iter().cloned())
+            .collect();
+        let stats_before = self.daemon_stats().ok();
+        let server_cpu_before = batch::tree_cpu_us(self.kv.pid());
+        let started = self.env.clock.now_s();
+        let raw = self.run_gen(args, &json, secs)?;
+        let wall_s = self.env.clock.now_s() - started;
+        let server_cpus = cpus_between(
+            server_cpu_before,
+            batch::tree_cpu_us(self.kv.pid()),
+            wall_s,
+        );
+        let demotions = stats_before
+            .zip(self.daemon_stats().ok())
+            .and_then(|(a, b)| demotions_between(&a, &b));
+        let summary: Summary = serde_json::from_value(raw["summary"].clone()).map_err(|e| {
+            Error::msg(format!(
+                "cannot read iokerneld gen's summary in {}: {e}",
+                json.display()
+            ))
+        })?;
+        let batch = match self.batch.as_mut() {
+            Some((batch, reader)) => {
+                let (env, kv, iokerneld) = (self.env, &mut self.kv, &mut self.iokerneld);
+                point_batch(env, reader, started, secs, alone, || {
+                    iokerneld.check_running()?;
+                    kv.check_running()?;
+                    batch.check_running()
+                })?
+            }
+            None => PointBatch::default(),
+        };
+        Ok((
+            Measured {
+                command,
+                checks: raw["kv"]["checks"].clone(),
+                raw,
+                summary,
+                batch,
+                server_cpus,
+            },
+            json!(demotions),
+        ))
+    }
+
+    fn daemon_stats(&self) -> Result<Value> {
+        daemon_stats(&self.env.bins.iokerneld, &self.env.socket)
+    }
+}
+
+/// CPUs' worth of iokerneld's time its generator spent, from `gen_cost` (nanoseconds per
+/// request times requests, over the point).
+fn generator_cpus(raw: &Value, secs: f64) -> Option<f64> {
+    let cost = &raw["gen_cost"];
+    let ns = cost["ns_per_request"].as_f64()? * cost["requests"].as_f64()?;
+    (secs > 0.0).then(|| ns / 1e9 / secs)
+}
+
+impl KvServer for CorralKv<'_> {
+    fn run_point(
+        &mut self,
+        rate: f64,
+        secs: f64,
+        name: &str,
+        alone: Option<&BatchAlone>,
+    ) -> Result<KvPoint> {
+        let (m, demotions) = self.measure(rate, secs, name, alone)?;
+        let daemon = &m.raw["daemon"];
+        Ok(KvPoint {
+            rate_rps: rate,
+            unloaded: false,
+            command: m.command,
+            errors: errors_in(&m.checks),
+            checks: m.checks,
+            batch_units_per_s: m.batch.units_per_s,
+            batch_fraction: m.batch.fraction,
+            batch_window_s: m.batch.window_s,
+            reallocations_per_s: daemon["reallocations_per_s"].as_f64(),
+            iokerneld_stalls: daemon["loop_stalls"]
+                .as_u64()
+                .zip(daemon["loop_stall_ns"].as_u64())
+                .map(|(n, ns)| [n, ns]),
+            demotions: serde_json::from_value(demotions).ok().flatten(),
+            server_cpus: m.server_cpus,
+            generator_cpus: generator_cpus(&m.raw, secs),
+            foreign_cpus: None,
+            steal: None,
+            summary: m.summary,
+            raw: m.raw,
+        })
+    }
+
+    fn has_batch(&self) -> bool {
+        self.batch.is_some()
+    }
+
+    fn batch_alone(&mut self) -> Result<BatchAlone> {
+        let Some((batch, reader)) = self.batch.as_mut() else {
+            return Err(Error::msg("the dedicated floor runs no batch job"));
+        };
+        let (env, kv, iokerneld) = (self.env, &mut self.kv, &mut self.iokerneld);
+        measure_alone(env, reader, || {
+            iokerneld.check_running()?;
+            kv.check_running()?;
+            batch.check_running()
+        })
+    }
+
+    fn commands(&self) -> BTreeMap<String, Vec<String>> {
+        [
+            ("iokerneld", Some(&self.iokerneld)),
+            ("corral-kv", Some(&self.kv)),
+            ("batch", self.batch.as_ref().map(|b| &b.0)),
+        ]
+        .into_iter()
+        .filter_map(|(n, p)| Some((n.to_owned(), p?.spec.command_line())))
+        .collect()
+    }
+
+    fn daemon_report(&self) -> (Option<Value>, Vec<String>) {
+        let warnings = std::fs::read_to_string(&self.iokerneld.spec.log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+            .map(str::to_owned)
+            .collect();
+        (self.daemon_stats().ok(), warnings)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Linux
+
+struct LinuxMemcached<'e> {
+    env: &'e Env,
+    batch: Proc,
+    reader: BatchReader,
+    memcached: Proc,
+}
+
+/// Connects to memcached and asks for its version until it answers, or fails naming why.
+fn probe_memcached(addr: std::net::SocketAddrV4, server: &mut Proc) -> Result<String> {
+    let end = Instant::now() + START_TIMEOUT;
+    let mut last = String::new();
+    while Instant::now() < end {
+        procs::check_interrupt()?;
+        server.check_running()?;
+        let answer = (|| -> std::io::Result<String> {
+            let mut s = TcpStream::connect_timeout(&addr.into(), Duration::from_millis(200))?;
+            s.set_read_timeout(Some(Duration::from_millis(500)))?;
+            s.write_all(b"version\r\n")?;
+            let mut buf = [0u8; 128];
+            let n = s.read(&mut buf)?;
+            Ok(String::from_utf8_lossy(&buf[..n]).trim().to_owned())
+        })();
+        match answer {
+            Ok(a) if a.starts_with("VERSION ") => return Ok(a["VERSION ".len()..].to_owned()),
+            Ok(a) => last = format!("it answered {a:?}"),
+            Err(e) => last = e.to_string(),
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Err(Error::msg(format!(
+        "memcached at {addr} did not answer `version` within {} s ({last}): {}",
+        START_TIMEOUT.as_secs(),
+        server.log_tail()
+    )))
+}
+
+impl<'e> LinuxMemcached<'e> {
+    /// Starts memcached pinned to the application CPU (and waits until it answers), then the
+    /// batch job at SCHED_IDLE on the same CPU (and waits for its first report).
+    fn start(env: &'e Env) -> Result<LinuxMemcached<'e>> {
+        let plan = &env.plan;
+        let addr = plan.kv.memcached_addr;
+        if let Err(e) = std::net::TcpListener::bind(addr) {
+            return Err(Error::msg(format!(
+                "cannot use {addr} for memcached: {e} (another server there? pick another with \
+                 --memcached-addr)"
+            )));
+        }
+        let mut args: Vec<String> = vec![
+            "-t".into(),
+            "1".into(),
+            "-l".into(),
+            addr.ip().to_string(),
+            "-p".into(),
+            addr.port().to_string(),
+            "-U".into(),
+            "0".into(),
+            "-m".into(),
+            SERVER_MEMORY_MB.into(),
+            "-c".into(),
+            SERVER_MAX_CONNECTIONS.into(),
+        ];
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            // memcached refuses to run as root unless told which user to be.
+            args.extend(["-u".into(), "root".into()]);
+        }
+        let mut spec = Spec::new("memcached", &env.bins.memcached, args, env.log("kv-linux-server"));
+        spec.pin_to_cpu = Some(plan.app_cpu);
+        let mut memcached = Proc::spawn(spec)?;
+        let version = probe_memcached(addr, &mut memcached)?;
+        say(format!("  memcached {version} answers at {addr}"));
+        let cpu = plan.app_cpu.to_string();
+        let (batch, reader) = match &plan.batch_cmd {
+            Some(command) => start_batch_command(env, "kv-linux-batch", command, None)?,
+            None => start_batch(env, "kv-linux-batch", &["--runtime", "linux", "--cpu", &cpu])?,
+        };
+        let mut me = LinuxMemcached {
+            env,
+            batch,
+            reader,
+            memcached,
+        };
+        let now = env.clock.now_s();
+        me.reader.wait_past(now, START_TIMEOUT, || {
+            me.batch.check_running()?;
+            me.memcached.check_running()
+        })?;
+        Ok(me)
+    }
+}
+
+impl KvServer for LinuxMemcached<'_> {
+    fn run_point(
+        &mut self,
+        rate: f64,
+        secs: f64,
+        name: &str,
+        alone: Option<&BatchAlone>,
+    ) -> Result<KvPoint> {
+        let plan = &self.env.plan;
+        let json = self.env.raw.join(format!("kv-linux-{name}.json"));
+        let _ = std::fs::remove_file(&json);
+        let gen_cpu = plan.iokernel_cpu.to_string();
+        let mut args: Vec<String> = vec![
+            "--protocol".into(),
+            "memcache-tcp".into(),
+            "--server".into(),
+            plan.kv.memcached_addr.to_string(),
+            "--rate".into(),
+            format!("{rate}"),
+            "--duration".into(),
+            format!("{secs}"),
+            "--arrivals".into(),
+            "poisson".into(),
+            "--clients".into(),
+            plan.clients.to_string(),
+            "--connections".into(),
+            plan.clients.to_string(),
+            "--threads".into(),
+            "1".into(),
+            "--cpu".into(),
+            gen_cpu.clone(),
+            "--cpus".into(),
+            gen_cpu,
+        ];
+        args.extend(workload_args(self.env));
+        args.extend(["--json".into(), json.display().to_string()]);
+        let spec = Spec::new(
+            "corral-loadgen-linux",
+            &self.env.bins.loadgen_linux,
+            args,
+            self.env.logs.join(format!("kv-linux-{name}.log")),
+        );
+        let command = spec.command_line();
+        let server_cpu_before = batch::tree_cpu_us(self.memcached.pid());
+        let started = self.env.clock.now_s();
+        let mut lg = Proc::spawn(spec)?;
+        let server_pid = self.memcached.pid();
+        let LinuxMemcached {
+            env,
+            reader,
+            batch,
+            memcached,
+        } = self;
+        let mut alive = || {
+            memcached.check_running()?;
+            batch.check_running()
+        };
+        let status = lg.wait_timeout(gen_timeout(&env.plan, secs), &mut alive)?;
+        let wall_s = env.clock.now_s() - started;
+        let server_cpus = cpus_between(
+            server_cpu_before,
+            batch::tree_cpu_us(server_pid),
+            wall_s,
+        );
+        if !status.success() {
+            return Err(Error::msg(format!(
+                "corral-loadgen-linux failed ({status}): {}",
+                lg.log_tail()
+            )));
+        }
+        let raw = read_json(&json)?;
+        let summary: Summary = serde_json::from_value(raw["summary"].clone()).map_err(|e| {
+            Error::msg(format!(
+                "cannot read corral-loadgen-linux's summary in {}: {e}",
+                json.display()
+            ))
+        })?;
+        // The key space is set before the schedule starts; the batch window starts with it.
+        let preload_s = raw["preload_s"].as_f64().unwrap_or(0.0);
+        let batch = point_batch(env, reader, started + preload_s, secs, alone, alive)?;
+        let checks = raw["checks"].clone();
+        Ok(KvPoint {
+            rate_rps: rate,
+            unloaded: false,
+            command,
+            summary,
+            errors: errors_in(&checks),
+            checks,
+            batch_units_per_s: batch.units_per_s,
+            batch_fraction: batch.fraction,
+            batch_window_s: batch.window_s,
+            reallocations_per_s: None,
+            iokerneld_stalls: None,
+            demotions: None,
+            // memcached's worker, listener and maintenance threads together.
+            server_cpus,
+            generator_cpus: None,
+            foreign_cpus: None,
+            steal: None,
+            raw,
+        })
+    }
+
+    fn has_batch(&self) -> bool {
+        true
+    }
+
+    fn batch_alone(&mut self) -> Result<BatchAlone> {
+        let LinuxMemcached {
+            env,
+            reader,
+            batch,
+            memcached,
+        } = self;
+        measure_alone(env, reader, || {
+            memcached.check_running()?;
+            batch.check_running()
+        })
+    }
+
+    fn commands(&self) -> BTreeMap<String, Vec<String>> {
+        [("memcached", &self.memcached), ("batch", &self.batch)]
+            .into_iter()
+            .map(|(n, p)| (n.to_owned(), p.spec.command_line()))
+            .collect()
+    }
+
+    fn daemon_report(&self) -> (Option<Value>, Vec<String>) {
+        (None, Vec::new())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The sweep
+
+/// Runs one point and notes what else used the machine meanwhile (as the spin sweep does).
+fn watched(env: &Env, run: impl FnOnce() -> Result<KvPoint>) -> Result<KvPoint> {
+    let cpus = [env.plan.iokernel_cpu, env.plan.app_cpu];
+    let cpu_before = machine::snapshot();
+    let steal_before = machine::steal_ms(&cpus);
+    let mut pt = run()?;
+    let steal_after = machine::steal_ms(&cpus);
+    let cpu_after = machine::snapshot();
+    pt.foreign_cpus = cpu_before
+        .zip(cpu_after)
+        .and_then(|(a, b)| machine::foreign_cpus(&a, &b));
+    pt.steal = steal_before.zip(steal_after).map(|(a, b)| CpuSteal {
+        iokernel_cpu_ms: (b[0] - a[0]).max(0.0),
+        app_cpu_ms: (b[1] - a[1]).max(0.0),
+    });
+    Ok(pt)
+}
+
+fn point_line(system: System, p: &KvPoint, slo_ns: Option<u64>) -> String {
+    let s = &p.summary;
+    let mut line = format!(
+        "  {:<9} {:>6}/s{}: achieved {:.0}/s  p50 {}  p99 {}  p99.9 {} us  errors {}",
+        system.title(),
+        fmt_rate(p.rate_rps),
+        if p.unloaded { " (unloaded)" } else { "" },
+        s.achieved_rps,
+        fmt_us(s.latency.p50_ns),
+        fmt_us(s.latency.p99_ns),
+        fmt_us(s.latency.p999_ns),
+        p.errors,
+    );
+    if let Some(f) = p.batch_fraction {
+        line.push_str(&format!("  batch {f:.2} of alone"));
+    }
+    if let Some(r) = p.reallocations_per_s {
+        line.push_str(&format!("  {r:.0} realloc/s"));
+    }
+    if let Some(c) = p.server_cpus {
+        line.push_str(&format!("  server {c:.2} CPU"));
+    }
+    if let Some(g) = p.generator_cpus {
+        line.push_str(&format!("  generator {g:.2} CPU"));
+    }
+    if let Some([n, ns]) = p.iokerneld_stalls.filter(|[n, _]| *n > 0) {
+        line.push_str(&format!(
+            "  iokerneld lost its CPU {n}x ({:.1} ms)",
+            ns as f64 / 1e6
+        ));
+    }
+    if s.lost > 0 {
+        line.push_str(&format!("  LOST {}/{}", s.lost, s.sent));
+    }
+    if s.fell_behind {
+        line.push_str(&format!(
+            "  GENERATOR FELL BEHIND ({})",
+            s.fell_behind_reason.as_deref().unwrap_or("?")
+        ));
+    }
+    if let Some(x) = p.foreign_cpus.filter(|&x| x > crate::report::FOREIGN_CPU_FLAG) {
+        line.push_str(&format!("  OTHER PROCESSES USED {x:.2} CPU"));
+    }
+    if let Some(slo) = slo_ns {
+        match kvreport::miss_reason(p, slo) {
+            None => line.push_str("  [within objective]"),
+            Some(why) => line.push_str(&format!("  [MISSED: {why}]")),
+        }
+    }
+    line
+}
+
+/// The name of a point's files: `unloaded`, or the rate.
+fn point_name(rate: f64, unloaded: bool) -> String {
+    if unloaded {
+        "unloaded".into()
+    } else {
+        format!("{:.0}rps", rate)
+    }
+}
+
+/// Sets one system up, measures its batch job alone, its unloaded point, and its ladder.
+fn run_system(env: &Env, system: System) -> Result<KvSystemRun> {
+    let p = &env.plan;
+    let mut server: Box<dyn KvServer + '_> = match system {
+        System::Corral => {
+            say(format!(
+                "== Corral: iokerneld on CPU {} (nic gen, generating memcached over TCP), \
+                 corral-kv (guaranteed core) and the batch job sharing CPU {}",
+                p.iokernel_cpu, p.app_cpu
+            ));
+            Box::new(CorralKv::start(env, false)?)
+        }
+        System::Dedicated => {
+            say(format!(
+                "== Dedicated: iokerneld on CPU {} (nic gen), corral-kv alone spinning on CPU {} \
+                 as a guaranteed core, no batch job",
+                p.iokernel_cpu, p.app_cpu
+            ));
+            Box::new(CorralKv::start(env, true)?)
+        }
+        System::Linux => {
+            say(format!(
+                "== Linux: memcached -t 1 pinned to CPU {} with the batch job at SCHED_IDLE on \
+                 it, corral-loadgen-linux on CPU {} over loopback",
+                p.app_cpu, p.iokernel_cpu
+            ));
+            Box::new(LinuxMemcached::start(env)?)
+        }
+    };
+    let alone = match server.has_batch() {
+        true => {
+            let alone = experiments::alone_watched(|| server.batch_alone())?;
+            say(format!(
+                "  {} batch alone: {:.0} {} over {:.1} s",
+                system.title(),
+                alone.units_per_s,
+                if p.batch_cmd.is_some() {
+                    "CPU us/s"
+                } else {
+                    "units/s"
+                },
+                alone.window_s[1] - alone.window_s[0]
+            ));
+            Some(alone)
+        }
+        false => None,
+    };
+    let mut unloaded = watched(env, || {
+        server.run_point(
+            p.kv.unloaded_rate,
+            p.point_secs,
+            &point_name(p.kv.unloaded_rate, true),
+            alone.as_ref(),
+        )
+    })?;
+    unloaded.unloaded = true;
+    say(point_line(system, &unloaded, None));
+    let slo_p99_ns = (p.kv.slo_factor * unloaded.summary.latency.p50_ns as f64).round() as u64;
+    say(format!(
+        "  {} objective: p99 <= {} us ({}x the unloaded median)",
+        system.title(),
+        fmt_us(slo_p99_ns),
+        p.kv.slo_factor
+    ));
+    let mut points = Vec::new();
+    let mut misses_in_a_row = 0;
+    for &rate in &p.kv.rates {
+        procs::check_interrupt()?;
+        let pt = watched(env, || {
+            server.run_point(rate, p.point_secs, &point_name(rate, false), alone.as_ref())
+        })?;
+        say(point_line(system, &pt, Some(slo_p99_ns)));
+        if kvreport::miss_reason(&pt, slo_p99_ns).is_some() {
+            misses_in_a_row += 1;
+        } else {
+            misses_in_a_row = 0;
+        }
+        points.push(pt);
+        if misses_in_a_row >= MISSES_TO_STOP {
+            say(format!(
+                "  {}: {MISSES_TO_STOP} points in a row missed the objective; its ladder stops \
+                 here",
+                system.title()
+            ));
+            break;
+        }
+    }
+    let (daemon_stats, daemon_warnings) = server.daemon_report();
+    if let Some(first) = daemon_warnings.first() {
+        say(format!(
+            "  iokerneld logged {} warning(s) during this run; the first: {first}",
+            daemon_warnings.len()
+        ));
+    }
+    Ok(KvSystemRun {
+        system,
+        commands: server.commands(),
+        batch_alone: alone,
+        unloaded,
+        slo_p99_ns,
+        points,
+        daemon_stats,
+        daemon_warnings,
+    })
+}
+
+/// The line `kv` draws for one system in a panel: `f` of each point, against offered
+/// thousands of requests per second.
+fn line_of(
+    run: &KvSystemRun,
+    name: &str,
+    color: RGBColor,
+    f: impl Fn(&KvPoint) -> Option<f64>,
+) -> Line {
+    let pts = std::iter::once(&run.unloaded)
+        .chain(&run.points)
+        .filter_map(|p| f(p).map(|y| (p.rate_rps / 1e3, y)))
+        .collect();
+    Line::new(format!("{} {name}", run.system), color, pts)
+}
+
+fn color_of(system: System) -> RGBColor {
+    match system {
+        System::Corral => plot::BLUE,
+        System::Linux => plot::ORANGE,
+        System::Dedicated => plot::GREEN,
+    }
+}
+
+fn kv_plots(env: &Env, runs: &[KvSystemRun]) -> Result<Vec<PathBuf>> {
+    let max_krps = runs
+        .iter()
+        .flat_map(|r| r.points.iter().map(|p| p.rate_rps / 1e3))
+        .fold(env.plan.kv.unloaded_rate / 1e3, f64::max);
+    let x_range = (0.0, max_krps * 1.05);
+    let x_label = "offered load (thousand requests/s)".to_owned();
+    let mut latency = Vec::new();
+    let mut achieved = Vec::new();
+    let mut batch = Vec::new();
+    for r in runs {
+        let color = color_of(r.system);
+        latency.push(line_of(r, "p99", color, |p| {
+            kvreport::p99_bounded_ns(&p.summary).map(|ns| ns as f64 / 1e3)
+        }));
+        latency.push(
+            line_of(r, "p50", color, |p| {
+                Some(p.summary.latency.p50_ns as f64 / 1e3)
+            })
+            .dashed(),
+        );
+        achieved.push(line_of(r, "achieved", color, |p| {
+            Some(p.summary.achieved_rps / 1e3)
+        }));
+        if r.system != System::Dedicated {
+            batch.push(line_of(r, "batch share", color, |p| p.batch_fraction));
+        }
+    }
+    let panels = [
+        Chart {
+            title: "memcached over TCP: latency (p99 solid, p50 dashed)".into(),
+            x_label: x_label.clone(),
+            y_label: "latency (us)".into(),
+            log_y: true,
+            x_range,
+            y_range: None,
+            lines: latency,
+        },
+        Chart {
+            title: "Achieved throughput".into(),
+            x_label: x_label.clone(),
+            y_label: "thousand requests/s".into(),
+            log_y: false,
+            x_range,
+            y_range: None,
+            lines: achieved,
+        },
+        Chart {
+            title: "Batch job's share of its throughput alone".into(),
+            x_label,
+            y_label: "fraction of alone".into(),
+            log_y: false,
+            x_range,
+            y_range: Some((0.0, 1.1)),
+            lines: batch,
+        },
+    ];
+    plot::save(&env.out, "kv", &panels)
+}
+
+/// The key-value experiment: each system in turn, then the analysis, table, CSV and plots.
+pub fn sweep(env: &Env, record: &mut Value) -> Result<experiments::Written> {
+    let p = &env.plan;
+    let mut runs: Vec<KvSystemRun> = Vec::new();
+    for &sys in &p.systems {
+        procs::check_interrupt()?;
+        runs.push(run_system(env, sys)?);
+    }
+    let ceilings: Vec<kvreport::Ceiling> = runs
+        .iter()
+        .map(|r| kvreport::ceiling(r, p.point_secs))
+        .collect();
+    let throughput = kvreport::throughput_checks(&runs);
+    let colocation = kvreport::colocation_checks(&runs);
+    let mut text = format!(
+        "memcached over TCP ({} keys, {} keys, {} values, {:.0}% gets, {} connections) on one \
+         core: Corral KV and the batch job vs memcached {} and the batch job at SCHED_IDLE\n\
+         C = Corral, L = Linux (memcached), D = dedicated (corral-kv alone, spinning on a \
+         guaranteed core); latencies in us from each request's scheduled send time; batch = \
+         batch throughput as a fraction of the batch job alone; errors = wrong replies and \
+         failed connections (+ requests lost); slo = p99 within {}x the server's unloaded \
+         median\n\n",
+        p.kv.keys,
+        p.kv.key_size,
+        p.kv.value_size,
+        p.kv.get_fraction * 100.0,
+        p.clients,
+        p.kv.memcached.display(),
+        p.kv.slo_factor,
+    );
+    text.push_str(&kvreport::kv_table(&runs).render());
+    text.push('\n');
+    text.push_str(&kvreport::capacity_text(&runs, &ceilings));
+    for r in &runs {
+        if let Some(a) = &r.batch_alone {
+            text.push_str(&format!(
+                "batch alone: {} {:.0} {}\n",
+                r.system.title(),
+                a.units_per_s,
+                if p.batch_cmd.is_some() {
+                    "CPU us/s"
+                } else {
+                    "units/s"
+                }
+            ));
+        }
+        if !r.daemon_warnings.is_empty() {
+            text.push_str(&format!(
+                "note: iokerneld ({}) logged {} warning(s); the first: {}\n",
+                r.system.title(),
+                r.daemon_warnings.len(),
+                r.daemon_warnings[0]
+            ));
+        }
+    }
+    let disturbed: Vec<String> = runs
+        .iter()
+        .flat_map(|r| {
+            std::iter::once(&r.unloaded)
+                .chain(&r.points)
+                .filter(|p| {
+                    p.foreign_cpus
+                        .is_some_and(|x| x > crate::report::FOREIGN_CPU_FLAG)
+                })
+                .map(move |p| format!("{} {}/s", r.system.title(), fmt_rate(p.rate_rps)))
+        })
+        .collect();
+    if !disturbed.is_empty() {
+        text.push_str(&format!(
+            "note: other processes used the CPUs during {} point(s) ({}): those numbers are \
+             disturbed; rerun on a quiet machine\n",
+            disturbed.len(),
+            disturbed.join(", ")
+        ));
+    }
+    text.push_str("\nTargets:\n");
+    text.push_str(&kvreport::render_targets(&throughput, &colocation));
+
+    let csv = kvreport::kv_csv(&runs);
+    let plots = kv_plots(env, &runs)?;
+    record["systems"] = json!(runs);
+    record["ceilings"] = json!(ceilings);
+    record["checks"] = json!({"throughput": throughput, "colocation": colocation});
+    Ok((text, csv, plots))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_count_every_failed_check_and_no_other() {
+        let checks = json!({
+            "gets": 90, "sets": 10, "preloaded": 10000, "hits": 80, "misses": 10, "stored": 10,
+            "wrong_value": 1, "wrong_reply": 2, "client_errors": 3, "server_errors": 4,
+            "unparsable": 5, "connection_failures": 6
+        });
+        assert_eq!(errors_in(&checks), 21);
+        assert_eq!(errors_in(&Value::Null), 0);
+    }
+
+    #[test]
+    fn generator_time_is_its_cost_per_request_times_requests() {
+        let raw = json!({"gen_cost": {"requests": 50_000, "ns_per_request": 2000.0}});
+        let g = generator_cpus(&raw, 1.0).unwrap();
+        assert!((g - 0.1).abs() < 1e-9, "{g}");
+        assert_eq!(generator_cpus(&json!({}), 1.0), None);
+    }
+
+    #[test]
+    fn both_generators_get_the_same_workload() {
+        use clap::Parser;
+        let args = crate::cli::Args::try_parse_from([
+            "corral-demo",
+            "--experiment",
+            "kv",
+            "--value-size",
+            "fb_value",
+            "--get-fraction",
+            "0.7",
+        ])
+        .unwrap();
+        let plan = args.plan().unwrap();
+        assert_eq!(plan.systems.len(), 3);
+        assert_eq!(plan.kv.corral_addr.port(), 11211);
+        let env = Env {
+            bins: crate::systems::Bins::locate_kv(
+                std::path::Path::new("/nonexistent"),
+                &[],
+                true,
+                std::path::Path::new("/bin/true"),
+            )
+            .unwrap(),
+            plan,
+            out: PathBuf::new(),
+            logs: PathBuf::new(),
+            raw: PathBuf::new(),
+            socket: PathBuf::new(),
+            clock: crate::batch::Clock::start(),
+            spin_iterations_per_us: f64::NAN,
+        };
+        let w = workload_args(&env);
+        // fb_value is written in its explicit form, which both generators parse back.
+        let value_size = w.windows(2).find(|p| p[0] == "--value-size").unwrap()[1].clone();
+        assert_eq!(
+            value_size.parse::<corral_loadgen::kv::SizeDist>().unwrap(),
+            "fb_value".parse().unwrap()
+        );
+        assert!(w.windows(2).any(|p| p == ["--get-fraction", "0.7"]), "{w:?}");
+        assert!(w.windows(2).any(|p| p == ["--keys", "10000"]), "{w:?}");
+    }
+}
