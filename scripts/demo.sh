@@ -5,13 +5,16 @@
 # throughput, and the targets met or missed. About 5 minutes; needs root. Options pass through
 # to corral-demo (`bash scripts/demo.sh --help`); `--batch-cmd "COMMAND"` makes any program the
 # batch job (under corral-run for Corral), measured by the CPU time it receives.
+# `--experiment kv` runs the memcached co-location experiment instead: corral-kv and the batch
+# job on Corral against Debian's memcached 1.6.18 and the batch job at SCHED_IDLE on Linux, and
+# corral-kv alone on a dedicated core, at rising request rates to each one's saturation.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
 # Cargo's own progress lines show from the first second: a first build takes a minute or two.
-echo "demo: building iokerneld, the spin server, the batch job, corral-run and the demo (release)"
-cargo build --release -p corral-iokerneld -p corral-app-spin -p corral-app-batch \
+echo "demo: building iokerneld, the spin and key-value servers, the batch job, corral-run and the demo (release)"
+cargo build --release -p corral-iokerneld -p corral-app-spin -p corral-app-kv -p corral-app-batch \
   -p corral-loadgen -p corral-run -p corral-demo
 echo "demo: built; starting"
 exec target/release/corral-demo "$@"

@@ -1,5 +1,6 @@
 //! The runner end to end: a `--quick` run of all three systems produces well-formed results
-//! (the tail's split and the dedicated floor among them), a
+//! (the tail's split and the dedicated floor among them), so does a `--quick` run of the
+//! memcached experiment, a
 //! Ctrl-C stops every process it started, and missing binaries are named. These start
 //! iokerneld, so they need root and CPUs 0 and 1, like the demo itself.
 
@@ -58,6 +59,23 @@ fn require_binaries() -> PathBuf {
     );
     dir
 }
+
+/// What the key-value experiment needs besides: corral-kv and Debian's memcached.
+fn require_kv_binaries() -> PathBuf {
+    let dir = require_binaries();
+    assert!(
+        dir.join("corral-kv").is_file(),
+        "corral-kv missing from {}: build it with `cargo build -p corral-app-kv` in this profile",
+        dir.display()
+    );
+    assert!(
+        Path::new(MEMCACHED).is_file(),
+        "{MEMCACHED} missing: install Debian's memcached (`bash scripts/setup.sh`)"
+    );
+    dir
+}
+
+const MEMCACHED: &str = "/usr/bin/memcached";
 
 /// A loopback port for the Linux spin server that no other test run uses.
 fn port() -> u16 {
@@ -504,4 +522,148 @@ fn missing_binaries_are_named() {
     );
     assert!(stderr.contains("cargo build"), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn quick_kv_run_of_all_systems_answers_every_request_correctly() {
+    let bins = require_kv_binaries();
+    let _cpu = CPU.lock().unwrap_or_else(|e| e.into_inner());
+    let out = tempfile::tempdir().unwrap();
+    let socket = format!("/run/corral/demo-kv-test-{}.sock", std::process::id());
+    let mut cmd = demo();
+    cmd.args(["--experiment", "kv", "--quick", "--out"])
+        .arg(out.path())
+        .arg("--bin-dir")
+        .arg(&bins)
+        .args(["--socket", &socket])
+        .args(["--memcached", MEMCACHED])
+        .args(["--memcached-addr", &format!("127.0.0.1:{}", port() + 2)]);
+    let o = run_with_timeout(cmd, Duration::from_secs(300));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stdout}\n{stderr}");
+    for want in [
+        "== Corral",
+        "== Linux",
+        "== Dedicated",
+        "C p99",
+        "L p99",
+        "D p99",
+        "C batch",
+        "C realloc/s",
+        "objective",
+        "ceiling:",
+        "Targets:",
+        "capacity >= 2x memcached's",
+        "results.json",
+    ] {
+        assert!(stdout.contains(want), "{want:?} missing from:\n{stdout}");
+    }
+
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.path().join("results.json")).unwrap())
+            .unwrap();
+    assert_eq!(json["experiment"], "kv");
+    let rates: Vec<f64> = json["plan"]["kv"]["rates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_f64().unwrap())
+        .collect();
+    assert_eq!(rates.len(), 2, "{}", json["plan"]);
+    let systems = json["systems"].as_array().unwrap();
+    let names: Vec<&str> = systems
+        .iter()
+        .map(|s| s["system"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["corral", "linux", "dedicated"]);
+    let mut csv_rows = 0;
+    for s in systems {
+        let name = s["system"].as_str().unwrap();
+        let server = match name {
+            "linux" => "memcached",
+            _ => "corral-kv",
+        };
+        let server_command = s["commands"][server].as_array().unwrap_or_else(|| {
+            panic!("{name}: no {server} command in {}", s["commands"])
+        });
+        // One server thread on the one application core.
+        assert!(
+            server_command.windows(2).any(|w| w[0] == "-t" && w[1] == "1"),
+            "{name}: {server_command:?}"
+        );
+        assert_eq!(s["batch_alone"].is_null(), name == "dedicated", "{name}");
+        assert!(s["slo_p99_ns"].as_u64().unwrap() > 0, "{name}");
+        assert_eq!(s["unloaded"]["unloaded"], true, "{name}");
+        let points: Vec<&Value> = std::iter::once(&s["unloaded"])
+            .chain(s["points"].as_array().unwrap())
+            .collect();
+        // The ladder stops after two misses in a row, so both rates are always played.
+        assert_eq!(points.len(), 1 + rates.len(), "{name}");
+        csv_rows += points.len();
+        for p in points {
+            let rate = p["rate_rps"].as_f64().unwrap();
+            let summary = &p["summary"];
+            assert!(
+                summary["achieved_rps"].as_f64().unwrap() > 0.0,
+                "{name} at {rate}/s: nothing answered: {summary}"
+            );
+            assert!(summary["matched"].as_u64().unwrap() > 0, "{name}: {summary}");
+            // Every reply checked against the generator's model of the key space.
+            assert_eq!(
+                p["errors"].as_u64(),
+                Some(0),
+                "{name} at {rate}/s: {}",
+                p["checks"]
+            );
+            let checks = &p["checks"];
+            let answered = ["hits", "misses", "stored"]
+                .iter()
+                .map(|k| checks[*k].as_u64().unwrap())
+                .sum::<u64>();
+            // Late replies are checked too, but are not matched.
+            assert!(
+                answered >= summary["matched"].as_u64().unwrap(),
+                "{name} at {rate}/s: {checks} vs {summary}"
+            );
+            for field in ["p50_ns", "p99_ns", "p999_ns"] {
+                assert!(summary["latency"][field].as_u64().unwrap() > 0, "{field}");
+            }
+            assert_eq!(
+                p["batch_fraction"].as_f64().is_some(),
+                name != "dedicated",
+                "{name}: {p}"
+            );
+            assert_eq!(
+                p["reallocations_per_s"].as_f64().is_some(),
+                name != "linux",
+                "{name}: {p}"
+            );
+            assert!(p["server_cpus"].as_f64().is_some(), "{name}: {p}");
+            assert!(!p["command"].as_array().unwrap().is_empty());
+        }
+    }
+    let ceilings = json["ceilings"].as_array().unwrap();
+    assert_eq!(ceilings.len(), 3);
+    for c in ceilings {
+        assert!(c["limit"].is_string(), "{c}");
+    }
+    let throughput = json["checks"]["throughput"].as_array().unwrap();
+    let judged: Vec<&str> = throughput
+        .iter()
+        .map(|t| t["system"].as_str().unwrap())
+        .collect();
+    assert_eq!(judged, ["corral", "dedicated"]);
+
+    let csv = std::fs::read_to_string(out.path().join("results.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 1 + csv_rows, "{csv}");
+    let png = std::fs::read(out.path().join("kv.png")).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    let svg = std::fs::read_to_string(out.path().join("kv.svg")).unwrap();
+    assert!(svg.trim_end().ends_with("</svg>"));
+    assert!(
+        processes_mentioning(&socket).is_empty(),
+        "processes left behind: {:?}",
+        processes_mentioning(&socket)
+    );
 }
