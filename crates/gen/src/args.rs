@@ -115,6 +115,11 @@ pub struct KvArgs {
     /// memcached: key popularity, `uniform` or `zipf:S`.
     #[arg(long, value_name = "KIND", default_value = "uniform")]
     pub popularity: corral_loadgen::kv::Popularity,
+
+    /// memcached: do not set every key before the schedule starts (gets of keys not yet set
+    /// then miss).
+    #[arg(long)]
+    pub no_preload: bool,
 }
 
 /// `RPS@SECONDS`.
@@ -176,6 +181,7 @@ impl GenArgs {
                 popularity: self.kv.popularity,
                 seed: self.seed,
             },
+            preload: !self.kv.no_preload,
         };
         spec.validate()?;
         Ok(spec)

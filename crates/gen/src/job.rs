@@ -113,6 +113,12 @@ impl GenBackend {
         } = *self.run.take()?;
         let (run, after) = finishing?;
         let target = run.target();
+        if let Some(why) = run.failure() {
+            info!("gen: run for pid {pid} against {target} given up: {why}");
+            return Some(Reply::Error {
+                message: why.to_owned(),
+            });
+        }
         let kv = run.kv_report();
         let (summary, windows, gen_cost) = run.finish(&spec.policy);
         let span_s = after.at_ns.saturating_sub(before.at_ns) as f64 / 1e9;

@@ -36,7 +36,7 @@ use corral_iokernel::nic::{FrameBatch, Nic, NicCounters};
 use corral_iokernel::sys::now_ns;
 
 use crate::run::{GenCost, GenSpec, KvReport, Protocol};
-use crate::tcpfleet::{FleetConfig, FleetRequest, TcpFleet};
+use crate::tcpfleet::{FleetConfig, FleetRequest, PreloadProgress, PreloadReport, TcpFleet};
 
 /// The generator's MAC: locally administered, `GEN` in ASCII.
 pub const GEN_MAC: MacAddr = MacAddr([0x02, 0x47, 0x45, 0x4e, 0x00, 0x01]);
@@ -55,6 +55,13 @@ pub const START_DELAY_NS: u64 = 5_000_000;
 /// target's address). The target's entry for the generator then never expires mid-run, which
 /// would hold its replies behind a new resolution (and drop those beyond the 16 it queues).
 pub const ARP_REFRESH_NS: u64 = 10_000_000_000;
+
+/// How long after a preload ends the schedule's first request may be due.
+pub const PRELOAD_TO_SCHEDULE_NS: u64 = 1_000_000;
+
+/// How often a preload is looked at even when nothing arrives, so that a target that stops
+/// answering is noticed.
+const PRELOAD_CHECK_NS: u64 = 1_000_000;
 
 /// ARP frames waiting to be received by the switch.
 const ARP_QUEUE: usize = 16;
@@ -107,7 +114,11 @@ pub struct Gen {
 /// A run in progress.
 struct Run {
     target: SocketAddrV4,
-    /// `CLOCK_MONOTONIC` time of the schedule's time 0.
+    /// `CLOCK_MONOTONIC` time of the run's time 0: the connections' clock, and the origin of
+    /// the ARP announcements.
+    epoch_ns: u64,
+    /// `CLOCK_MONOTONIC` time of the schedule's time 0: `epoch_ns`, or a moment after the
+    /// preload ended (`u64::MAX` until then).
     start_ns: u64,
     duration_ns: u64,
     mean_rate_rps: f64,
@@ -137,6 +148,12 @@ struct Run {
     /// Whether the fleet was asked to close its connections (once the schedule is over and
     /// every request answered).
     fleet_closing: bool,
+    /// Whether the fleet is setting every key before the schedule starts.
+    preloading: bool,
+    /// How the preload went, once it is done.
+    preload: Option<PreloadReport>,
+    /// Why the run was given up (a failed preload); it has ended then.
+    failure: Option<String>,
 }
 
 /// The generator's own cost, measured on a sample of bursts and responses (see
@@ -206,6 +223,8 @@ impl Meter {
             bursts: self.bursts,
             timed_bursts: self.timed_bursts,
             timed_responses: self.timed_responses,
+            // Needs the run's span: filled in by `FinishedRun::finish`.
+            busy_fraction: 0.0,
         }
     }
 }
@@ -274,11 +293,13 @@ impl Gen {
         };
         // A memcache-tcp run's fleet times the replies; this recorder then stays empty.
         let udp_bound = if fleet.is_some() { 0 } else { request_bound };
+        let preloading = fleet.is_some() && spec.preload;
         let duration_ns = phases.duration_ns();
         let mut schedule = phases.iter();
         let next = schedule.next();
         let mut run = Box::new(Run {
             target,
+            epoch_ns: 0,
             start_ns: 0,
             duration_ns,
             mean_rate_rps: phases.mean_rate_rps(),
@@ -308,12 +329,24 @@ impl Gen {
             meter: Meter::new(),
             fleet,
             fleet_closing: false,
+            preloading,
+            preload: None,
+            failure: None,
         });
         if run.next.is_none() {
             run.schedule_over(0);
         }
-        run.start_ns = now_ns() + START_DELAY_NS;
-        run.next_due_ns = run.due_ns();
+        run.epoch_ns = now_ns() + START_DELAY_NS;
+        if preloading {
+            run.start_ns = u64::MAX;
+            run.next_due_ns = run.epoch_ns;
+            if let Some(fleet) = run.fleet.as_deref_mut() {
+                fleet.start_preload(0);
+            }
+        } else {
+            run.start_ns = run.epoch_ns;
+            run.next_due_ns = run.due_ns();
+        }
         self.announce(*target.ip());
         self.run = Some(run);
         self.gen_counters.runs_started += 1;
@@ -321,11 +354,12 @@ impl Gen {
     }
 
     /// Whether the run in progress has ended: its schedule is exhausted and the grace period
-    /// after it has passed.
+    /// after it has passed, or it was given up.
     pub fn finished(&self, now: u64) -> bool {
         self.run.as_deref().is_some_and(|r| {
-            r.deadline_ns
-                .is_some_and(|d| now >= r.start_ns.saturating_add(d))
+            r.failure.is_some()
+                || r.deadline_ns
+                    .is_some_and(|d| now >= r.start_ns.saturating_add(d))
         })
     }
 
@@ -460,27 +494,48 @@ impl Run {
     /// connections have due (requests, ACKs, handshakes, retransmissions). Returns frames and
     /// bytes.
     fn emit_tcp(&mut self, fleet: &mut TcpFleet, out: &mut FrameBatch, now: u64) -> (usize, u64) {
-        let at = now.saturating_sub(self.start_ns);
-        let mut submitted = 0;
-        while let Some(req) = self.next
-            && req.send_ns <= at
-        {
-            self.scheduled += 1;
-            submitted += 1;
-            let request = FleetRequest {
-                op: fleet.op_of(req.id),
-                id: Some(req.id),
-                scheduled_ns: req.send_ns,
-            };
-            // A refusal is counted by the fleet (a send error, so the request is lost).
-            let _ = fleet.submit(at, request);
-            self.next = self.schedule.next();
-            if self.next.is_none() {
-                self.schedule_over(at);
-                fleet.set_deadline(self.deadline_ns.unwrap_or(u64::MAX));
+        // The connections' clock.
+        let at = now.saturating_sub(self.epoch_ns);
+        if self.preloading {
+            match fleet.preload_step(at) {
+                PreloadProgress::Running => {}
+                PreloadProgress::Done(report) => {
+                    self.preloading = false;
+                    self.preload = Some(report);
+                    self.start_ns = now + PRELOAD_TO_SCHEDULE_NS;
+                    fleet.start_schedule(self.start_ns - self.epoch_ns);
+                }
+                PreloadProgress::Failed(why) => {
+                    self.failure = Some(why);
+                    fleet.abort_all(at);
+                }
             }
         }
-        if self.next.is_none() && !self.fleet_closing && fleet.in_flight() == 0 {
+        let mut submitted = 0;
+        if !self.preloading && self.failure.is_none() && now >= self.start_ns {
+            // The schedule's clock.
+            let schedule_at = now - self.start_ns;
+            while let Some(req) = self.next
+                && req.send_ns <= schedule_at
+            {
+                self.scheduled += 1;
+                submitted += 1;
+                let request = FleetRequest {
+                    op: fleet.op_of(req.id),
+                    id: Some(req.id),
+                    scheduled_ns: req.send_ns,
+                };
+                // A refusal is counted by the fleet (a send error, so the request is lost).
+                let _ = fleet.submit(at, request);
+                self.next = self.schedule.next();
+                if self.next.is_none() {
+                    self.schedule_over(schedule_at);
+                    fleet.set_deadline(self.deadline_ns.unwrap_or(u64::MAX));
+                }
+            }
+        }
+        if !self.preloading && self.next.is_none() && !self.fleet_closing && fleet.in_flight() == 0
+        {
             self.fleet_closing = true;
             fleet.close_all(at);
         }
@@ -490,9 +545,11 @@ impl Run {
         let bytes = (before..out.len()).map(|i| out.frame(i).len() as u64).sum();
         let timer = fleet
             .next_deadline()
-            .map_or(u64::MAX, |d| self.start_ns.saturating_add(d));
+            .map_or(u64::MAX, |d| self.epoch_ns.saturating_add(d));
         self.next_due_ns = if fleet.has_output() {
             now
+        } else if self.preloading {
+            timer.min(now + PRELOAD_CHECK_NS)
         } else {
             self.due_ns().min(timer)
         };
@@ -632,7 +689,7 @@ impl Nic for Gen {
         self.counters.rx_frames += frames as u64;
         self.counters.rx_bytes += bytes;
         got += frames;
-        if now >= run.start_ns.saturating_add(run.next_arp_ns) {
+        if now >= run.epoch_ns.saturating_add(run.next_arp_ns) {
             run.next_arp_ns += ARP_REFRESH_NS;
             let target = *run.target.ip();
             self.announce(target);
@@ -656,7 +713,7 @@ impl Nic for Gen {
                             && ip.src() == *run.target.ip()
                             && run.fleet.is_some() =>
                     {
-                        let at = received.saturating_sub(run.start_ns);
+                        let at = received.saturating_sub(run.epoch_ns);
                         let fleet = run.fleet.as_deref_mut().expect("checked in the guard");
                         fleet.receive(frame, at);
                         if fleet.has_output() {
@@ -700,7 +757,8 @@ impl Nic for Gen {
             Taken::ArpReply => self.gen_counters.arp_replies_received += 1,
             Taken::Ignored => self.gen_counters.ignored += 1,
         }
-        if let Some(run) = self.run.as_deref_mut() {
+        // The preload's replies are not the run's: its cost is the timed run's.
+        if let Some(run) = self.run.as_deref_mut().filter(|r| !r.preloading) {
             let m = &mut run.meter;
             if m.responses.is_multiple_of(TIME_ONE_IN) {
                 let ns = now_ns().saturating_sub(received);
@@ -756,19 +814,35 @@ impl FinishedRun {
             duration_ns: run.duration_ns,
             scheduled: run.scheduled,
         };
-        let summary = match run.fleet.as_deref() {
-            Some(fleet) => fleet.summary(&info, policy),
-            None => summarize(&info, &run.send, &run.responses, policy),
+        let (summary, last_send_ns) = match run.fleet.as_deref() {
+            Some(fleet) => (fleet.summary(&info, policy), fleet.last_send_ns()),
+            None => (
+                summarize(&info, &run.send, &run.responses, policy),
+                run.send.last_actual_ns(),
+            ),
         };
-        (summary, self.windows, run.meter.cost())
+        let mut cost = run.meter.cost();
+        let span_ns = run.duration_ns.max(last_send_ns);
+        if span_ns > 0 {
+            cost.busy_fraction = (cost.build_ns + cost.parse_ns) as f64 / span_ns as f64;
+        }
+        (summary, self.windows, cost)
+    }
+
+    /// Why the run was given up, if it was (then it has no results).
+    pub fn failure(&self) -> Option<&str> {
+        self.run.failure.as_deref()
     }
 
     /// What a `memcache-tcp` run's connections did; `None` for a spin run.
     pub fn kv_report(&self) -> Option<KvReport> {
         let fleet = self.run.fleet.as_deref()?;
         let tcp = fleet.tcp_counters().conns;
+        let preload = self.run.preload.unwrap_or_default();
         Some(KvReport {
             checks: *fleet.checks(),
+            errors: fleet.checks().errors(),
+            preload_s: preload.duration_ns as f64 / 1e9,
             connections: *fleet.counters(),
             rto_retransmits: tcp.rto_retransmits,
             fast_retransmits: tcp.fast_retransmits,

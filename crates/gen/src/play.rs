@@ -12,6 +12,10 @@ use corral_loadgen::recorder::human_ns;
 use crate::args::GenArgs;
 use crate::run::{GenResult, Protocol};
 
+/// The slowest preload waited for: a target that sets keys slower than this (or stops
+/// answering, which fails the run in the daemon) may outlast the wait.
+const PRELOAD_SETS_PER_S_AT_LEAST: f64 = 10_000.0;
+
 /// `iokerneld gen`: asks the daemon for a run, waits for its end, and prints the results.
 pub fn play(args: &GenArgs, socket: Result<PathBuf, ExitCode>) -> ExitCode {
     let spec = match args.spec() {
@@ -28,7 +32,12 @@ pub fn play(args: &GenArgs, socket: Result<PathBuf, ExitCode>) -> ExitCode {
     // The reply comes when the run has ended: after its phases and grace period, plus the
     // start delay and the time the daemon takes to set it up and report it.
     let run_s = spec.duration_ns() as f64 / 1e9 + spec.grace_ms / 1e3;
-    let timeout = Duration::from_secs_f64(run_s + 30.0);
+    let preload_s = if spec.protocol == Protocol::MemcacheTcp && spec.preload {
+        spec.kv.keys as f64 / PRELOAD_SETS_PER_S_AT_LEAST
+    } else {
+        0.0
+    };
+    let timeout = Duration::from_secs_f64(run_s + preload_s + 30.0);
     let what = match spec.protocol {
         Protocol::Spin => format!(
             "{} clients, {} service, {} arrivals, {}-byte payloads",
@@ -38,14 +47,19 @@ pub fn play(args: &GenArgs, socket: Result<PathBuf, ExitCode>) -> ExitCode {
             let kv = &spec.kv;
             format!(
                 "memcached over {} TCP connections, {} arrivals, {} keys of {} bytes, values of \
-                 {} bytes, {:.0}% gets, {} popularity",
+                 {} bytes, {:.0}% gets, {} popularity, {}",
                 spec.clients,
                 spec.arrivals,
                 kv.keys,
                 kv.key_size,
                 kv.value_size,
                 kv.get_fraction * 100.0,
-                kv.popularity
+                kv.popularity,
+                if spec.preload {
+                    "every key set first"
+                } else {
+                    "no preload"
+                }
             )
         }
     };
@@ -110,6 +124,10 @@ pub fn play(args: &GenArgs, socket: Result<PathBuf, ExitCode>) -> ExitCode {
     }
     if let Some(kv) = &result.kv {
         let c = &kv.connections;
+        eprintln!(
+            "  memcached: {} keys preloaded in {:.3} s; {} errors",
+            kv.checks.preloaded, kv.preload_s, kv.errors
+        );
         eprintln!("  memcached: {}", kv.checks);
         eprintln!(
             "  connections: {} opened ({} again), {} established, {} reset, {} refused, {} \
@@ -136,9 +154,13 @@ pub fn play(args: &GenArgs, socket: Result<PathBuf, ExitCode>) -> ExitCode {
     );
     let c = &result.gen_cost;
     eprintln!(
-        "  gen cost: {:.1} ns per request (building {:.1} ns per request, parsing {:.1} ns per \
-         response)",
-        c.ns_per_request, c.build_ns_per_request, c.parse_ns_per_response
+        "  gen cost: {:.1} ns per request, median {:.1} (building {:.1} ns per request, parsing \
+         {:.1} ns per response); the generator took {:.0}% of the daemon's core",
+        c.ns_per_request,
+        c.ns_per_request_p50,
+        c.build_ns_per_request,
+        c.parse_ns_per_response,
+        c.busy_fraction * 100.0
     );
     let pretty = serde_json::to_string_pretty(&result).unwrap_or(json);
     match &args.json {

@@ -128,13 +128,21 @@ pub struct GenSpec {
     #[serde(default)]
     pub protocol: Protocol,
     /// The key-value workload of a `memcache-tcp` run (default: corral-loadgen's
-    /// `KvWorkload::new(10000)`); gets of keys not yet set are misses.
+    /// `KvWorkload::new(10000)`).
     #[serde(default = "default_kv")]
     pub kv: KvWorkload,
+    /// Whether a `memcache-tcp` run sets every key once before its schedule starts (default
+    /// true), so that gets hit; without it gets of keys not yet set are misses.
+    #[serde(default = "default_preload")]
+    pub preload: bool,
 }
 
 fn default_kv() -> KvWorkload {
     KvWorkload::new(10_000)
+}
+
+fn default_preload() -> bool {
+    true
 }
 
 /// A refused spec: the field, its value, and what was expected.
@@ -169,7 +177,7 @@ fn refuse(
     }
 }
 
-const FIELDS: [&str; 12] = [
+const FIELDS: [&str; 13] = [
     "target",
     "phases",
     "arrivals",
@@ -182,6 +190,7 @@ const FIELDS: [&str; 12] = [
     "policy",
     "protocol",
     "kv",
+    "preload",
 ];
 
 /// Reads `object[key]` as a `T`; `None` if absent (or null). The error names `path`.
@@ -233,6 +242,7 @@ impl GenSpec {
             policy: AdherencePolicy::default(),
             protocol: Protocol::Spin,
             kv: default_kv(),
+            preload: default_preload(),
         }
     }
 
@@ -318,6 +328,7 @@ impl GenSpec {
             Some(other) => return Err(refuse("protocol", other, Protocol::NAMES)),
         }
         spec.kv = field(&object, "kv", "kv")?.unwrap_or(spec.kv);
+        spec.preload = field(&object, "preload", "preload")?.unwrap_or(spec.preload);
         spec.validate()?;
         Ok(spec)
     }
@@ -582,6 +593,11 @@ pub struct GenCost {
     pub bursts: u64,
     pub timed_bursts: u64,
     pub timed_responses: u64,
+    /// `build_ns + parse_ns` over the schedule's duration (or the time to its last send or
+    /// match, if later): the share of the daemon's core the generator took. Near 1, the
+    /// generator (not the server) limited the run.
+    #[serde(default)]
+    pub busy_fraction: f64,
 }
 
 /// The results of a run: the JSON of the `Reply::Gen`.
@@ -600,10 +616,17 @@ pub struct GenResult {
 }
 
 /// What a `memcache-tcp` run's connections did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct KvReport {
     /// Requests by kind and replies by verdict; wrong ones are not latency samples.
+    /// `checks.preloaded` keys were set before the schedule started.
     pub checks: KvChecks,
+    /// Wrong replies, unparsable streams and failed connections (`checks.errors()`).
+    #[serde(default)]
+    pub errors: u64,
+    /// Seconds the preload took (0 without one).
+    #[serde(default)]
+    pub preload_s: f64,
     pub connections: crate::tcpfleet::FleetCounters,
     /// Segments the connections retransmitted: after a timeout, fast (on duplicate ACKs), and
     /// SYNs.
@@ -644,6 +667,15 @@ mod tests {
         assert_eq!(spec.grace_ns(), 100_000_000);
         assert_eq!(spec.window_ns(), None);
         assert_eq!(spec.policy, AdherencePolicy::default());
+        assert!(
+            spec.preload,
+            "a memcache-tcp run sets every key first unless told not to"
+        );
+        assert!(
+            !GenSpec::from_json(&with(r#""preload": false"#))
+                .unwrap()
+                .preload
+        );
         // What is reported reads back as the same spec.
         assert_eq!(GenSpec::from_json(&spec.to_json()).unwrap(), spec);
     }

@@ -30,6 +30,14 @@
 //! may or may not have been stored, so before that request the new connection stores each
 //! such key again (an untimed set, counted in `repair_sets`): a later get of the key is then
 //! checked against a value the target certainly has.
+//!
+//! Before the timed run, [`TcpFleet::start_preload`] and [`TcpFleet::preload_step`] set every
+//! key of the key space once, in the manner of mutilate, so that gets hit: key `k` on
+//! connection `k % connections` like every later request on it, at most [`PRELOAD_WINDOW`]
+//! sets in flight per connection. The sets are checked but not timed; any wrong reply or
+//! failed connection, or no reply for [`PRELOAD_STALL_NS`], fails the preload. The fleet's
+//! clock keeps running through it: [`TcpFleet::start_schedule`] then says where the schedule's
+//! time 0 falls on that clock, and the recorders see schedule times.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -58,6 +66,12 @@ pub const MAX_CONNECTIONS: usize = 16_384;
 /// RSTs owed to segments that matched no connection, held until a poll sends them; more are
 /// dropped (the peer retransmits and is answered then).
 const RST_QUEUE: usize = 64;
+
+/// Sets in flight per connection while preloading.
+pub const PRELOAD_WINDOW: usize = 64;
+
+/// A preload that gets no reply for this long fails.
+pub const PRELOAD_STALL_NS: Nanos = 5_000_000_000;
 
 /// How many timer entries per connection the heap may hold before it is rebuilt.
 const TIMER_SLACK: usize = 4;
@@ -191,6 +205,36 @@ pub struct FleetRequest {
     pub scheduled_ns: u64,
 }
 
+/// Where a preload stands after [`TcpFleet::preload_step`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PreloadProgress {
+    /// Sets are still in flight or waiting for room.
+    Running,
+    /// Every key is stored; the checks start again from zero (with `preloaded` set).
+    Done(PreloadReport),
+    /// What went wrong; the run cannot go on (its gets would be checked against values the
+    /// target may not have).
+    Failed(String),
+}
+
+/// A finished preload: how many keys were set and how long it took.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PreloadReport {
+    pub keys: u64,
+    pub duration_ns: u64,
+}
+
+/// A preload in progress.
+#[derive(Clone, Copy, Debug)]
+struct Preload {
+    /// Sets queued so far.
+    sent: u64,
+    started_ns: Nanos,
+    /// When the count of replies last moved.
+    last_progress_ns: Nanos,
+    replies: u64,
+}
+
 /// Buffers the fleet writes frames into: [`FrameBatch`] in iokerneld, a list in tests.
 pub trait FrameOut {
     /// A buffer for the next frame (at least [`MAX_FRAME`] bytes), `None` when full.
@@ -259,6 +303,10 @@ struct Slot {
     established: bool,
     /// Whether any connection was ever opened on this slot.
     opened: bool,
+    /// The next key this connection sets while preloading (keys `c`, `c + connections`, ...).
+    preload_next: u64,
+    /// Whether the slot is listed in `preload_ready`.
+    preload_listed: bool,
 }
 
 /// See the module documentation.
@@ -283,6 +331,12 @@ pub struct TcpFleet {
     closed_stats: ConnStats,
     /// RST segments owed to stray segments: (length, segment).
     rst_owed: Vec<(usize, [u8; RST_LEN])>,
+    preload: Option<Preload>,
+    /// Slots that may have room for more preload sets: each listed once.
+    preload_ready: Vec<u32>,
+    /// Where the schedule's time 0 falls on the fleet's clock: the recorders get times less
+    /// this.
+    schedule_origin_ns: Nanos,
 }
 
 /// Room for a RST segment ([`reset_for`] writes a bare 20-byte header).
@@ -305,6 +359,8 @@ impl TcpFleet {
                 dirty: false,
                 established: false,
                 opened: false,
+                preload_next: 0,
+                preload_listed: false,
             })
             .collect();
         let spec = Ipv4FrameSpec {
@@ -329,6 +385,9 @@ impl TcpFleet {
             counters: FleetCounters::default(),
             closed_stats: ConnStats::default(),
             rst_owed: Vec::with_capacity(RST_QUEUE),
+            preload: None,
+            preload_ready: Vec::new(),
+            schedule_origin_ns: 0,
             config,
         }
     }
@@ -391,10 +450,117 @@ impl TcpFleet {
         }
     }
 
+    /// Starts setting every key once (see the module documentation): opens every connection
+    /// now; [`preload_step`](Self::preload_step) then sends the sets as room opens.
+    pub fn start_preload(&mut self, now: Nanos) {
+        self.connect_all(now);
+        let keys = self.space.workload.keys;
+        self.preload_ready.clear();
+        for (c, slot) in self.slots.iter_mut().enumerate() {
+            slot.preload_next = c as u64;
+            slot.preload_listed = slot.preload_next < keys;
+            if slot.preload_listed {
+                self.preload_ready.push(c as u32);
+            }
+        }
+        self.preload = Some(Preload {
+            sent: 0,
+            started_ns: now,
+            last_progress_ns: now,
+            replies: 0,
+        });
+    }
+
+    /// Whether a preload is in progress.
+    pub fn preloading(&self) -> bool {
+        self.preload.is_some()
+    }
+
+    /// Queues the preload's next sets where their connection has room, and says whether it
+    /// is done: call it on every poll while [`preloading`](Self::preloading) (it queues, a
+    /// [`poll`](Self::poll) sends). Done and failed are final: the preload is over then.
+    pub fn preload_step(&mut self, now: Nanos) -> PreloadProgress {
+        let Some(mut p) = self.preload else {
+            return PreloadProgress::Failed("no preload in progress".into());
+        };
+        let keys = self.space.workload.keys;
+        let connections = self.config.connections as u64;
+        let window = PRELOAD_WINDOW.min(self.config.max_in_flight);
+        while let Some(c) = self.preload_ready.pop() {
+            let c = c as usize;
+            self.slots[c].preload_listed = false;
+            while self.slots[c].preload_next < keys && self.slots[c].session.in_flight() < window {
+                let key = self.slots[c].preload_next;
+                let set = FleetRequest {
+                    op: Op::Set { key },
+                    id: None,
+                    scheduled_ns: now,
+                };
+                if let Err(why) = self.submit(now, set) {
+                    self.preload = None;
+                    return PreloadProgress::Failed(format!(
+                        "preload: the set of key {key} was refused ({why:?})"
+                    ));
+                }
+                self.slots[c].preload_next += connections;
+                p.sent += 1;
+            }
+        }
+        let errors = self.checks.errors();
+        if errors > 0 {
+            self.preload = None;
+            return PreloadProgress::Failed(format!(
+                "preload: {errors} of {} sets failed ({})",
+                p.sent, self.checks
+            ));
+        }
+        let replies = self.checks.correct();
+        if replies != p.replies {
+            p.replies = replies;
+            p.last_progress_ns = now;
+        } else if now.saturating_sub(p.last_progress_ns) > PRELOAD_STALL_NS {
+            self.preload = None;
+            return PreloadProgress::Failed(format!(
+                "preload: no reply from {} in {} s ({replies} of {keys} keys stored)",
+                self.config.target,
+                PRELOAD_STALL_NS / 1_000_000_000
+            ));
+        }
+        if p.sent == keys && replies == keys {
+            self.preload = None;
+            self.checks = KvChecks {
+                preloaded: self.checks.stored,
+                ..KvChecks::default()
+            };
+            return PreloadProgress::Done(PreloadReport {
+                keys,
+                duration_ns: now.saturating_sub(p.started_ns),
+            });
+        }
+        self.preload = Some(p);
+        PreloadProgress::Running
+    }
+
+    /// Says that the schedule's time 0 is `origin_ns` on the fleet's clock (the default is
+    /// 0: the same clock). The requests' scheduled times and the deadline are schedule times.
+    pub fn start_schedule(&mut self, origin_ns: Nanos) {
+        self.schedule_origin_ns = origin_ns;
+    }
+
+    /// Aborts every connection (a RST each, on the next poll): the run is given up.
+    pub fn abort_all(&mut self, now: Nanos) {
+        for c in 0..self.slots.len() {
+            if let Some(conn) = self.slots[c].conn.as_mut() {
+                conn.abort(now);
+                self.mark(c);
+            }
+        }
+    }
+
     /// Queues `req` on its connection (opening it if there is none); returns the connection.
     /// It goes out on the next [`poll`](Self::poll).
     /// A timed request counts as sent at `now` (its lateness is `now` less its scheduled
-    /// time), a refused one as a send error.
+    /// time, on the schedule's clock), a refused one as a send error.
     pub fn submit(&mut self, now: Nanos, req: FleetRequest) -> Result<usize, Refused> {
         let c = self.connection_of(req.op);
         let refused = if self.slots[c].session.in_flight() >= self.config.max_in_flight {
@@ -409,15 +575,16 @@ impl TcpFleet {
                 Some(_) => Some(Refused::Closing),
             }
         };
+        let schedule_now = now.saturating_sub(self.schedule_origin_ns);
         if let Some(why) = refused {
             self.counters.refused_requests += 1;
             if req.id.is_some() {
-                self.send.record_send_error(req.scheduled_ns, now);
+                self.send.record_send_error(req.scheduled_ns, schedule_now);
             }
             return Err(why);
         }
         if req.id.is_some() {
-            self.send.record_sent(req.scheduled_ns, now);
+            self.send.record_sent(req.scheduled_ns, schedule_now);
         }
         let slot = &mut self.slots[c];
         // Keep only the bytes the engine has not taken.
@@ -509,12 +676,24 @@ impl TcpFleet {
             }
         }
         let before = slot.session.in_flight();
-        let taken =
-            slot.session
-                .take_replies(&self.space, now, &mut self.checks, Some(&mut self.recorder));
+        let taken = slot.session.take_replies(
+            &self.space,
+            now.saturating_sub(self.schedule_origin_ns),
+            &mut self.checks,
+            Some(&mut self.recorder),
+        );
         // Replies complete requests in order: the oldest operations are done.
         let answered = before - slot.session.in_flight();
         slot.ops.drain(..answered);
+        if answered > 0
+            && self.preload.is_some()
+            && !slot.preload_listed
+            && slot.preload_next < self.space.workload.keys
+        {
+            // Room for more of its preload sets.
+            slot.preload_listed = true;
+            self.preload_ready.push(c as u32);
+        }
         if taken.is_err() {
             self.counters.broken_streams += 1;
             conn.abort(now);
@@ -786,6 +965,11 @@ impl TcpFleet {
     pub fn retransmissions(&self) -> u64 {
         let c = self.tcp_counters().conns;
         c.rto_retransmits + c.fast_retransmits + c.syn_retransmits
+    }
+
+    /// Schedule time of the last timed request taken or refused.
+    pub fn last_send_ns(&self) -> u64 {
+        self.send.last_actual_ns()
     }
 
     /// The checks, both recorders and the counters, for the run's report.

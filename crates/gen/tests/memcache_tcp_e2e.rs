@@ -177,8 +177,16 @@ fn a_memcache_tcp_run_through_iokerneld_checks_every_reply() {
     );
     assert_eq!(s.latency.count, 2_000);
     let kv = result.kv.expect("a memcache-tcp run reports its checks");
-    assert_eq!(kv.checks.errors(), 0, "{}", kv.checks);
+    assert_eq!((kv.checks.errors(), kv.errors), (0, 0), "{}", kv.checks);
     assert_eq!(kv.checks.correct(), 2_000, "{}", kv.checks);
+    // Every key was set before the schedule started: every get hits.
+    assert_eq!(kv.checks.preloaded, 500, "{}", kv.checks);
+    assert_eq!(
+        (kv.checks.hits, kv.checks.misses),
+        (kv.checks.gets, 0),
+        "{}",
+        kv.checks
+    );
     assert!(kv.checks.hits > 0 && kv.checks.stored > 0, "{}", kv.checks);
     let c = kv.connections;
     assert_eq!((c.connects, c.established), (32, 32), "{c:?}");

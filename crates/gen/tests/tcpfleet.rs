@@ -9,10 +9,14 @@ use std::net::SocketAddrV4;
 
 use common::{Faults, GEN_IP, Link, MS, PORT, S, SERVER_IP, SERVER_MAC, Server, US};
 use corral_gen::nic::GEN_MAC;
-use corral_gen::tcpfleet::{FleetConfig, FleetRequest, FrameList, TcpFleet};
+use corral_gen::tcpfleet::{
+    FleetConfig, FleetRequest, FrameList, PRELOAD_STALL_NS, PreloadProgress, PreloadReport,
+    TcpFleet,
+};
 use corral_loadgen::kv::{Keyspace, KvWorkload, Op, SizeDist};
 use corral_loadgen::recorder::ResponseRecorder;
 use corral_loadgen::{AdherencePolicy, RunInfo};
+use corral_memcache::store::{Peek, Store, StoreConfig};
 use corral_tcp::Nanos;
 
 /// A workload over 2,000 keys with values of 10 to 3,000 bytes (some span several segments).
@@ -60,7 +64,19 @@ fn run(
     link: &mut Link,
     stream: &[FleetRequest],
 ) -> Vec<Sent> {
-    let mut now: Nanos = 0;
+    run_from(0, fleet, server, link, stream)
+}
+
+/// [`run`] with the schedule's time 0 at `origin` on the fleet's clock, which starts there.
+fn run_from(
+    origin: Nanos,
+    fleet: &mut TcpFleet,
+    server: &mut Server,
+    link: &mut Link,
+    stream: &[FleetRequest],
+) -> Vec<Sent> {
+    fleet.start_schedule(origin);
+    let mut now: Nanos = origin;
     let mut next = 0;
     let mut sent = Vec::with_capacity(stream.len());
     let mut out = FrameList::new(32);
@@ -69,7 +85,7 @@ fn run(
     loop {
         steps += 1;
         assert!(steps < 50_000_000, "the run makes no progress");
-        while next < stream.len() && stream[next].scheduled_ns <= now {
+        while next < stream.len() && origin + stream[next].scheduled_ns <= now {
             let req = stream[next];
             sent.push(Sent {
                 req,
@@ -108,7 +124,7 @@ fn run(
             return sent;
         }
         let wake = [
-            stream.get(next).map(|r| r.scheduled_ns),
+            stream.get(next).map(|r| origin + r.scheduled_ns),
             link.next_arrival(),
             fleet.next_deadline(),
             server.next_deadline(),
@@ -118,6 +134,61 @@ fn run(
         .min()
         .expect("something is pending while connections are open");
         assert!(wake < 3600 * S, "stuck: nothing due within an hour");
+        now = now.max(wake);
+    }
+}
+
+/// Preloads the fleet's key space against `server` from time 0 until the preload is done or
+/// has failed; returns how it ended and when.
+fn preload(
+    fleet: &mut TcpFleet,
+    server: &mut Server,
+    link: &mut Link,
+) -> (Result<PreloadReport, String>, Nanos) {
+    let mut now: Nanos = 0;
+    let mut out = FrameList::new(32);
+    fleet.start_preload(now);
+    let mut steps = 0u64;
+    loop {
+        steps += 1;
+        assert!(steps < 50_000_000, "the preload makes no progress");
+        match fleet.preload_step(now) {
+            PreloadProgress::Running => {}
+            PreloadProgress::Done(report) => return (Ok(report), now),
+            PreloadProgress::Failed(why) => return (Err(why), now),
+        }
+        server.fire_timers(now, link);
+        loop {
+            fleet.poll(now, &mut out);
+            let frames = out.take();
+            if frames.is_empty() {
+                break;
+            }
+            for f in frames {
+                link.send(now, true, f);
+            }
+        }
+        while let Some((to_server, frame)) = link.pop_due(now) {
+            if to_server {
+                server.receive(now, &frame, link);
+            } else {
+                fleet.receive(&frame, now);
+            }
+        }
+        if fleet.has_output() {
+            continue;
+        }
+        // As in the generator: the preload is looked at every millisecond regardless.
+        let wake = [
+            link.next_arrival(),
+            fleet.next_deadline(),
+            server.next_deadline(),
+            Some(now + MS),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .expect("the periodic look is always pending");
         now = now.max(wake);
     }
 }
@@ -425,4 +496,99 @@ fn a_connection_the_server_closes_is_counted_and_opened_again() {
     let summary = fleet.summary(&run_info(&requests), &AdherencePolicy::default());
     assert_eq!(summary.send_errors, refused);
     assert_eq!(summary.matched, 10_000 - refused - lost);
+}
+
+#[test]
+fn after_a_preload_every_get_hits_and_every_reply_is_checked() {
+    for (seed, loss, reorder) in [(1, 0.0, 0.0), (7, 0.02, 0.05)] {
+        let space = keyspace(0.8);
+        let keys = space.workload.keys;
+        let requests = stream(&space, 10_000, 0);
+        let mut fleet = fleet(16, space, 10_000);
+        let mut server = Server::new(Faults::default());
+        let mut link = Link::new(seed, loss, reorder);
+        let (report, done_at) = preload(&mut fleet, &mut server, &mut link);
+        let report = report.unwrap();
+        assert_eq!(report.keys, keys);
+        assert_eq!(report.duration_ns, done_at);
+        assert!(!fleet.preloading());
+        // Every key is on the server.
+        let mut key = Vec::new();
+        for k in 0..keys {
+            keyspace(0.8).key_into(k, &mut key);
+            // The preload's items never expire, so any time will do.
+            assert!(
+                !matches!(server.store.peek(&key, 0), Peek::Miss),
+                "key {k} was not stored"
+            );
+        }
+        // The checks count the timed run only, from zero.
+        let checks = *fleet.checks();
+        assert_eq!((checks.preloaded, checks.stored, checks.sets), (keys, 0, 0));
+        assert_eq!(fleet.in_flight(), 0);
+
+        let origin = done_at + MS;
+        let sent = run_from(origin, &mut fleet, &mut server, &mut link, &requests);
+        assert_all_answered(&fleet, &sent);
+        let checks = *fleet.checks();
+        assert_eq!(checks.errors(), 0, "{checks}");
+        assert_eq!(checks.gets + checks.sets, 10_000, "{checks}");
+        assert_eq!(checks.correct(), 10_000, "{checks}");
+        assert!(checks.gets > 0 && checks.sets > 0, "{checks}");
+        assert_eq!((checks.hits, checks.misses), (checks.gets, 0), "{checks}");
+        assert_eq!(checks.stored, checks.sets, "{checks}");
+        assert_eq!(checks.preloaded, keys);
+        let summary = fleet.summary(&run_info(&requests), &AdherencePolicy::default());
+        assert_eq!(
+            (
+                summary.sent,
+                summary.matched,
+                summary.lost,
+                summary.malformed
+            ),
+            (10_000, 10_000, 0, 0)
+        );
+        // Times are on the schedule's clock: a request waits at least a round trip of the
+        // 10 µs link, and none waited as long as the preload took.
+        assert!(summary.latency.p50_ns >= 20 * US, "{summary:?}");
+        assert!(summary.latency.max_ns < done_at, "{summary:?}");
+        assert_eq!(summary.lateness.max_ns, 0, "{summary:?}");
+    }
+}
+
+#[test]
+fn a_preload_the_server_stops_answering_fails_instead_of_running() {
+    let space = keyspace(0.8);
+    let mut fleet = fleet(8, space, 1);
+    // Connection 3 is acknowledged and never answered.
+    let mut server = Server::new(Faults {
+        reset: Some((TcpFleet::port_of(3), 0, 3600 * S)),
+        ..Faults::default()
+    });
+    let mut link = Link::new(3, 0.0, 0.0);
+    let (report, at) = preload(&mut fleet, &mut server, &mut link);
+    let why = report.unwrap_err();
+    assert!(why.starts_with("preload: no reply"), "{why}");
+    assert!(at > PRELOAD_STALL_NS, "{at}");
+    assert!(!fleet.preloading());
+    // The other connections' keys were stored.
+    let checks = *fleet.checks();
+    assert_eq!(checks.errors(), 0, "{checks}");
+    assert_eq!(checks.stored, 2000 - 2000 / 8, "{checks}");
+}
+
+#[test]
+fn a_preload_whose_sets_the_server_refuses_fails() {
+    // Values are up to 3,000 bytes and the server takes items of at most 1,024: it answers
+    // the larger sets with SERVER_ERROR.
+    let space = keyspace(0.8);
+    let mut fleet = fleet(4, space, 1);
+    let mut server = Server::new(Faults::default());
+    server.store = Store::new(StoreConfig::new(64 << 20, 1024, 0));
+    let mut link = Link::new(5, 0.0, 0.0);
+    let (report, _) = preload(&mut fleet, &mut server, &mut link);
+    let why = report.unwrap_err();
+    assert!(why.starts_with("preload: "), "{why}");
+    assert!(why.contains("sets failed"), "{why}");
+    assert!(fleet.checks().server_errors > 0, "{}", fleet.checks());
 }

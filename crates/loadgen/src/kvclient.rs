@@ -150,7 +150,11 @@ pub struct KvReport {
 
 impl std::fmt::Display for KvReport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}\n{}", self.summary, self.checks)
+        write!(
+            f,
+            "{}\n{}\npreload: {} keys set in {:.3} s",
+            self.summary, self.checks, self.checks.preloaded, self.preload_s
+        )
     }
 }
 

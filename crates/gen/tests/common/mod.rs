@@ -322,7 +322,11 @@ impl Server {
             .collect();
         for port in due {
             self.conns.get_mut(&port).unwrap().conn.on_timer(now);
-            self.pump(port, now, link, true);
+            let held = self
+                .faults
+                .reset
+                .is_some_and(|(p, hold, _)| p == port && now >= hold);
+            self.pump(port, now, link, !held);
         }
     }
 
