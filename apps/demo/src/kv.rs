@@ -343,10 +343,12 @@ impl<'e> CorralKv<'e> {
                 json.display()
             ))
         })?;
+        // The key space is set before the schedule starts; the batch window starts after it.
+        let preload_s = raw["kv"]["preload_s"].as_f64().unwrap_or(0.0);
         let batch = match self.batch.as_mut() {
             Some((batch, reader)) => {
                 let (env, kv, iokerneld) = (self.env, &mut self.kv, &mut self.iokerneld);
-                point_batch(env, reader, started, secs, alone, || {
+                point_batch(env, reader, started + preload_s, secs, alone, || {
                     iokerneld.check_running()?;
                     kv.check_running()?;
                     batch.check_running()
@@ -372,10 +374,13 @@ impl<'e> CorralKv<'e> {
     }
 }
 
-/// CPUs' worth of iokerneld's time its generator spent, from `gen_cost` (nanoseconds per
-/// request times requests, over the point).
+/// CPUs' worth of iokerneld's time its generator spent: `gen_cost.busy_fraction` where the
+/// generator reports it, else its mean cost per request times requests, over the point.
 fn generator_cpus(raw: &Value, secs: f64) -> Option<f64> {
     let cost = &raw["gen_cost"];
+    if let Some(busy) = cost["busy_fraction"].as_f64() {
+        return Some(busy);
+    }
     let ns = cost["ns_per_request"].as_f64()? * cost["requests"].as_f64()?;
     (secs > 0.0).then(|| ns / 1e9 / secs)
 }
@@ -1052,10 +1057,13 @@ mod tests {
     }
 
     #[test]
-    fn generator_time_is_its_cost_per_request_times_requests() {
+    fn generator_time_is_its_busy_fraction_or_its_cost_per_request_times_requests() {
         let raw = json!({"gen_cost": {"requests": 50_000, "ns_per_request": 2000.0}});
         let g = generator_cpus(&raw, 1.0).unwrap();
         assert!((g - 0.1).abs() < 1e-9, "{g}");
+        let raw = json!({"gen_cost": {"requests": 50_000, "ns_per_request": 2000.0,
+                                      "busy_fraction": 0.25}});
+        assert_eq!(generator_cpus(&raw, 1.0), Some(0.25));
         assert_eq!(generator_cpus(&json!({}), 1.0), None);
     }
 
