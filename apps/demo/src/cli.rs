@@ -321,8 +321,8 @@ pub struct KvPlan {
 /// The key-value experiment's default ladder of offered rates (requests per second): from a
 /// light load to beyond what one core serves.
 pub const KV_RATES: [f64; 16] = [
-    10e3, 20e3, 40e3, 60e3, 80e3, 100e3, 125e3, 150e3, 200e3, 250e3, 300e3, 400e3, 500e3,
-    650e3, 800e3, 1e6,
+    10e3, 20e3, 40e3, 60e3, 80e3, 100e3, 125e3, 150e3, 200e3, 250e3, 300e3, 400e3, 500e3, 650e3,
+    800e3, 1e6,
 ];
 
 impl Plan {
@@ -492,7 +492,7 @@ impl Args {
         } else {
             KV_RATES.to_vec()
         };
-        let sane_rate = |r: f64| r.is_finite() && r >= 1.0 && r <= 1e8;
+        let sane_rate = |r: f64| (1.0..=1e8).contains(&r);
         if let Some(bad) = rates.iter().find(|r| !sane_rate(**r)) {
             return Err(format!(
                 "invalid rates = {bad}: expected requests per second in [1, 1e8]"
@@ -629,6 +629,25 @@ mod tests {
     }
 
     #[test]
+    fn kv_defaults_are_the_memcached_experiment() {
+        let p = plan(&["--experiment", "kv"]).unwrap();
+        assert_eq!(
+            p.systems,
+            vec![System::Corral, System::Linux, System::Dedicated]
+        );
+        assert_eq!(p.kv.rates, KV_RATES);
+        assert_eq!(p.kv.corral_addr.to_string(), "10.99.0.2:11211");
+        assert_eq!(p.kv.key_size.to_string(), "fixed:30");
+        assert_eq!(p.kv.value_size.to_string(), "fixed:200");
+        assert_eq!(p.point_secs, 5.0);
+        let q = plan(&["--experiment", "kv", "--quick", "--kv-port", "7000"]).unwrap();
+        assert_eq!(q.kv.rates, [5e3, 10e3]);
+        assert_eq!(q.kv.corral_addr.port(), 7000);
+        let json = serde_json::to_value(&q).unwrap();
+        assert_eq!(json["kv"]["value_size"], "fixed:200");
+    }
+
+    #[test]
     fn bimodal_has_a_10us_mean() {
         let p = plan(&["--service", "bimodal"]).unwrap();
         assert!((p.mean_service_ns - 10_000.0).abs() < 1e-6);
@@ -654,6 +673,12 @@ mod tests {
             ),
             (&["--systems", "corral,bogus"], "invalid system"),
             (&["--app-cpu", "0"], "invalid app-cpu"),
+            (&["--rates", "2000,1000"], "invalid rates"),
+            (&["--rates", "0"], "invalid rates"),
+            (&["--slo-factor", "0.5"], "invalid slo-factor"),
+            (&["--get-fraction", "1.5"], "invalid get-fraction"),
+            (&["--keys", "0"], "invalid keys"),
+            (&["--unloaded-rate", "0"], "invalid unloaded-rate"),
             (
                 &["--intervals", "5,0", "--experiment", "intervals"],
                 "invalid intervals",

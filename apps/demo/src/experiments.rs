@@ -179,7 +179,8 @@ pub fn run(args: &Args) -> Result<()> {
             fmt_pct(p.burst_peak),
             fmt_pct(p.burst_base),
             p.burst_secs
-        ),        Experiment::Kv => format!(
+        ),
+        Experiment::Kv => format!(
             "memcached co-location sweep of {} at an unloaded {}/s then {} requests/s until \
              saturation, {} s per point",
             p.systems

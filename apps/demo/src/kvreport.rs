@@ -149,7 +149,10 @@ pub fn ceiling(run: &KvSystemRun, point_secs: f64) -> Ceiling {
         .map_or(0.0, |[_, ns]| ns as f64 / 1e9 / point_secs);
     let (limit, evidence) = if pt.errors > 0 {
         (Limit::Server, reason)
-    } else if let Some(cpus) = pt.server_cpus.filter(|c| !spinning && *c >= SERVER_BUSY_CPUS) {
+    } else if let Some(cpus) = pt
+        .server_cpus
+        .filter(|c| !spinning && *c >= SERVER_BUSY_CPUS)
+    {
         (
             Limit::Server,
             format!("{reason}; the server used {cpus:.2} of its core"),
@@ -265,7 +268,10 @@ fn point_at(run: &KvSystemRun, rate: f64) -> Option<&KvPoint> {
 }
 
 fn fmt_p99(ns: Option<u64>) -> String {
-    ns.map_or_else(|| "unbounded (lost)".into(), |ns| format!("{} us", fmt_us(ns)))
+    ns.map_or_else(
+        || "unbounded (lost)".into(),
+        |ns| format!("{} us", fmt_us(ns)),
+    )
 }
 
 /// At every offered rate Linux measured up to [`COLOCATION_MAX_FRACTION`] of memcached's
@@ -326,7 +332,10 @@ pub fn colocation_checks(runs: &[KvSystemRun]) -> Vec<ColocationCheck> {
 pub fn fmt_rate(rps: f64) -> String {
     let short = |x: f64, unit: &str| {
         let digits = format!("{x:.2}");
-        format!("{}{unit}", digits.trim_end_matches('0').trim_end_matches('.'))
+        format!(
+            "{}{unit}",
+            digits.trim_end_matches('0').trim_end_matches('.')
+        )
     };
     if rps >= 1e6 {
         short(rps / 1e6, "M")
@@ -440,8 +449,10 @@ pub fn capacity_text(runs: &[KvSystemRun], ceilings: &[Ceiling]) -> String {
             r.system.title(),
             fmt_us(r.unloaded.summary.latency.p50_ns),
             fmt_us(r.slo_p99_ns),
-            c.capacity_rps
-                .map_or_else(|| "none (no point met it)".into(), |x| format!("{}/s", fmt_rate(x))),
+            c.capacity_rps.map_or_else(
+                || "none (no point met it)".into(),
+                |x| format!("{}/s", fmt_rate(x))
+            ),
             c.limit.word(),
             c.judged_at_rps
                 .map(|x| format!("at {}/s offered: ", fmt_rate(x)))
@@ -691,7 +702,11 @@ mod tests {
             ladder(&|p| p.iokerneld_stalls = Some([40, 300_000_000])),
         );
         assert_eq!(ceiling(&stalled, 1.0).limit, Limit::Iokerneld);
-        let spinning = run(System::Dedicated, point(1e3, 1e3, 50, None), ladder(&|_| {}));
+        let spinning = run(
+            System::Dedicated,
+            point(1e3, 1e3, 50, None),
+            ladder(&|_| {}),
+        );
         assert_eq!(ceiling(&spinning, 1.0).limit, Limit::Server);
         let never = run(
             System::Corral,
@@ -738,7 +753,10 @@ mod tests {
         let c = colocation_checks(&runs);
         let rates: Vec<f64> = c.iter().map(|c| c.rate_rps).collect();
         assert_eq!(rates, [1e3, 1e4]);
-        assert!(c.iter().all(|c| c.p99 == Verdict::Met && c.batch == Verdict::Met));
+        assert!(
+            c.iter()
+                .all(|c| c.p99 == Verdict::Met && c.batch == Verdict::Met)
+        );
         let text = render_targets(&t, &c);
         assert!(text.contains("MET at all 2 rates"), "{text}");
         let table = kv_table(&runs).render();

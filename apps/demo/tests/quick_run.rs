@@ -584,12 +584,14 @@ fn quick_kv_run_of_all_systems_answers_every_request_correctly() {
             "linux" => "memcached",
             _ => "corral-kv",
         };
-        let server_command = s["commands"][server].as_array().unwrap_or_else(|| {
-            panic!("{name}: no {server} command in {}", s["commands"])
-        });
+        let server_command = s["commands"][server]
+            .as_array()
+            .unwrap_or_else(|| panic!("{name}: no {server} command in {}", s["commands"]));
         // One server thread on the one application core.
         assert!(
-            server_command.windows(2).any(|w| w[0] == "-t" && w[1] == "1"),
+            server_command
+                .windows(2)
+                .any(|w| w[0] == "-t" && w[1] == "1"),
             "{name}: {server_command:?}"
         );
         assert_eq!(s["batch_alone"].is_null(), name == "dedicated", "{name}");
@@ -608,7 +610,10 @@ fn quick_kv_run_of_all_systems_answers_every_request_correctly() {
                 summary["achieved_rps"].as_f64().unwrap() > 0.0,
                 "{name} at {rate}/s: nothing answered: {summary}"
             );
-            assert!(summary["matched"].as_u64().unwrap() > 0, "{name}: {summary}");
+            assert!(
+                summary["matched"].as_u64().unwrap() > 0,
+                "{name}: {summary}"
+            );
             // Every reply checked against the generator's model of the key space.
             assert_eq!(
                 p["errors"].as_u64(),
