@@ -60,7 +60,7 @@ pub struct Args {
 
     /// Systems to measure, comma-separated (`corral`, `linux`, `dedicated`: spin alone on
     /// Corral with a spinning kthread on a guaranteed core, the floor) [default: all three
-    /// for sweep, corral for intervals and burst].
+    /// for sweep and kv, corral for intervals and burst].
     #[arg(long, value_delimiter = ',')]
     pub systems: Vec<System>,
 
@@ -75,8 +75,8 @@ pub struct Args {
     #[arg(long, value_delimiter = ',')]
     pub loads: Vec<f64>,
 
-    /// Seconds of load at each point [default: 12 for sweep, 6 for intervals (five sweeps);
-    /// with --quick 1].
+    /// Seconds of load at each point [default: 12 for sweep, 6 for intervals (five sweeps), 5
+    /// for kv; with --quick 1].
     #[arg(long)]
     pub point_secs: Option<f64>,
 
@@ -136,7 +136,8 @@ pub struct Args {
     #[arg(long)]
     pub steady_secs: Option<f64>,
 
-    /// Simulated clients (request tags) of the generators.
+    /// Simulated clients (request tags) of the generators; in the key-value experiment, the
+    /// TCP connections each generator opens.
     #[arg(long, default_value_t = 64)]
     pub clients: u32,
 

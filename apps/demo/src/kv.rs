@@ -32,7 +32,7 @@ use crate::kvreport::{self, fmt_rate};
 use crate::plot::{self, Chart, Line};
 use crate::procs::{self, Proc, Spec};
 use crate::report::fmt_us;
-use crate::results::{BatchAlone, CpuSteal, KvPoint, KvSystemRun, System};
+use crate::results::{BatchAlone, CpuSteal, Demotions, KvPoint, KvSystemRun, System};
 use crate::systems::{
     Env, PointBatch, START_TIMEOUT, daemon_stats, demotions_between, gen_timeout, measure_alone,
     point_batch, read_json, start_batch, start_batch_command, start_iokerneld, wait_registered,
@@ -94,7 +94,7 @@ fn workload_args(env: &Env) -> Vec<String> {
     ]
 }
 
-/// What a server measured at one point besides the generator's own report.
+/// What one `iokerneld gen` point measured: the generator's report and the runner's own readings.
 struct Measured {
     command: Vec<String>,
     raw: Value,
@@ -102,6 +102,7 @@ struct Measured {
     checks: Value,
     batch: PointBatch,
     server_cpus: Option<f64>,
+    demotions: Option<Demotions>,
 }
 
 /// A system under test: a server (with or without the batch job) that plays points.
@@ -323,7 +324,7 @@ impl<'e> CorralKv<'e> {
         secs: f64,
         name: &str,
         alone: Option<&BatchAlone>,
-    ) -> Result<(Measured, Value)> {
+    ) -> Result<Measured> {
         let (args, json) = self.gen_args(rate, secs, name);
         let command: Vec<String> = std::iter::once(self.env.bins.iokerneld.display().to_string())
             .chain(args.iter().cloned())
@@ -357,17 +358,15 @@ impl<'e> CorralKv<'e> {
             }
             None => PointBatch::default(),
         };
-        Ok((
-            Measured {
-                command,
-                checks: raw["kv"]["checks"].clone(),
-                raw,
-                summary,
-                batch,
-                server_cpus,
-            },
-            json!(demotions),
-        ))
+        Ok(Measured {
+            command,
+            checks: raw["kv"]["checks"].clone(),
+            raw,
+            summary,
+            batch,
+            server_cpus,
+            demotions,
+        })
     }
 
     fn daemon_stats(&self) -> Result<Value> {
@@ -394,7 +393,7 @@ impl KvServer for CorralKv<'_> {
         name: &str,
         alone: Option<&BatchAlone>,
     ) -> Result<KvPoint> {
-        let (m, demotions) = self.measure(rate, secs, name, alone)?;
+        let m = self.measure(rate, secs, name, alone)?;
         let daemon = &m.raw["daemon"];
         Ok(KvPoint {
             rate_rps: rate,
@@ -410,7 +409,7 @@ impl KvServer for CorralKv<'_> {
                 .as_u64()
                 .zip(daemon["loop_stall_ns"].as_u64())
                 .map(|(n, ns)| [n, ns]),
-            demotions: serde_json::from_value(demotions).ok().flatten(),
+            demotions: m.demotions,
             server_cpus: m.server_cpus,
             generator_cpus: generator_cpus(&m.raw, secs),
             foreign_cpus: None,
