@@ -150,10 +150,26 @@ impl BatchReader {
     /// no reports of its own. The rate of that count is the CPU share it receives (1e6 per
     /// second is one whole CPU). Ends when `root` is gone.
     pub fn cpu_time(root: u32, every: Duration, clock: Clock) -> BatchReader {
+        BatchReader::sample_cpu(move || tree_cpu_us(root), every, clock)
+    }
+
+    /// Samples the CPU time of process `pid` alone (all its threads) every `every`, as
+    /// [`BatchReader::cpu_time`] does for a tree; one file read a sample, for a server that
+    /// starts no processes.
+    pub fn process_cpu_time(pid: u32, every: Duration, clock: Clock) -> BatchReader {
+        BatchReader::sample_cpu(move || process_cpu_us(pid), every, clock)
+    }
+
+    /// Samples `read` (cumulative CPU microseconds) every `every` until it returns `None`.
+    fn sample_cpu(
+        read: impl Fn() -> Option<u64> + Send + 'static,
+        every: Duration,
+        clock: Clock,
+    ) -> BatchReader {
         let feed = Arc::new(Mutex::new(Feed::default()));
         let shared = Arc::clone(&feed);
         let thread = std::thread::spawn(move || {
-            while let Some(cpu_us) = tree_cpu_us(root) {
+            while let Some(cpu_us) = read() {
                 let t = clock.now_s();
                 shared
                     .lock()
@@ -270,6 +286,21 @@ fn stat_of(text: &str) -> Option<(u32, u64)> {
     Some((ppid, ticks))
 }
 
+/// Clock ticks to microseconds.
+fn ticks_to_us(ticks: u64) -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    ticks * 1_000_000 / hz
+}
+
+/// CPU microseconds used so far by process `pid` (all its threads, and the children it waited
+/// for); `None` once it is gone.
+pub fn process_cpu_us(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, ticks) = stat_of(&stat)?;
+    Some(ticks_to_us(ticks))
+}
+
 /// CPU microseconds used so far by `root` and every live descendant, with the children each of
 /// them waited for; `None` once `root` is gone.
 pub fn tree_cpu_us(root: u32) -> Option<u64> {
@@ -311,9 +342,7 @@ pub fn tree_cpu_us(root: u32) -> Option<u64> {
             .filter(|(pid, _)| in_tree(**pid))
             .map(|(_, (_, t))| t)
             .sum::<u64>();
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    Some(ticks * 1_000_000 / hz)
+    Some(ticks_to_us(ticks))
 }
 
 impl Drop for BatchReader {
@@ -425,6 +454,25 @@ mod tests {
         assert!(samples.len() >= 2, "{samples:?}");
         assert!(samples.last().unwrap().units > 0, "{samples:?}");
         assert_eq!(tree_cpu_us(sh.id()), None);
+    }
+
+    #[test]
+    fn process_cpu_time_grows_while_it_computes() {
+        let me = std::process::id();
+        let before = process_cpu_us(me).unwrap();
+        let mut after = before;
+        let mut x = 0u64;
+        for i in 0..20_000_000_000u64 {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+            if i % 1_000_000 == 0 {
+                after = process_cpu_us(me).unwrap();
+                if after > before {
+                    break;
+                }
+            }
+        }
+        assert!(after > before, "{before} -> {after}");
+        assert_eq!(process_cpu_us(u32::MAX), None);
     }
 
     #[test]

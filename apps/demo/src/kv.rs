@@ -26,7 +26,7 @@ use corral_loadgen::Summary;
 use plotters::style::RGBColor;
 use serde_json::{Value, json};
 
-use crate::batch::{self, BatchReader};
+use crate::batch::BatchReader;
 use crate::error::{Error, Result};
 use crate::kvreport::{self, fmt_rate};
 use crate::plot::{self, Chart, Line};
@@ -125,10 +125,24 @@ trait KvServer {
     fn daemon_report(&self) -> (Option<Value>, Vec<String>);
 }
 
-/// CPUs' worth of time `pid` and its descendants used between two readings `wall_s` apart.
-fn cpus_between(before: Option<u64>, after: Option<u64>, wall_s: f64) -> Option<f64> {
-    let (a, b) = (before?, after?);
-    (wall_s > 0.0).then(|| b.saturating_sub(a) as f64 / 1e6 / wall_s)
+/// How often the server's CPU time is read.
+const SERVER_CPU_SAMPLE: Duration = Duration::from_millis(100);
+
+/// The server's CPUs' worth of time over the point's measured span (the batch job's window:
+/// from the warm-up after the schedule's start, which follows the preload, to its end).
+fn server_cpus_in(
+    env: &Env,
+    server_cpu: &BatchReader,
+    schedule_start: f64,
+    secs: f64,
+    alive: impl FnMut() -> Result<()>,
+) -> Result<Option<f64>> {
+    let (t0, t1) = (schedule_start + env.plan.warmup_secs, schedule_start + secs);
+    if t1 <= t0 {
+        return Ok(None);
+    }
+    let cpu_us_per_s = server_cpu.rate(t0, t1, Duration::from_secs(10), alive)?;
+    Ok(Some(cpu_us_per_s / 1e6))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -138,6 +152,8 @@ struct CorralKv<'e> {
     env: &'e Env,
     // Stopped in this order on drop: the runtimes before the daemon they registered with.
     batch: Option<(Proc, BatchReader)>,
+    /// Samples corral-kv's CPU time.
+    server_cpu: BatchReader,
     kv: Proc,
     iokerneld: Proc,
     tag: String,
@@ -214,9 +230,11 @@ impl<'e> CorralKv<'e> {
                 ],
             )?)
         };
+        let server_cpu = BatchReader::process_cpu_time(kv.pid(), SERVER_CPU_SAMPLE, env.clock);
         let mut me = CorralKv {
             env,
             batch,
+            server_cpu,
             kv,
             iokerneld,
             tag,
@@ -330,12 +348,8 @@ impl<'e> CorralKv<'e> {
             .chain(args.iter().cloned())
             .collect();
         let stats_before = self.daemon_stats().ok();
-        let server_cpu_before = batch::tree_cpu_us(self.kv.pid());
         let started = self.env.clock.now_s();
         let raw = self.run_gen(args, &json, secs)?;
-        let wall_s = self.env.clock.now_s() - started;
-        let server_cpus =
-            cpus_between(server_cpu_before, batch::tree_cpu_us(self.kv.pid()), wall_s);
         let demotions = stats_before
             .zip(self.daemon_stats().ok())
             .and_then(|(a, b)| demotions_between(&a, &b));
@@ -346,11 +360,18 @@ impl<'e> CorralKv<'e> {
             ))
         })?;
         // The key space is set before the schedule starts; the batch window starts after it.
-        let preload_s = raw["kv"]["preload_s"].as_f64().unwrap_or(0.0);
+        let schedule_start = started + raw["kv"]["preload_s"].as_f64().unwrap_or(0.0);
+        let server_cpus = {
+            let (env, kv, iokerneld) = (self.env, &mut self.kv, &mut self.iokerneld);
+            server_cpus_in(env, &self.server_cpu, schedule_start, secs, || {
+                iokerneld.check_running()?;
+                kv.check_running()
+            })?
+        };
         let batch = match self.batch.as_mut() {
             Some((batch, reader)) => {
                 let (env, kv, iokerneld) = (self.env, &mut self.kv, &mut self.iokerneld);
-                point_batch(env, reader, started + preload_s, secs, alone, || {
+                point_batch(env, reader, schedule_start, secs, alone, || {
                     iokerneld.check_running()?;
                     kv.check_running()?;
                     batch.check_running()
@@ -464,6 +485,8 @@ struct LinuxMemcached<'e> {
     env: &'e Env,
     batch: Proc,
     reader: BatchReader,
+    /// Samples memcached's CPU time (all its threads).
+    server_cpu: BatchReader,
     memcached: Proc,
 }
 
@@ -546,10 +569,13 @@ impl<'e> LinuxMemcached<'e> {
                 &["--runtime", "linux", "--cpu", &cpu],
             )?,
         };
+        let server_cpu =
+            BatchReader::process_cpu_time(memcached.pid(), SERVER_CPU_SAMPLE, env.clock);
         let mut me = LinuxMemcached {
             env,
             batch,
             reader,
+            server_cpu,
             memcached,
         };
         let now = env.clock.now_s();
@@ -604,13 +630,12 @@ impl KvServer for LinuxMemcached<'_> {
             self.env.logs.join(format!("kv-linux-{name}.log")),
         );
         let command = spec.command_line();
-        let server_cpu_before = batch::tree_cpu_us(self.memcached.pid());
         let started = self.env.clock.now_s();
         let mut lg = Proc::spawn(spec)?;
-        let server_pid = self.memcached.pid();
         let LinuxMemcached {
             env,
             reader,
+            server_cpu,
             batch,
             memcached,
         } = self;
@@ -619,8 +644,6 @@ impl KvServer for LinuxMemcached<'_> {
             batch.check_running()
         };
         let status = lg.wait_timeout(gen_timeout(&env.plan, secs), &mut alive)?;
-        let wall_s = env.clock.now_s() - started;
-        let server_cpus = cpus_between(server_cpu_before, batch::tree_cpu_us(server_pid), wall_s);
         if !status.success() {
             return Err(Error::msg(format!(
                 "corral-loadgen-linux failed ({status}): {}",
@@ -635,8 +658,9 @@ impl KvServer for LinuxMemcached<'_> {
             ))
         })?;
         // The key space is set before the schedule starts; the batch window starts with it.
-        let preload_s = raw["preload_s"].as_f64().unwrap_or(0.0);
-        let batch = point_batch(env, reader, started + preload_s, secs, alone, alive)?;
+        let schedule_start = started + raw["preload_s"].as_f64().unwrap_or(0.0);
+        let server_cpus = server_cpus_in(env, server_cpu, schedule_start, secs, &mut alive)?;
+        let batch = point_batch(env, reader, schedule_start, secs, alone, alive)?;
         let checks = raw["checks"].clone();
         Ok(KvPoint {
             rate_rps: rate,
@@ -670,6 +694,7 @@ impl KvServer for LinuxMemcached<'_> {
             reader,
             batch,
             memcached,
+            ..
         } = self;
         measure_alone(env, reader, || {
             memcached.check_running()?;
