@@ -160,9 +160,12 @@ pub fn ceiling(run: &KvSystemRun, point_secs: f64) -> Ceiling {
     } else if through_iokerneld && stalled_fraction >= STALLED_FRACTION {
         (
             Limit::Iokerneld,
+            // The stalls are counted over the whole generator run (its connections, preload
+            // and grace period too), so they may add up to more than the point.
             format!(
-                "{reason}; iokerneld's loop lost its CPU for {:.0}% of the point",
-                stalled_fraction * 100.0
+                "{reason}; iokerneld's loop lost its CPU for {:.0} ms in all during a {point_secs} s \
+                 point",
+                stalled_fraction * point_secs * 1e3
             ),
         )
     } else if s.fell_behind {
