@@ -434,6 +434,7 @@ impl KvServer for CorralKv<'_> {
             server_cpus: m.server_cpus,
             generator_cpus: generator_cpus(&m.raw, secs),
             foreign_cpus: None,
+            interference: Vec::new(),
             steal: None,
             summary: m.summary,
             raw: m.raw,
@@ -679,6 +680,7 @@ impl KvServer for LinuxMemcached<'_> {
             server_cpus,
             generator_cpus: None,
             foreign_cpus: None,
+            interference: Vec::new(),
             steal: None,
             raw,
         })
@@ -720,6 +722,7 @@ impl KvServer for LinuxMemcached<'_> {
 /// Runs one point and notes what else used the machine meanwhile (as the spin sweep does).
 fn watched(env: &Env, run: impl FnOnce() -> Result<KvPoint>) -> Result<KvPoint> {
     let cpus = [env.plan.iokernel_cpu, env.plan.app_cpu];
+    let others_before = machine::other_iokernelds();
     let cpu_before = machine::snapshot();
     let steal_before = machine::steal_ms(&cpus);
     let mut pt = run()?;
@@ -732,6 +735,14 @@ fn watched(env: &Env, run: impl FnOnce() -> Result<KvPoint>) -> Result<KvPoint> 
         iokernel_cpu_ms: (b[0] - a[0]).max(0.0),
         app_cpu_ms: (b[1] - a[1]).max(0.0),
     });
+    let mut seen: Vec<String> = others_before
+        .into_iter()
+        .chain(machine::other_iokernelds())
+        .map(|(pid, cmd)| format!("pid {pid}: {cmd}"))
+        .collect();
+    seen.sort();
+    seen.dedup();
+    pt.interference = seen;
     Ok(pt)
 }
 
@@ -780,6 +791,12 @@ fn point_line(system: System, p: &KvPoint, slo_ns: Option<u64>) -> String {
         .filter(|&x| x > crate::report::FOREIGN_CPU_FLAG)
     {
         line.push_str(&format!("  OTHER PROCESSES USED {x:.2} CPU"));
+    }
+    if !p.interference.is_empty() {
+        line.push_str(&format!(
+            "  ANOTHER IOKERNELD WAS RUNNING ({})",
+            p.interference.join("; ")
+        ));
     }
     if let Some(slo) = slo_ns {
         match kvreport::miss_reason(p, slo) {
@@ -1055,16 +1072,17 @@ pub fn sweep(env: &Env, record: &mut Value) -> Result<experiments::Written> {
             std::iter::once(&r.unloaded)
                 .chain(&r.points)
                 .filter(|p| {
-                    p.foreign_cpus
-                        .is_some_and(|x| x > crate::report::FOREIGN_CPU_FLAG)
+                    !p.interference.is_empty()
+                        || p.foreign_cpus
+                            .is_some_and(|x| x > crate::report::FOREIGN_CPU_FLAG)
                 })
                 .map(move |p| format!("{} {}/s", r.system.title(), fmt_rate(p.rate_rps)))
         })
         .collect();
     if !disturbed.is_empty() {
         text.push_str(&format!(
-            "note: other processes used the CPUs during {} point(s) ({}): those numbers are \
-             disturbed; rerun on a quiet machine\n",
+            "note: other processes (or another iokerneld) used the CPUs during {} point(s) \
+             ({}): those numbers are disturbed; rerun on a quiet machine\n",
             disturbed.len(),
             disturbed.join(", ")
         ));

@@ -612,6 +612,7 @@ mod tests {
             server_cpus: None,
             generator_cpus: None,
             foreign_cpus: None,
+            interference: Vec::new(),
             steal: None,
             raw: serde_json::Value::Null,
         }

@@ -231,6 +231,10 @@ pub struct KvPoint {
     /// CPUs' worth of time processes the runner did not start used (see
     /// [`Point::foreign_cpus`]).
     pub foreign_cpus: Option<f64>,
+    /// Other iokerneld processes seen at the start or end of the point (see
+    /// [`Point::interference`]).
+    #[serde(default)]
+    pub interference: Vec<String>,
     pub steal: Option<CpuSteal>,
     /// Everything the generator reported, as it reported it.
     pub raw: serde_json::Value,
