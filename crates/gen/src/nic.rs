@@ -262,6 +262,11 @@ impl Gen {
         self.gen_counters
     }
 
+    /// Whether the run in progress is still setting its key space, before its schedule.
+    pub fn preloading(&self) -> bool {
+        self.run.as_deref().is_some_and(|r| r.preloading)
+    }
+
     /// Whether a run is in progress (including one that has ended and not been taken).
     pub fn running(&self) -> bool {
         self.run.is_some()
@@ -698,16 +703,28 @@ impl Nic for Gen {
     }
 
     fn send(&mut self, frame: &[u8]) -> io::Result<()> {
+        let received = if self.run.is_some() { now_ns() } else { 0 };
+        self.send_at(frame, received)
+    }
+
+    fn counters(&self) -> NicCounters {
+        self.counters
+    }
+}
+
+impl Gen {
+    /// [`Nic::send`] of a frame that arrived at `received` (`CLOCK_MONOTONIC`, as
+    /// [`Nic::recv_burst_at`]'s `now`): for callers that keep their own clock.
+    pub fn send_at(&mut self, frame: &[u8], received: u64) -> io::Result<()> {
         self.counters.tx_frames += 1;
         self.counters.tx_bytes += frame.len() as u64;
-        let received = if self.run.is_some() { now_ns() } else { 0 };
         let taken = match parse_frame(frame) {
             Ok(parsed) => match parsed.packet {
                 Packet::Arp(arp) if arp.target_ip == self.ip => match arp.op {
                     ArpOp::Request => Taken::ArpRequest(arp),
                     ArpOp::Reply => Taken::ArpReply,
                 },
-                Packet::Tcp { ip, .. } => match self.run.as_deref_mut() {
+                Packet::Tcp { ip, tcp } => match self.run.as_deref_mut() {
                     Some(run)
                         if ip.dst() == self.ip
                             && ip.src() == *run.target.ip()
@@ -715,7 +732,8 @@ impl Nic for Gen {
                     {
                         let at = received.saturating_sub(run.epoch_ns);
                         let fleet = run.fleet.as_deref_mut().expect("checked in the guard");
-                        fleet.receive(frame, at);
+                        // Parsed (and its checksums verified) once, here.
+                        fleet.receive_segment(&ip, &tcp, at);
                         if fleet.has_output() {
                             // Answer (ACKs, more requests) on the next poll.
                             run.next_due_ns = 0;
@@ -769,10 +787,6 @@ impl Nic for Gen {
             m.responses += 1;
         }
         Ok(())
-    }
-
-    fn counters(&self) -> NicCounters {
-        self.counters
     }
 }
 
