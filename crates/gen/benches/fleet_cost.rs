@@ -11,7 +11,6 @@
 //! 200-byte values, 90% gets, every key preloaded). The preload is not timed.
 
 #[path = "../tests/common/mod.rs"]
-#[allow(dead_code)]
 mod common;
 
 use std::net::SocketAddrV4;
