@@ -170,9 +170,10 @@ struct Meter {
     timed_build_ns: u64,
     timed_responses: u64,
     timed_parse_ns: u64,
-    /// Polls of a memcache-tcp run that queued requests (most of its polls only move ACKs and
-    /// timers): one in [`TIME_ONE_IN`] of these is timed.
-    submitting_polls: u64,
+    /// Polls of a memcache-tcp run's schedule that had work (requests due, frames to write,
+    /// timers): one in [`TIME_ONE_IN`] of these is timed, those that only moved ACKs and
+    /// timers too, since that work is as much the requests' as queuing them.
+    working_polls: u64,
     /// Per request, for each timed burst.
     build: Histogram<u64>,
     /// Per timed response.
@@ -190,7 +191,7 @@ impl Meter {
             timed_build_ns: 0,
             timed_responses: 0,
             timed_parse_ns: 0,
-            submitting_polls: 0,
+            working_polls: 0,
             build: new_histogram(),
             parse: new_histogram(),
         }
@@ -558,18 +559,25 @@ impl Run {
         } else {
             self.due_ns().min(timer)
         };
+        if self.preloading {
+            // The preload is not the run's cost.
+            return (frames, bytes);
+        }
         let m = &mut self.meter;
-        if submitted > 0 && m.submitting_polls.is_multiple_of(TIME_ONE_IN) {
+        if m.working_polls.is_multiple_of(TIME_ONE_IN) {
             // Queuing the requests due and writing every frame due (ACKs and retransmissions
-            // included), per request queued, from the loop's clock read before the poll.
+            // included), from the loop's clock read before the poll. The sampled polls' time
+            // over the requests they queued estimates the cost per request.
             let ns = now_ns().saturating_sub(now);
             m.timed_build_ns += ns;
             m.timed_bursts += 1;
             m.timed_burst_requests += submitted;
-            m.build.saturating_record(ns / submitted);
+            if submitted > 0 {
+                m.build.saturating_record(ns / submitted);
+            }
         }
-        m.submitting_polls += u64::from(submitted > 0);
-        m.bursts += 1;
+        m.working_polls += 1;
+        m.bursts += u64::from(submitted > 0);
         m.requests += submitted;
         (frames, bytes)
     }
