@@ -572,8 +572,9 @@ impl Run {
             m.timed_build_ns += ns;
             m.timed_bursts += 1;
             m.timed_burst_requests += submitted;
-            if submitted > 0 {
-                m.build.saturating_record(ns / submitted);
+            // Polls that only wrote ACKs or fired timers have no request to share their time.
+            if let Some(per_request) = ns.checked_div(submitted) {
+                m.build.saturating_record(per_request);
             }
         }
         m.working_polls += 1;
