@@ -170,9 +170,10 @@ struct Meter {
     timed_build_ns: u64,
     timed_responses: u64,
     timed_parse_ns: u64,
-    /// Polls of a memcache-tcp run that queued requests (most of its polls only move ACKs and
-    /// timers): one in [`TIME_ONE_IN`] of these is timed.
-    submitting_polls: u64,
+    /// Polls of a memcache-tcp run's schedule that had work (requests due, frames to write,
+    /// timers): one in [`TIME_ONE_IN`] of these is timed, those that only moved ACKs and
+    /// timers too, since that work is as much the requests' as queuing them.
+    working_polls: u64,
     /// Per request, for each timed burst.
     build: Histogram<u64>,
     /// Per timed response.
@@ -190,7 +191,7 @@ impl Meter {
             timed_build_ns: 0,
             timed_responses: 0,
             timed_parse_ns: 0,
-            submitting_polls: 0,
+            working_polls: 0,
             build: new_histogram(),
             parse: new_histogram(),
         }
@@ -260,6 +261,11 @@ impl Gen {
 
     pub fn gen_counters(&self) -> GenCounters {
         self.gen_counters
+    }
+
+    /// Whether the run in progress is still setting its key space, before its schedule.
+    pub fn preloading(&self) -> bool {
+        self.run.as_deref().is_some_and(|r| r.preloading)
     }
 
     /// Whether a run is in progress (including one that has ended and not been taken).
@@ -553,18 +559,26 @@ impl Run {
         } else {
             self.due_ns().min(timer)
         };
+        if self.preloading {
+            // The preload is not the run's cost.
+            return (frames, bytes);
+        }
         let m = &mut self.meter;
-        if submitted > 0 && m.submitting_polls.is_multiple_of(TIME_ONE_IN) {
+        if m.working_polls.is_multiple_of(TIME_ONE_IN) {
             // Queuing the requests due and writing every frame due (ACKs and retransmissions
-            // included), per request queued, from the loop's clock read before the poll.
+            // included), from the loop's clock read before the poll. The sampled polls' time
+            // over the requests they queued estimates the cost per request.
             let ns = now_ns().saturating_sub(now);
             m.timed_build_ns += ns;
             m.timed_bursts += 1;
             m.timed_burst_requests += submitted;
-            m.build.saturating_record(ns / submitted);
+            // Polls that only wrote ACKs or fired timers have no request to share their time.
+            if let Some(per_request) = ns.checked_div(submitted) {
+                m.build.saturating_record(per_request);
+            }
         }
-        m.submitting_polls += u64::from(submitted > 0);
-        m.bursts += 1;
+        m.working_polls += 1;
+        m.bursts += u64::from(submitted > 0);
         m.requests += submitted;
         (frames, bytes)
     }
@@ -698,16 +712,28 @@ impl Nic for Gen {
     }
 
     fn send(&mut self, frame: &[u8]) -> io::Result<()> {
+        let received = if self.run.is_some() { now_ns() } else { 0 };
+        self.send_at(frame, received)
+    }
+
+    fn counters(&self) -> NicCounters {
+        self.counters
+    }
+}
+
+impl Gen {
+    /// [`Nic::send`] of a frame that arrived at `received` (`CLOCK_MONOTONIC`, as
+    /// [`Nic::recv_burst_at`]'s `now`): for callers that keep their own clock.
+    pub fn send_at(&mut self, frame: &[u8], received: u64) -> io::Result<()> {
         self.counters.tx_frames += 1;
         self.counters.tx_bytes += frame.len() as u64;
-        let received = if self.run.is_some() { now_ns() } else { 0 };
         let taken = match parse_frame(frame) {
             Ok(parsed) => match parsed.packet {
                 Packet::Arp(arp) if arp.target_ip == self.ip => match arp.op {
                     ArpOp::Request => Taken::ArpRequest(arp),
                     ArpOp::Reply => Taken::ArpReply,
                 },
-                Packet::Tcp { ip, .. } => match self.run.as_deref_mut() {
+                Packet::Tcp { ip, tcp } => match self.run.as_deref_mut() {
                     Some(run)
                         if ip.dst() == self.ip
                             && ip.src() == *run.target.ip()
@@ -715,7 +741,8 @@ impl Nic for Gen {
                     {
                         let at = received.saturating_sub(run.epoch_ns);
                         let fleet = run.fleet.as_deref_mut().expect("checked in the guard");
-                        fleet.receive(frame, at);
+                        // Parsed (and its checksums verified) once, here.
+                        fleet.receive_segment(&ip, &tcp, at);
                         if fleet.has_output() {
                             // Answer (ACKs, more requests) on the next poll.
                             run.next_due_ns = 0;
@@ -769,10 +796,6 @@ impl Nic for Gen {
             m.responses += 1;
         }
         Ok(())
-    }
-
-    fn counters(&self) -> NicCounters {
-        self.counters
     }
 }
 

@@ -577,7 +577,9 @@ pub struct GenCost {
     /// Estimated time spent parsing and recording responses: `parse_ns_per_response *
     /// responses`.
     pub parse_ns: u64,
-    /// Building, per request, over the timed bursts (with one clock read per burst).
+    /// Building, per request, over the timed bursts (with one clock read per burst). For a
+    /// `memcache-tcp` run, every poll with work is a burst (those that only write ACKs or fire
+    /// timers too), so this is the fleet's whole sending side per request.
     pub build_ns_per_request: f64,
     /// Parsing, matching and recording, per response, over the timed responses (with the
     /// clock read that timestamps each).

@@ -55,7 +55,7 @@ use corral_tcp::{
     ConnStats, Connection, Endpoints, Nanos, State, TcpConfig, TcpCounters, TcpError,
 };
 use corral_wire::frame::L4_OFFSET;
-use corral_wire::{Ipv4FrameSpec, MacAddr, Packet, parse_frame};
+use corral_wire::{Ipv4FrameSpec, Ipv4Packet, MacAddr, Packet, TcpSegment, parse_frame};
 
 use crate::nic::CLIENT_PORT_BASE;
 
@@ -630,6 +630,12 @@ impl TcpFleet {
             self.counters.foreign_frames += 1;
             return;
         };
+        self.receive_segment(&ip, &tcp, now);
+    }
+
+    /// [`receive`](Self::receive) of a frame the caller already parsed (and so verified):
+    /// its IPv4 header and TCP segment.
+    pub fn receive_segment(&mut self, ip: &Ipv4Packet<'_>, tcp: &TcpSegment<'_>, now: Nanos) {
         let port = tcp.dst_port();
         let c = usize::from(port.wrapping_sub(CLIENT_PORT_BASE));
         if ip.dst() != self.config.local_ip
@@ -646,14 +652,13 @@ impl TcpFleet {
             self.counters.stray_segments += 1;
             let mut seg = [0u8; RST_LEN];
             if self.rst_owed.len() < RST_QUEUE
-                && let Some(n) =
-                    reset_for(self.ends_of(c).local, self.config.target, &tcp, &mut seg)
+                && let Some(n) = reset_for(self.ends_of(c).local, self.config.target, tcp, &mut seg)
             {
                 self.rst_owed.push((n, seg));
             }
             return;
         };
-        conn.on_segment(now, &tcp);
+        conn.on_segment(now, tcp);
         self.read(c, now);
         self.mark(c);
     }

@@ -592,3 +592,24 @@ fn a_preload_whose_sets_the_server_refuses_fails() {
     assert!(why.contains("sets failed"), "{why}");
     assert!(fleet.checks().server_errors > 0, "{}", fleet.checks());
 }
+
+#[test]
+fn a_preload_of_fewer_keys_than_connections_sets_each_key_on_its_own_connection() {
+    let space = keyspace_of(10, 0.5);
+    let requests = stream(&space, 500, 0);
+    let mut fleet = fleet(16, space, 500);
+    let mut server = Server::new(Faults::default());
+    let mut link = Link::new(2, 0.0, 0.0);
+    let (report, done_at) = preload(&mut fleet, &mut server, &mut link);
+    assert_eq!(report.unwrap().keys, 10);
+    assert_eq!(fleet.checks().preloaded, 10);
+    let sent = run_from(done_at, &mut fleet, &mut server, &mut link, &requests);
+    assert_all_answered(&fleet, &sent);
+    let checks = *fleet.checks();
+    assert_eq!(checks.errors(), 0, "{checks}");
+    assert_eq!((checks.hits, checks.misses), (checks.gets, 0), "{checks}");
+    // Key k went on connection k: the six connections past the last key carried nothing.
+    for s in &sent {
+        assert_eq!(s.conn, Some(s.req.op.key() as usize));
+    }
+}

@@ -58,6 +58,10 @@ const PRELOAD_WINDOW: usize = 64;
 /// not overflow the server's receive buffer (a lost set leaves its key unset).
 const UDP_PRELOAD_WINDOW: usize = 4;
 
+/// Most requests issued in one turn of the loop before the connections are written and read:
+/// a client that fell behind catches up in batches, not with everything due at once.
+const ISSUE_BATCH: usize = 64;
+
 /// A TCP preload that makes no progress for this long fails.
 const PRELOAD_STALL: Duration = Duration::from_secs(5);
 
@@ -349,8 +353,10 @@ impl<'a> Worker<'a> {
         (c % self.cfg.threads == self.thread).then_some(c / self.cfg.threads)
     }
 
-    /// Encodes and sends a request on local connection `c`; returns whether it reached the
-    /// socket (TCP: always, as it queues in user space if the socket is full).
+    /// Encodes and sends a request on local connection `c`; returns whether it was taken. A
+    /// TCP request is queued in user space and written by the next [`flush`] of its connection
+    /// (the caller flushes every connection once it has issued what is due: one write per
+    /// connection and loop turn, not per request).
     fn issue(&mut self, c: usize, op: crate::kv::Op, id: Option<u64>, scheduled_ns: u64) -> bool {
         let conn = &mut self.conns[c];
         if conn.dead {
@@ -368,8 +374,7 @@ impl<'a> Worker<'a> {
                     &mut self.checks,
                 );
                 conn.in_flight += 1;
-                flush(conn, &mut self.checks);
-                !conn.dead
+                true
             }
             Socket::Udp(sock) => {
                 let rid = conn.next_request_id;
@@ -593,9 +598,12 @@ impl<'a> Worker<'a> {
         let mut deadline = u64::MAX;
         loop {
             let mut now = now_ns();
+            let mut issued = 0;
             while let Some((req, c, op)) = next
                 && req.send_ns <= now
+                && issued < ISSUE_BATCH
             {
+                issued += 1;
                 if self.issue(c, op, Some(req.id), req.send_ns) {
                     send.record_sent(req.send_ns, now);
                 } else {
