@@ -71,6 +71,11 @@ const ARP_QUEUE: usize = 16;
 /// both a cost to the loop and part of the cost reported.
 const TIME_ONE_IN: u64 = 8;
 
+/// A timed stretch of more than this per request (or per response) was interrupted: the loop
+/// lost its CPU inside it (the daemon counts such iterations as loop stalls), and its time is
+/// not the generator's. No request costs the generator anywhere near this much.
+const INTERRUPTED_NS: u64 = 50_000;
+
 const TTL: u8 = 64;
 
 /// The source port of client `client`.
@@ -170,6 +175,10 @@ struct Meter {
     timed_build_ns: u64,
     timed_responses: u64,
     timed_parse_ns: u64,
+    /// Timed responses not interrupted (their time is in `timed_parse_ns`).
+    kept_responses: u64,
+    /// Timed stretches left out because the loop lost its CPU inside them.
+    interrupted: u64,
     /// Polls of a memcache-tcp run's schedule that had work (requests due, frames to write,
     /// timers): one in [`TIME_ONE_IN`] of these is timed, those that only moved ACKs and
     /// timers too, since that work is as much the requests' as queuing them.
@@ -191,16 +200,45 @@ impl Meter {
             timed_build_ns: 0,
             timed_responses: 0,
             timed_parse_ns: 0,
+            kept_responses: 0,
+            interrupted: 0,
             working_polls: 0,
             build: new_histogram(),
             parse: new_histogram(),
         }
     }
 
+    /// A timed burst of `requests` (0: one that only wrote ACKs or fired timers) that took
+    /// `ns`.
+    fn time_burst(&mut self, ns: u64, requests: u64) {
+        self.timed_bursts += 1;
+        if ns / requests.max(1) > INTERRUPTED_NS {
+            self.interrupted += 1;
+            return;
+        }
+        self.timed_build_ns += ns;
+        self.timed_burst_requests += requests;
+        if let Some(per_request) = ns.checked_div(requests) {
+            self.build.saturating_record(per_request);
+        }
+    }
+
+    /// A timed response that took `ns`.
+    fn time_response(&mut self, ns: u64) {
+        self.timed_responses += 1;
+        if ns > INTERRUPTED_NS {
+            self.interrupted += 1;
+            return;
+        }
+        self.timed_parse_ns += ns;
+        self.kept_responses += 1;
+        self.parse.saturating_record(ns);
+    }
+
     fn cost(&self) -> GenCost {
         let per = |ns: u64, n: u64| if n == 0 { 0.0 } else { ns as f64 / n as f64 };
         let build = per(self.timed_build_ns, self.timed_burst_requests);
-        let parse = per(self.timed_parse_ns, self.timed_responses);
+        let parse = per(self.timed_parse_ns, self.kept_responses);
         let responses_per_request = per(self.responses, self.requests);
         let median = |h: &Histogram<u64>| {
             if h.is_empty() {
@@ -224,6 +262,7 @@ impl Meter {
             bursts: self.bursts,
             timed_bursts: self.timed_bursts,
             timed_responses: self.timed_responses,
+            interrupted_samples: self.interrupted,
             // Needs the run's span: filled in by `FinishedRun::finish`.
             busy_fraction: 0.0,
         }
@@ -484,11 +523,7 @@ impl Run {
         let m = &mut self.meter;
         if m.bursts.is_multiple_of(TIME_ONE_IN) && frames > 0 {
             // From the loop's clock read just before the poll.
-            let ns = now_ns().saturating_sub(now);
-            m.timed_build_ns += ns;
-            m.timed_bursts += 1;
-            m.timed_burst_requests += frames as u64;
-            m.build.saturating_record(ns / frames as u64);
+            m.time_burst(now_ns().saturating_sub(now), frames as u64);
         }
         m.bursts += 1;
         m.requests += frames as u64;
@@ -568,14 +603,7 @@ impl Run {
             // Queuing the requests due and writing every frame due (ACKs and retransmissions
             // included), from the loop's clock read before the poll. The sampled polls' time
             // over the requests they queued estimates the cost per request.
-            let ns = now_ns().saturating_sub(now);
-            m.timed_build_ns += ns;
-            m.timed_bursts += 1;
-            m.timed_burst_requests += submitted;
-            // Polls that only wrote ACKs or fired timers have no request to share their time.
-            if let Some(per_request) = ns.checked_div(submitted) {
-                m.build.saturating_record(per_request);
-            }
+            m.time_burst(now_ns().saturating_sub(now), submitted);
         }
         m.working_polls += 1;
         m.bursts += u64::from(submitted > 0);
@@ -788,10 +816,7 @@ impl Gen {
         if let Some(run) = self.run.as_deref_mut().filter(|r| !r.preloading) {
             let m = &mut run.meter;
             if m.responses.is_multiple_of(TIME_ONE_IN) {
-                let ns = now_ns().saturating_sub(received);
-                m.timed_parse_ns += ns;
-                m.timed_responses += 1;
-                m.parse.saturating_record(ns);
+                m.time_response(now_ns().saturating_sub(received));
             }
             m.responses += 1;
         }
@@ -961,6 +986,29 @@ mod tests {
             .unwrap();
         buf.truncate(len);
         buf
+    }
+
+    #[test]
+    fn the_meter_leaves_interrupted_stretches_out_of_its_means() {
+        let mut m = Meter::new();
+        // 10 requests in 5 µs, an ACK-only poll of 1 µs, then one request the loop lost its
+        // CPU in (3 ms); a 400 ns response, and one of 2 ms.
+        m.time_burst(5_000, 10);
+        m.time_burst(1_000, 0);
+        m.time_burst(3_000_000, 1);
+        m.time_response(400);
+        m.time_response(2_000_000);
+        m.requests = 11;
+        m.responses = 2;
+        let cost = m.cost();
+        assert_eq!((cost.timed_bursts, cost.timed_responses), (3, 2));
+        assert_eq!(cost.interrupted_samples, 2);
+        // (5 µs + 1 µs) over the 10 requests of the bursts kept.
+        assert_eq!(cost.build_ns_per_request, 600.0);
+        assert_eq!(cost.parse_ns_per_response, 400.0);
+        // A large burst is not an interruption: 256 requests in 100 µs.
+        m.time_burst(100_000, 256);
+        assert_eq!(m.cost().interrupted_samples, 2);
     }
 
     #[test]

@@ -561,8 +561,10 @@ pub struct DaemonDiff {
 /// What the generator cost the dataplane loop, measured in the loop with `CLOCK_MONOTONIC` on
 /// one burst of requests and one response in eight (the clock read that ends a measurement is
 /// itself a cost): building a burst is timed from the loop's clock read before the poll,
-/// taking a response from the clock read that timestamps it. Means include the times the loop
-/// was interrupted (by the kernel or the hypervisor) inside a timed stretch; medians do not.
+/// taking a response from the clock read that timestamps it. A timed stretch of over 50 µs per
+/// request or response was interrupted (the loop lost its CPU inside it, which the daemon
+/// counts as a loop stall): it is counted in `interrupted_samples` and left out of the means.
+/// Shorter interruptions still move the means; the medians are robust to them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct GenCost {
     /// Requests built and handed to the switch.
@@ -595,6 +597,9 @@ pub struct GenCost {
     pub bursts: u64,
     pub timed_bursts: u64,
     pub timed_responses: u64,
+    /// Timed bursts and responses left out of the means as interrupted.
+    #[serde(default)]
+    pub interrupted_samples: u64,
     /// `build_ns + parse_ns` over the schedule's duration (or the time to its last send or
     /// match, if later): the share of the daemon's core the generator took. Near 1, the
     /// generator (not the server) limited the run.
