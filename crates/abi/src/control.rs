@@ -739,7 +739,10 @@ mod tests {
             ..registration()
         };
         let bytes = Request::Register(signal.clone()).encode();
-        assert_eq!(&bytes[PREEMPTION_AT..PREEMPTION_AT + 4], &1u32.to_le_bytes());
+        assert_eq!(
+            &bytes[PREEMPTION_AT..PREEMPTION_AT + 4],
+            &1u32.to_le_bytes()
+        );
         assert_eq!(
             Request::decode(&bytes, 1),
             Ok(Request::Register(signal.clone()))
@@ -761,7 +764,13 @@ mod tests {
             bytes[PREEMPTION_AT..PREEMPTION_AT + 4].copy_from_slice(&value.to_le_bytes());
             let err = Request::decode(&bytes, 1).unwrap_err();
             assert!(
-                matches!(err, ControlError::BadField { field: "preemption", .. }),
+                matches!(
+                    err,
+                    ControlError::BadField {
+                        field: "preemption",
+                        ..
+                    }
+                ),
                 "{err:?}"
             );
             let text = err.to_string();
@@ -777,7 +786,10 @@ mod tests {
                 PreemptionMode::Cooperative.cede_grace_ns(daemon_grace_ns),
                 daemon_grace_ns
             );
-            assert_eq!(PreemptionMode::SignalAtOnce.cede_grace_ns(daemon_grace_ns), 0);
+            assert_eq!(
+                PreemptionMode::SignalAtOnce.cede_grace_ns(daemon_grace_ns),
+                0
+            );
         }
         for value in 0..=2 {
             if let Some(mode) = PreemptionMode::from_wire(value) {

@@ -720,10 +720,7 @@ fn a_runtime_registered_for_signals_at_once_gets_no_grace_period() {
     let batch = &stats["runtimes"][0];
     let counter = |key: &str| batch[key].as_u64().unwrap();
     assert_eq!(batch["preemption"], "signal_at_once", "{batch:#}");
-    assert!(
-        counter("preempt_signals") >= GRACE_ROUNDS - 2,
-        "{batch:#}"
-    );
+    assert!(counter("preempt_signals") >= GRACE_ROUNDS - 2, "{batch:#}");
     assert_eq!(
         counter("preempt_signals_at_once"),
         counter("preempt_signals"),
