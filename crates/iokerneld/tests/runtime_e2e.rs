@@ -659,7 +659,7 @@ fn busy_batch_preempted(
     let batch = Runtime::new(
         Config::default()
             .kthreads(1)
-            .iokernel(daemon.settings("batch").preemption(preemption)),
+            .iokernel(daemon.settings("batch").preemption_mode(preemption)),
     )
     .expect("register with iokerneld");
     let lc = daemon.runtime("lc", 1);

@@ -86,7 +86,7 @@ impl Settings {
             config = config.iokernel(
                 IokernelSettings::new(socket, name)
                     .guaranteed_cores(self.guaranteed.unwrap_or(0))
-                    .preemption(PreemptionMode::SignalAtOnce),
+                    .preemption_mode(PreemptionMode::SignalAtOnce),
             );
         }
         config

@@ -63,7 +63,7 @@ impl IokernelSettings {
         }
     }
 
-    pub fn preemption(mut self, mode: PreemptionMode) -> Self {
+    pub fn preemption_mode(mut self, mode: PreemptionMode) -> Self {
         self.preemption = mode;
         self
     }
