@@ -19,7 +19,10 @@ use core::fmt;
 /// The bytes `CRLC`, little-endian: first word of every control message.
 pub const CONTROL_MAGIC: u32 = u32::from_le_bytes(*b"CRLC");
 
-/// Bumped whenever any control message changes; iokerneld refuses any other version.
+/// Bumped whenever a control message changes in a way an older peer would misread; iokerneld
+/// refuses any other version. A field that was reserved (required to be zero) may gain a
+/// meaning without a bump, as long as zero keeps meaning what it meant: older runtimes still
+/// register unchanged, and an older iokerneld refuses the new value by naming the field.
 pub const CONTROL_VERSION: u16 = 3;
 
 /// Bytes of a runtime's name on the wire (UTF-8, padded with NULs).
@@ -137,6 +140,8 @@ pub struct Registration {
     /// Capacity of each kthread's run queue, a power of two; published positions further
     /// apart than this are refused as impossible.
     pub run_queue_capacity: u32,
+    /// How iokerneld asks its kthreads for a core back.
+    pub preemption: PreemptionMode,
     /// Linux thread id of each kthread, in kthread order. Each must be a thread of the
     /// registering process.
     pub tids: Vec<i32>,
@@ -144,6 +149,67 @@ pub struct Registration {
     /// this MAC (and ARP requests for this address) to it, and drops frames it sends from any
     /// other MAC or address.
     pub net: Option<NetIdentity>,
+}
+
+/// How iokerneld asks a runtime's kthread to give back a core.
+///
+/// iokerneld first rings the kthread's cede word and, for a cooperative runtime, waits up to
+/// its grace period (`cede_grace_us`) for the kthread to park by itself before it sends the
+/// preemption signal. A runtime that cannot notice the cede word in time (an unmodified
+/// program that never reaches a preemption point) would wait out the whole grace period on
+/// every hand-over and then take the signal anyway, so it registers as [`SignalAtOnce`] and is
+/// signalled at once. A runtime can only choose the sooner of the two: neither mode gives it
+/// more time than iokerneld's grace period.
+///
+/// On the wire it is the 32-bit word after `run_queue_capacity`, reserved (zero) before the
+/// modes existed: zero is [`Cooperative`], so older runtimes keep the grace period.
+///
+/// [`SignalAtOnce`]: PreemptionMode::SignalAtOnce
+/// [`Cooperative`]: PreemptionMode::Cooperative
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum PreemptionMode {
+    /// Ring the cede word and signal only if the kthread has not parked when iokerneld's grace
+    /// period ends.
+    #[default]
+    Cooperative,
+    /// Ring the cede word and send the preemption signal at once, with no grace period.
+    SignalAtOnce,
+}
+
+impl PreemptionMode {
+    /// The value on the wire.
+    pub const fn wire(self) -> u32 {
+        match self {
+            PreemptionMode::Cooperative => 0,
+            PreemptionMode::SignalAtOnce => 1,
+        }
+    }
+
+    /// The mode a wire value stands for, `None` for any other value.
+    pub const fn from_wire(value: u32) -> Option<Self> {
+        match value {
+            0 => Some(PreemptionMode::Cooperative),
+            1 => Some(PreemptionMode::SignalAtOnce),
+            _ => None,
+        }
+    }
+
+    /// The name shown in logs and statistics.
+    pub const fn name(self) -> &'static str {
+        match self {
+            PreemptionMode::Cooperative => "cooperative",
+            PreemptionMode::SignalAtOnce => "signal_at_once",
+        }
+    }
+
+    /// How long a kthread of this mode may take to park by itself before it is signalled,
+    /// given iokerneld's grace period: never longer than that.
+    pub const fn cede_grace_ns(self, daemon_grace_ns: u64) -> u64 {
+        match self {
+            PreemptionMode::Cooperative => daemon_grace_ns,
+            PreemptionMode::SignalAtOnce => 0,
+        }
+    }
 }
 
 /// A runtime's Ethernet and IPv4 addresses.
@@ -282,7 +348,7 @@ impl Request {
                 out.extend_from_slice(&reg.spinning_kthreads.to_le_bytes());
                 out.extend_from_slice(&(reg.tids.len() as u16).to_le_bytes());
                 out.extend_from_slice(&reg.run_queue_capacity.to_le_bytes());
-                out.extend_from_slice(&0u32.to_le_bytes());
+                out.extend_from_slice(&reg.preemption.wire().to_le_bytes());
                 let net = reg.net.unwrap_or(NetIdentity {
                     mac: [0; 6],
                     ipv4: [0; 4],
@@ -330,14 +396,14 @@ impl Request {
                 let spinning_kthreads = r.u16("spinning_kthreads")?;
                 let kthreads = usize::from(r.u16("kthreads")?);
                 let run_queue_capacity = r.u32("run_queue_capacity")?;
-                let reserved = r.u32("reserved")?;
-                if reserved != 0 {
-                    return Err(ControlError::BadField {
-                        field: "reserved",
-                        value: reserved.to_string(),
-                        expected: "0",
-                    });
-                }
+                let preemption_word = r.u32("preemption")?;
+                let preemption = PreemptionMode::from_wire(preemption_word).ok_or_else(|| {
+                    ControlError::BadField {
+                        field: "preemption",
+                        value: preemption_word.to_string(),
+                        expected: "0 (cede within iokerneld's grace period) or 1 (signal at once)",
+                    }
+                })?;
                 let mut mac = [0u8; 6];
                 mac.copy_from_slice(r.take(6, "mac")?);
                 let has_net = r.u16("net_flags")?;
@@ -379,6 +445,7 @@ impl Request {
                     max_cores,
                     spinning_kthreads,
                     run_queue_capacity,
+                    preemption,
                     tids,
                     net,
                 };
@@ -641,6 +708,7 @@ mod tests {
             max_cores: 2,
             spinning_kthreads: 1,
             run_queue_capacity: 256,
+            preemption: PreemptionMode::Cooperative,
             tids: vec![101, 102],
             net: Some(NetIdentity {
                 mac: [0x02, 0, 0, 0, 0, 1],
@@ -659,6 +727,76 @@ mod tests {
             Request::decode(&Request::Stats.encode(), 0),
             Ok(Request::Stats)
         );
+    }
+
+    /// Byte offset of the preemption word in an encoded registration.
+    const PREEMPTION_AT: usize = HEADER_LEN + NAME_LEN + 12;
+
+    #[test]
+    fn the_preemption_mode_round_trips_in_the_word_that_was_reserved() {
+        let signal = Registration {
+            preemption: PreemptionMode::SignalAtOnce,
+            ..registration()
+        };
+        let bytes = Request::Register(signal.clone()).encode();
+        assert_eq!(
+            &bytes[PREEMPTION_AT..PREEMPTION_AT + 4],
+            &1u32.to_le_bytes()
+        );
+        assert_eq!(
+            Request::decode(&bytes, 1),
+            Ok(Request::Register(signal.clone()))
+        );
+        // A registration from before the modes existed has zero there: it keeps the grace.
+        let mut older = bytes.clone();
+        older[PREEMPTION_AT..PREEMPTION_AT + 4].copy_from_slice(&0u32.to_le_bytes());
+        let Ok(Request::Register(decoded)) = Request::decode(&older, 1) else {
+            panic!("a registration with a zero preemption word is refused");
+        };
+        assert_eq!(decoded.preemption, PreemptionMode::Cooperative);
+        assert_eq!(decoded.tids, signal.tids);
+    }
+
+    #[test]
+    fn an_unknown_preemption_mode_is_refused_naming_the_field() {
+        for value in [2u32, 0x8000_0000, u32::MAX] {
+            let mut bytes = Request::Register(registration()).encode();
+            bytes[PREEMPTION_AT..PREEMPTION_AT + 4].copy_from_slice(&value.to_le_bytes());
+            let err = Request::decode(&bytes, 1).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    ControlError::BadField {
+                        field: "preemption",
+                        ..
+                    }
+                ),
+                "{err:?}"
+            );
+            let text = err.to_string();
+            assert!(text.contains(&value.to_string()), "{text}");
+            assert!(text.contains("signal at once"), "{text}");
+        }
+    }
+
+    #[test]
+    fn no_mode_gives_more_grace_than_the_daemon() {
+        for daemon_grace_ns in [0, 1, 20_000, u64::MAX] {
+            assert_eq!(
+                PreemptionMode::Cooperative.cede_grace_ns(daemon_grace_ns),
+                daemon_grace_ns
+            );
+            assert_eq!(
+                PreemptionMode::SignalAtOnce.cede_grace_ns(daemon_grace_ns),
+                0
+            );
+        }
+        for value in 0..=2 {
+            if let Some(mode) = PreemptionMode::from_wire(value) {
+                assert_eq!(mode.wire(), value);
+                assert!(mode.cede_grace_ns(20_000) <= 20_000);
+            }
+        }
     }
 
     #[test]

@@ -319,6 +319,7 @@ proptest! {
             max_cores: kthreads as u16,
             spinning_kthreads: 0,
             run_queue_capacity: 256,
+            preemption: corral_abi::control::PreemptionMode::Cooperative,
             tids: (1..=kthreads as i32).collect(),
             net: None,
         };

@@ -32,6 +32,7 @@ fn registration(tids: Vec<i32>) -> Registration {
         max_cores: 1,
         spinning_kthreads: 0,
         run_queue_capacity: 256,
+        preemption: corral_abi::control::PreemptionMode::Cooperative,
         tids,
         net: None,
     }

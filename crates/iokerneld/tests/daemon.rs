@@ -391,6 +391,7 @@ fn good_registration(tids: Vec<i32>) -> Registration {
         max_cores: 1,
         spinning_kthreads: 0,
         run_queue_capacity: 256,
+        preemption: corral_abi::control::PreemptionMode::Cooperative,
         tids,
         net: None,
     }
@@ -745,6 +746,69 @@ fn preemption_round_trip() {
     assert_eq!(idle_stats.parks, 1);
     assert_eq!(stats.global.demotions, 0);
     assert_eq!(stats.cores[0].reallocations, 3);
+}
+
+/// One preemption of a busy runtime registered with `busy_args`, under a grace period long
+/// enough for its kthread (which polls its ingress ring while it spins) to cede in; returns
+/// the busy runtime's statistics and the daemon's log once the core is back with it.
+fn one_preemption_under_a_long_grace(
+    busy_args: &[&str],
+) -> (corral_iokernel::daemon::RuntimeStats, Stats, String) {
+    let daemon = Daemon::start(&[
+        "--log-level",
+        "info",
+        "--cede-grace-us",
+        "1000000",
+        "--preemption-timeout-us",
+        "2000000",
+    ]);
+    let mut args = vec!["--mode", "busy", "--timer-after-ms", "0"];
+    args.extend_from_slice(busy_args);
+    let mut busy = daemon.client("busy", &args);
+    let busy_id = busy.registered();
+    assert_eq!(grant_cpus(&busy.expect("grant 0 ")), (1, 1));
+    let mut idle = daemon.client("idle", &["--work-after-ms", "200"]);
+    idle.registered();
+    busy.expect("preempt 0");
+    busy.expect("yielded 0");
+    assert_eq!(grant_cpus(&idle.expect("grant 0 ")), (1, 1));
+    idle.expect("park 0");
+    assert_eq!(grant_cpus(&busy.expect("grant 0 ")), (1, 1));
+    let stats = daemon.wait_for("the core to return", |s| {
+        s.cores[0].owner.as_ref().map(|o| o.id) == Some(busy_id)
+    });
+    let busy_stats = stats
+        .runtimes
+        .iter()
+        .find(|r| r.id == busy_id)
+        .unwrap()
+        .clone();
+    (busy_stats, stats, daemon.log())
+}
+
+/// A runtime that registers for the signal at once is signalled with the request even though
+/// it would cede within the grace period; one that does not cedes with no signal.
+#[test]
+fn the_grace_period_is_per_runtime() {
+    let _serial = serial();
+    let (cooperative, stats, log) = one_preemption_under_a_long_grace(&[]);
+    assert_eq!(cooperative.preemption, "cooperative");
+    assert_eq!(cooperative.preemptions_suffered, 1);
+    assert_eq!(cooperative.cedes_cooperative, 1);
+    assert_eq!(cooperative.preempt_signals, 0);
+    assert_eq!(cooperative.preempt_signals_at_once, 0);
+    assert_eq!(stats.global.preemptions_signalled_at_once, 0);
+    assert!(log.contains("preemption cooperative"), "{log}");
+
+    let (at_once, stats, log) = one_preemption_under_a_long_grace(&["--preempt-at-once"]);
+    assert_eq!(at_once.preemption, "signal_at_once");
+    assert_eq!(at_once.preemptions_suffered, 1);
+    assert_eq!(at_once.cedes_cooperative, 0);
+    assert_eq!(at_once.preempt_signals, 1);
+    assert_eq!(at_once.preempt_signals_at_once, 1);
+    assert_eq!(stats.global.preemptions_signalled_at_once, 1);
+    assert_eq!(stats.global.demotions, 0);
+    assert!(log.contains("preemption signal_at_once"), "{log}");
 }
 
 #[test]

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use common::{Daemon, Launch, serial, wait_until};
-use corral::{Config, IokernelSettings, Runtime};
+use corral::{Config, IokernelSettings, PreemptionMode, Runtime};
 
 impl Daemon {
     fn start(extra: &[&str]) -> Daemon {
@@ -642,9 +642,26 @@ const GRACE_ROUNDS: u64 = 300;
 /// of its loop, under iokerneld with `--cede-grace-us grace_us`; returns the batch runtime's
 /// preemptions: (signalled, ceded).
 fn preemptions_of_a_busy_batch(grace_us: &str, between_chunks: fn()) -> (u64, u64) {
+    let stats = busy_batch_preempted(grace_us, PreemptionMode::Cooperative, between_chunks);
+    let counter = |key: &str| stats["runtimes"][0][key].as_u64().unwrap();
+    (counter("preempt_signals"), counter("cedes_cooperative"))
+}
+
+/// As [`preemptions_of_a_busy_batch`], with the batch runtime registered in `preemption` mode;
+/// returns iokerneld's statistics with the batch runtime's alone in `runtimes`.
+fn busy_batch_preempted(
+    grace_us: &str,
+    preemption: PreemptionMode,
+    between_chunks: fn(),
+) -> serde_json::Value {
     let _serial = serial();
     let mut daemon = Daemon::start(&["--cede-grace-us", grace_us]);
-    let batch = daemon.runtime("batch", 1);
+    let batch = Runtime::new(
+        Config::default()
+            .kthreads(1)
+            .iokernel(daemon.settings("batch").preemption_mode(preemption)),
+    )
+    .expect("register with iokerneld");
     let lc = daemon.runtime("lc", 1);
     let stop = Arc::new(AtomicBool::new(false));
     let progress = Arc::new(AtomicU64::new(0));
@@ -660,9 +677,13 @@ fn preemptions_of_a_busy_batch(grace_us: &str, between_chunks: fn()) -> (u64, u6
     stop.store(true, Ordering::Relaxed);
     daemon.assert_alive();
     assert!(daemon.runtime_stats("lc")["grants"].as_u64().unwrap() >= GRACE_ROUNDS);
-    let stats = daemon.runtime_stats("batch");
-    let counter = |key: &str| stats[key].as_u64().unwrap();
-    (counter("preempt_signals"), counter("cedes_cooperative"))
+    let mut stats = daemon.stats();
+    let mut batch_stats = daemon.runtime_stats("batch");
+    // What the batch runtime's own kthread took for kicks (signals with no request for the
+    // core behind them), beside what iokerneld sent.
+    batch_stats["kicks_taken"] = batch.iokernel_kthread_stats()[0].kicks.into();
+    stats["runtimes"] = serde_json::json!([batch_stats]);
+    stats
 }
 
 /// A batch uthread that never yields or blocks never reaches its scheduler: with a grace
@@ -687,6 +708,44 @@ fn preemption_points_give_the_core_back_without_a_signal() {
     assert!(
         ceded >= GRACE_ROUNDS - 5 && signals <= 5,
         "{signals} signalled, {ceded} ceded"
+    );
+}
+
+/// A runtime registered to be preempted by signal at once gets no grace period, even one long
+/// enough for its preemption points to cede in: every preemption is signalled with the request,
+/// and none is ceded.
+#[test]
+fn a_runtime_registered_for_signals_at_once_gets_no_grace_period() {
+    let stats = busy_batch_preempted(
+        "5000",
+        PreemptionMode::SignalAtOnce,
+        corral::preemption_point,
+    );
+    let batch = &stats["runtimes"][0];
+    let counter = |key: &str| batch[key].as_u64().unwrap();
+    assert_eq!(batch["preemption"], "signal_at_once", "{batch:#}");
+    assert!(counter("preempt_signals") >= GRACE_ROUNDS - 2, "{batch:#}");
+    assert_eq!(
+        counter("preempt_signals_at_once"),
+        counter("preempt_signals"),
+        "{batch:#}"
+    );
+    assert_eq!(counter("cedes_cooperative"), 0, "{batch:#}");
+    // A signal sent with the request often arrives after the kthread saw the cede word and
+    // went to its scheduler: it must not be taken later, after the next grant, as a kick.
+    let kicks_sent = counter("kicks_ingress") + counter("kicks_timer") + counter("kicks_run_queue");
+    assert!(counter("kicks_taken") <= kicks_sent, "{batch:#}");
+    assert_eq!(
+        counter("preemptions_suffered"),
+        counter("preempt_signals"),
+        "{batch:#}"
+    );
+    // The other runtime registered as cooperative: every signal sent at once was the batch's.
+    let global = &stats["global"];
+    assert_eq!(global["cede_grace_us"], 5000);
+    assert_eq!(
+        global["preemptions_signalled_at_once"], batch["preempt_signals_at_once"],
+        "{global:#}"
     );
 }
 

@@ -1,7 +1,7 @@
 //! The settings `corral-run` passes to the shim through the environment, and the runtime
 //! configuration they make.
 
-use corral::{Config, IokernelSettings};
+use corral::{Config, IokernelSettings, PreemptionMode};
 
 /// Set by `corral-run`: the shim then removes its variables and its own `LD_PRELOAD` entry from
 /// the environment, so that programs the program starts run as plain Linux programs.
@@ -66,7 +66,8 @@ impl Settings {
     }
 
     /// The runtime configuration: each uthread has its own TLS; under iokerneld, the runtime
-    /// registers with this name and guarantee, and as many kthreads as the cores it may get.
+    /// registers with this name and guarantee, as many kthreads as the cores it may get, and
+    /// asks to be preempted by signal at once.
     pub fn config(&self, program: &str) -> Config {
         let mut config = Config::default()
             .uthread_tls(true)
@@ -80,8 +81,12 @@ impl Settings {
                 .name
                 .clone()
                 .unwrap_or_else(|| program.chars().take(32).collect());
+            // An unmodified program reaches no preemption point while it computes, so waiting
+            // out iokerneld's grace period for it to cede would only delay every hand-over.
             config = config.iokernel(
-                IokernelSettings::new(socket, name).guaranteed_cores(self.guaranteed.unwrap_or(0)),
+                IokernelSettings::new(socket, name)
+                    .guaranteed_cores(self.guaranteed.unwrap_or(0))
+                    .preemption_mode(PreemptionMode::SignalAtOnce),
             );
         }
         config

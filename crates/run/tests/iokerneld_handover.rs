@@ -66,6 +66,9 @@ impl Daemon {
                 "--preemption-timeout-us",
                 &PREEMPTION_TIMEOUT_US.to_string(),
             ])
+            // A grace period for cooperative cedes, as in the co-location demo: programs under
+            // corral-run must not wait it out.
+            .args(["--cede-grace-us", "20"])
             .arg("--socket")
             .arg(&socket)
             .stdin(Stdio::null())
@@ -294,6 +297,17 @@ fn a_corral_run_batch_job_gives_the_core_back_each_time() {
         0,
         "xz held the core past the bound: {after:#}"
     );
+    // The shim registers to be preempted by signal at once: no preemption waited for the
+    // grace period, and none was ceded within it.
+    assert_eq!(after["preemption"], "signal_at_once", "{after:#}");
+    let delta = |key: &str| counter(&after, key) - counter(&before, key);
+    assert_eq!(
+        delta("preempt_signals_at_once"),
+        delta("preempt_signals"),
+        "{after:#}"
+    );
+    assert!(delta("preempt_signals") >= preemptions, "{after:#}");
+    assert_eq!(delta("cedes_cooperative"), 0, "{after:#}");
     let latency_max = counter(&after, "preemption_latency_max_ns");
     assert!(
         latency_max < PREEMPTION_TIMEOUT_US * 1000,

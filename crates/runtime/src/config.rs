@@ -5,6 +5,8 @@ use std::io;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use corral_abi::control::PreemptionMode;
+
 /// Default usable stack size of a uthread.
 pub const DEFAULT_STACK_SIZE: usize = 256 * 1024;
 /// Largest stack a uthread may ask for.
@@ -43,6 +45,10 @@ pub struct IokernelSettings {
     /// Kthreads that never park once granted a core, so that work reaching them never waits
     /// for a wake-up. They hold guaranteed cores: at most `guaranteed_cores`.
     pub spinning_kthreads: usize,
+    /// How iokerneld asks a kthread for its core back: with its grace period for a
+    /// cooperative park (runtimes whose uthreads reach preemption points often), or by signal
+    /// at once (programs that would never notice the request within the grace period).
+    pub preemption: PreemptionMode,
 }
 
 impl IokernelSettings {
@@ -53,7 +59,13 @@ impl IokernelSettings {
             name: name.into(),
             guaranteed_cores: 0,
             spinning_kthreads: 0,
+            preemption: PreemptionMode::Cooperative,
         }
+    }
+
+    pub fn preemption_mode(mut self, mode: PreemptionMode) -> Self {
+        self.preemption = mode;
+        self
     }
 
     pub fn guaranteed_cores(mut self, cores: usize) -> Self {

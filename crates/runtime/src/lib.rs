@@ -74,6 +74,7 @@ pub use {
         Config, ConfigError, DEFAULT_IOKERNELD_SOCKET, DEFAULT_STACK_SIZE, IOKERNELD_SOCKET_ENV,
         IokernelSettings, Mode, allowed_cpus,
     },
+    corral_abi::control::PreemptionMode,
     iokernel::core_granted_at_ns,
     iokernel::core_wake_sent_at_ns,
     malloc::PreemptSafeAlloc,

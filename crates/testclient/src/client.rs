@@ -15,7 +15,7 @@ use std::sync::{Arc, mpsc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use corral_abi::control::{Registration, Reply};
+use corral_abi::control::{PreemptionMode, Registration, Reply};
 use corral_abi::transport;
 use corral_abi::{Command, Layout, RegionBuilder, RingKind, Slot, flags};
 
@@ -80,6 +80,8 @@ pub struct Options {
     pub guaranteed_cores: u16,
     pub max_cores: u16,
     pub spinning_kthreads: u16,
+    /// Whether iokerneld is to wait its grace period for a cede or signal at once.
+    pub preemption: PreemptionMode,
     pub mode: Mode,
     /// Kthread 0 reports a timer due this long after registration (zero: already due), which
     /// makes iokerneld wake the runtime then.
@@ -107,6 +109,7 @@ impl Options {
             guaranteed_cores: 0,
             max_cores: 1,
             spinning_kthreads: 0,
+            preemption: PreemptionMode::Cooperative,
             mode: Mode::Idle,
             timer_after: None,
             work_after: None,
@@ -315,6 +318,7 @@ impl Runtime {
             max_cores: options.max_cores,
             spinning_kthreads: options.spinning_kthreads,
             run_queue_capacity: 256,
+            preemption: options.preemption,
             tids: tids.clone(),
             net: options.net,
         };

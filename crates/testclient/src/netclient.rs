@@ -447,6 +447,7 @@ fn register_endpoint(
         max_cores: 1,
         spinning_kthreads: u16::from(spinning),
         run_queue_capacity: 256,
+        preemption: corral_abi::control::PreemptionMode::Cooperative,
         tids: vec![tid],
         net: Some(net),
     };

@@ -27,6 +27,7 @@ fn registration(kthreads: usize) -> Registration {
         max_cores: 1,
         spinning_kthreads: 0,
         run_queue_capacity: 256,
+        preemption: crate::control::PreemptionMode::Cooperative,
         tids: (1..=kthreads as i32).collect(),
         net: None,
     }

@@ -27,6 +27,8 @@ pub(super) struct DriverCounters {
     pub(super) stale_commands: u64,
     pub(super) wakes: u64,
     pub(super) preemptions_signalled: u64,
+    /// Of those, signals sent with no grace period (the runtime's mode, or a grace of 0).
+    pub(super) preemptions_signalled_at_once: u64,
     pub(super) timer_wakeups: u64,
     /// Kthreads that gave back a core (`Park`, or `Yielded` after a preemption).
     pub(super) parks: u64,
@@ -312,12 +314,14 @@ impl CoreDriver {
                     return;
                 };
                 let pid = entry.pid;
+                // A runtime that cannot cede in time is signalled at once; no runtime gets
+                // more than the daemon's grace.
+                let grace = entry.preemption.cede_grace_ns(self.cede_grace_ns);
                 let Some(kt) = entry.kthreads.get_mut(victim_kthread.index()) else {
                     return;
                 };
                 // The request goes on the ingress ring, which the kthread polls every time its
                 // scheduler runs: one that gets there within the grace period parks by itself.
-                let grace = self.cede_grace_ns;
                 let result = kt
                     .ingress
                     .push_control(Slot::value(Command::Preempt, 0))
@@ -342,7 +346,9 @@ impl CoreDriver {
                     Ok(()) => {
                         kt.preempt_sent_at = Some(now);
                         entry.counters.preempt_signals += 1;
+                        entry.counters.preempt_signals_at_once += 1;
                         self.counters.preemptions_signalled += 1;
+                        self.counters.preemptions_signalled_at_once += 1;
                     }
                     Err(e) => registry.mark_for_eviction(
                         victim_runtime,

@@ -182,6 +182,7 @@ fn tenant(
         id,
         name: reg.name.clone(),
         pid,
+        preemption: reg.preemption,
         conn,
         timer_deadline: u64::MAX,
         shared_last,
@@ -201,12 +202,14 @@ fn tenant(
 
 fn log_registration(tenant: &Tenant, reg: &Registration) {
     info!(
-        "registered {}: {} kthreads, {} guaranteed and {} max cores, {} spinning, {} bytes, {}",
+        "registered {}: {} kthreads, {} guaranteed and {} max cores, {} spinning, preemption \
+         {}, {} bytes, {}",
         tenant.label(),
         reg.kthreads(),
         reg.guaranteed_cores,
         reg.max_cores,
         reg.spinning_kthreads,
+        reg.preemption.name(),
         tenant.mapping.len(),
         match reg.net {
             Some(net) => format!(

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use corral_abi::control::NetIdentity;
+use corral_abi::control::{NetIdentity, PreemptionMode};
 use corral_abi::{Consumer, KthreadView, QueuePositions, Region, RingPositions};
 
 use super::control_plane::ConnRef;
@@ -52,6 +52,8 @@ pub(super) struct TenantCounters {
     pub(super) demotions: u64,
     pub(super) stale_commands: u64,
     pub(super) preempt_signals: u64,
+    /// Preemption signals sent with the cede request, without waiting for a grace period.
+    pub(super) preempt_signals_at_once: u64,
     pub(super) cedes_cooperative: u64,
     pub(super) preemption_latency_last_ns: u64,
     pub(super) preemption_latency_max_ns: u64,
@@ -108,6 +110,8 @@ pub(super) struct Tenant {
     pub(super) id: RuntimeId,
     pub(super) name: String,
     pub(super) pid: i32,
+    /// How it asked to be preempted: with the daemon's grace period, or by signal at once.
+    pub(super) preemption: PreemptionMode,
     /// Its control connection.
     pub(super) conn: ConnRef,
     /// Earliest timer it reported (`CLOCK_MONOTONIC` ns), `u64::MAX` for none.

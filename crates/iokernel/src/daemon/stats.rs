@@ -98,6 +98,10 @@ pub struct GlobalStats {
     pub stale_commands: u64,
     pub wakes: u64,
     pub preemptions_signalled: u64,
+    /// Of `preemptions_signalled`, those sent at once with the request for the core, with no
+    /// grace period: to runtimes registered as `signal_at_once`, or all with a grace of 0.
+    #[serde(default)]
+    pub preemptions_signalled_at_once: u64,
     /// Preemptions answered within the grace period (`cede_grace_us`), with no signal.
     #[serde(default)]
     pub cedes_cooperative: u64,
@@ -140,6 +144,13 @@ pub struct RuntimeStats {
     pub grants: u64,
     pub preemptions_suffered: u64,
     pub preempt_signals: u64,
+    /// How it registered to be preempted: `cooperative` (signalled only when the grace period
+    /// runs out) or `signal_at_once` (signalled with the request, no grace period).
+    #[serde(default)]
+    pub preemption: String,
+    /// Of `preempt_signals`, those sent at once, with no grace period.
+    #[serde(default)]
+    pub preempt_signals_at_once: u64,
     /// Preemptions it answered within the grace period, with no signal.
     #[serde(default)]
     pub cedes_cooperative: u64,
@@ -272,6 +283,7 @@ impl Daemon {
             stale_commands: c.stale_commands,
             wakes: c.wakes,
             preemptions_signalled: c.preemptions_signalled,
+            preemptions_signalled_at_once: c.preemptions_signalled_at_once,
             cedes_cooperative: c.cedes_cooperative,
             handover: self.config.handover.name().to_owned(),
             cede_grace_us: self.config.cede_grace_us,
@@ -302,6 +314,8 @@ impl Daemon {
                     grants: view.stats.grants,
                     preemptions_suffered: view.stats.preemptions_suffered,
                     preempt_signals: r.counters.preempt_signals,
+                    preemption: r.preemption.name().to_owned(),
+                    preempt_signals_at_once: r.counters.preempt_signals_at_once,
                     cedes_cooperative: r.counters.cedes_cooperative,
                     preemption_latency_last_ns: r.counters.preemption_latency_last_ns,
                     preemption_latency_max_ns: r.counters.preemption_latency_max_ns,

@@ -158,6 +158,7 @@ pub(crate) fn register(
         max_cores: kthreads.len() as u16,
         spinning_kthreads: settings.spinning_kthreads as u16,
         run_queue_capacity: RUNQ_CAPACITY as u32,
+        preemption: settings.preemption,
         tids,
         net: net.map(|n| NetIdentity {
             mac: n.effective_mac().0,

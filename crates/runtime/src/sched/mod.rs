@@ -277,6 +277,13 @@ fn sched_main(k: &'static Kthread) {
     let mut spinning = true;
     let mut spin_start = timer::now_ns();
     loop {
+        // A preemption signal that reached this kthread while it had no uthread to interrupt
+        // (here, or parked) was recorded as pending. Whatever it asked for, the pass below
+        // covers: the ring poll finds a `Preempt` pushed before the signal, and `find_work`
+        // fires due timers and polls the network. Left pending, it would interrupt the next
+        // uthread at its first `preempt::enable` for nothing, which happens after nearly every
+        // preemption of a runtime iokerneld signals at once.
+        crate::signal::clear_pending(k);
         // Our own ingress ring, in the scheduler context (preemption disabled): packets, and
         // whether iokerneld wants the core back.
         if k.iok.is_some() && crate::iokernel::poll_own(k) {

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use corral_abi::control::NetIdentity;
+use corral_abi::control::{NetIdentity, PreemptionMode};
 use corral_testclient::client::{ClientError, Ending, Mode, Options, Runtime};
 use corral_wire::MacAddr;
 
@@ -42,6 +42,10 @@ struct Cli {
     /// Kthreads (the first N) that spin once granted a core instead of parking.
     #[arg(long, default_value_t = 0)]
     spinning: u16,
+    /// Ask iokerneld to send the preemption signal at once when it wants a core back,
+    /// instead of waiting its grace period for a cooperative cede.
+    #[arg(long)]
+    preempt_at_once: bool,
     /// idle: park at once; busy: spin until preempted, then yield with work left;
     /// block-sigusr1: block SIGUSR1 and never yield; garbage: overwrite the region with
     /// random bytes after registering.
@@ -118,6 +122,9 @@ fn main() -> ExitCode {
         .max_cores
         .unwrap_or(u16::try_from(cli.kthreads).unwrap_or(u16::MAX));
     options.spinning_kthreads = cli.spinning;
+    if cli.preempt_at_once {
+        options.preemption = PreemptionMode::SignalAtOnce;
+    }
     options.mode = cli.mode;
     options.timer_after = cli.timer_after_ms.map(Duration::from_millis);
     options.work_after = cli.work_after_ms.map(Duration::from_millis);
