@@ -19,9 +19,10 @@
 //! Guarantees are never oversubscribed and never preempted. Everything a pass touches is
 //! indexed by id in preallocated tables, and nothing allocates once runtimes are registered.
 //! A pass costs O(1) per observed kthread, plus O(runtimes) to collect the runtimes that asked
-//! for a core, plus, per grant, the requester's own cores and N/64 bitmap words; the only
-//! superlinear steps are in-place sorts of runtimes (those asking, and, once per call that
-//! must preempt, those bursting): O(R log R).
+//! for a core, plus, per grant, the requester's own cores and N/64 bitmap words (and, for a
+//! requester that must wait out the share quantum, the bursting runtimes' cores up to the first
+//! one old enough: O(N)); the only superlinear steps are in-place sorts of runtimes (those
+//! asking, and, once per call that must preempt, those bursting): O(R log R).
 //!
 //! Times are whatever monotonic unit the caller uses (nanoseconds in the daemon); they only
 //! have to never go back.
