@@ -497,6 +497,9 @@ impl<'e> Corral<'e> {
                 plan.corral_addr.to_string(),
                 "--kthreads".into(),
                 "1".into(),
+                // Below its guarantee it preempts the batch job at once, not after a quantum.
+                "--guaranteed".into(),
+                "1".into(),
                 "--iterations-per-us".into(),
                 env.spin_iterations_per_us.to_string(),
             ]

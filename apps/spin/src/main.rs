@@ -31,9 +31,15 @@ struct Args {
     /// Kthreads (Corral).
     #[arg(long, default_value_t = 1)]
     kthreads: usize,
-    /// Guaranteed cores, each with a spinning kthread (Corral under iokerneld).
+    /// Kthreads that spin on guaranteed cores instead of parking (Corral under iokerneld).
     #[arg(long, default_value_t = 0)]
     spinning: usize,
+    /// Guaranteed cores (Corral under iokerneld), at least `--spinning` [default: as many as
+    /// `--spinning`]. A runtime below its guarantee takes a core from a batch runtime at once;
+    /// without one it waits until the batch runtime has held the core for iokerneld's share
+    /// quantum.
+    #[arg(long)]
+    guaranteed: Option<usize>,
     /// Microseconds an idle kthread keeps polling before it parks (Corral) [default: the
     /// runtime's]. Under iokerneld each park costs a core hand-over; polling about as long as
     /// one hand-over takes bounds the waste to twice the best choice in hindsight.
@@ -120,9 +126,10 @@ fn serve_corral(args: &Args, calibration: Calibration) {
         config = config.iokernel(corral::IokernelSettings::new(socket, "spin"));
     }
     if let corral::Mode::Iokernel(settings) = &config.mode {
+        // The runtime refuses fewer guaranteed cores than spinning kthreads.
         let settings = settings
             .clone()
-            .guaranteed_cores(args.spinning)
+            .guaranteed_cores(args.guaranteed.unwrap_or(args.spinning))
             .spinning_kthreads(args.spinning);
         config = config.iokernel(settings);
     }

@@ -27,6 +27,12 @@ pub const DEFAULT_CONTROL_POLL_US: u64 = 50;
 pub const DEFAULT_POLICY: &str = "shenango";
 pub const DEFAULT_HANDOVER: Handover = Handover::Local;
 pub const DEFAULT_CEDE_GRACE_US: u64 = 0;
+/// The policy's default share quantum (1 ms; why that much is in
+/// [`corral_policy::policies::shenango::DEFAULT_SHARE_QUANTUM`]).
+pub const DEFAULT_SHARE_QUANTUM_US: u64 =
+    corral_policy::policies::shenango::DEFAULT_SHARE_QUANTUM / 1000;
+/// The longest share quantum accepted: one second.
+pub const MAX_SHARE_QUANTUM_US: u64 = 1_000_000;
 pub const DEFAULT_HELPER_SPIN_MAX_US: u64 = 1000;
 pub const DEFAULT_LOG_LEVEL: &str = "info";
 pub const DEFAULT_TAP_NAME: &str = "corral0";
@@ -78,6 +84,13 @@ pub struct SettingArgs {
     /// once [default: 0].
     #[arg(long, value_name = "MICROSECONDS")]
     pub cede_grace_us: Option<u64>,
+
+    /// `share_quantum_us`: microseconds a runtime keeps a granted core before a runtime at or
+    /// above its guaranteed cores (one with none included) may preempt it; a runtime below its
+    /// guarantee preempts at once, so latency-critical runtimes need a guarantee. 0 lets
+    /// runtimes of equal standing take cores from each other at every pass [default: 1000].
+    #[arg(long, value_name = "MICROSECONDS")]
+    pub share_quantum_us: Option<u64>,
 
     /// `helper_spin_max_us`: longest a helper spins on its idle core waiting for a grant
     /// before it sleeps (it spins about twice the recent idle gaps, within 5 us and this)
@@ -160,6 +173,7 @@ pub struct FileConfig {
     pub policy: Option<String>,
     pub handover: Option<String>,
     pub cede_grace_us: Option<i64>,
+    pub share_quantum_us: Option<i64>,
     pub helper_spin_max_us: Option<i64>,
     pub control_poll_us: Option<i64>,
     pub log_level: Option<String>,
@@ -287,6 +301,8 @@ pub struct Config {
     pub handover: Handover,
     /// 0: signal a preemption at once.
     pub cede_grace_us: u64,
+    /// 0: runtimes of equal standing may take a core from each other at every pass.
+    pub share_quantum_us: u64,
     pub helper_spin_max_us: u64,
     pub control_poll_us: u64,
     pub log_level: LogLevel,
@@ -745,6 +761,18 @@ impl Config {
                 "must be at most 1000000 (one second)",
             ));
         }
+        let share_quantum_us = match (args.share_quantum_us, file.share_quantum_us) {
+            (Some(v), _) => v,
+            (None, Some(v)) => non_negative("share_quantum_us", v)?,
+            (None, None) => DEFAULT_SHARE_QUANTUM_US,
+        };
+        if share_quantum_us > MAX_SHARE_QUANTUM_US {
+            return Err(invalid(
+                "share_quantum_us",
+                share_quantum_us,
+                format!("must be at most {MAX_SHARE_QUANTUM_US} (one second)"),
+            ));
+        }
         let helper_spin_max_us = number(
             "helper_spin_max_us",
             args.helper_spin_max_us,
@@ -784,6 +812,7 @@ impl Config {
             policy,
             handover,
             cede_grace_us,
+            share_quantum_us,
             helper_spin_max_us,
             control_poll_us,
             log_level,
@@ -928,6 +957,7 @@ mod tests {
         assert_eq!(config.policy, "shenango");
         assert_eq!(config.handover, Handover::Local);
         assert_eq!(config.cede_grace_us, 0);
+        assert_eq!(config.share_quantum_us, 1000);
         assert_eq!(config.helper_spin_max_us, 1000);
         assert_eq!(config.control_poll_us, 50);
         assert_eq!(config.log_level, LogLevel(log::LevelFilter::Info));
@@ -959,6 +989,13 @@ mod tests {
             (config.handover, config.cede_grace_us),
             (Handover::Remote, 25)
         );
+        let file = parse_file("share_quantum_us = 0\n").unwrap();
+        let config = Config::merge(&file, &args(sys.path())).unwrap();
+        assert_eq!(config.share_quantum_us, 0);
+        let mut a = args(sys.path());
+        a.share_quantum_us = Some(250);
+        let config = Config::merge(&file, &a).unwrap();
+        assert_eq!(config.share_quantum_us, 250);
     }
 
     #[test]
@@ -1013,6 +1050,14 @@ mod tests {
         check(
             "cede_grace_us = 2000000",
             "invalid cede_grace_us = 2000000: must be at most 1000000",
+        );
+        check(
+            "share_quantum_us = -1",
+            "invalid share_quantum_us = -1: must not be negative",
+        );
+        check(
+            "share_quantum_us = 1000001",
+            "invalid share_quantum_us = 1000001: must be at most 1000000 (one second)",
         );
         check("helper_spin_max_us = 0", "invalid helper_spin_max_us = 0");
         check("interval = 5", "unknown field `interval`");

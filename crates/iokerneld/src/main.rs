@@ -159,6 +159,7 @@ fn start(config: Config) -> Result<(), String> {
         .map_err(|e| format!("cannot read the CPU topology: {e}"))?;
     let settings = PolicySettings {
         preemption_timeout: Some(config.preemption_timeout_us * 1000),
+        share_quantum: config.share_quantum_us * 1000,
     };
     let alloc =
         corral_policy::build(&config.policy, topology, &settings).map_err(|e| e.to_string())?;
@@ -166,7 +167,8 @@ fn start(config: Config) -> Result<(), String> {
         .map_err(|e| format!("cannot listen on {}: {e}", config.socket.display()))?;
     info!(
         "iokerneld {} (pid {}) on CPU {}, managing CPUs {}; spare CPUs {}; socket {}; \
-         policy {}, interval {} us, preemption timeout {} us, control poll {} us",
+         policy {}, interval {} us, preemption timeout {} us, share quantum {} us, \
+         control poll {} us",
         env!("CARGO_PKG_VERSION"),
         std::process::id(),
         config.core,
@@ -180,6 +182,7 @@ fn start(config: Config) -> Result<(), String> {
         config.policy,
         config.interval_us,
         config.preemption_timeout_us,
+        config.share_quantum_us,
         config.control_poll_us,
     );
     let nic = open_nic(&config.nic).map_err(|e| e.to_string())?;

@@ -260,6 +260,8 @@ fn help_explains_every_setting() {
         "`interval_us`",
         "--preemption-timeout-us",
         "`preemption_timeout_us`",
+        "--share-quantum-us",
+        "`share_quantum_us`",
         "--control-poll-us",
         "`control_poll_us`",
         "--log-level",

@@ -36,6 +36,18 @@ impl Daemon {
         .expect("register with iokerneld")
     }
 
+    /// A one-kthread runtime with one guaranteed core: below its guarantee whenever it has no
+    /// core, so it takes the core from a batch runtime at once instead of after the share
+    /// quantum, as latency-critical runtimes are meant to.
+    fn latency_critical(&self, name: &str) -> Runtime {
+        Runtime::new(
+            Config::default()
+                .kthreads(1)
+                .iokernel(self.settings(name).guaranteed_cores(1)),
+        )
+        .expect("register with iokerneld")
+    }
+
     fn runtime_stats(&self, name: &str) -> serde_json::Value {
         let stats = self.stats();
         stats["runtimes"]
@@ -149,7 +161,7 @@ fn the_core_goes_back_and_forth_between_latency_critical_and_batch() {
     let _serial = serial();
     let mut daemon = Daemon::start(&[]);
     let batch = daemon.runtime("batch", 1);
-    let lc = daemon.runtime("lc", 1);
+    let lc = daemon.latency_critical("lc");
     let stop = Arc::new(AtomicBool::new(false));
     let progress = Arc::new(AtomicU64::new(0));
     start_batch(&batch, 4, &stop, &progress);
@@ -220,7 +232,7 @@ fn no_uthread_is_lost_or_run_twice_across_reallocations() {
     let _serial = serial();
     let mut daemon = Daemon::start(&[]);
     let batch = daemon.runtime("batch", 1);
-    let lc = daemon.runtime("lc", 1);
+    let lc = daemon.latency_critical("lc");
     let batch_runs: Arc<Vec<AtomicU64>> =
         Arc::new((0..PER_RUNTIME).map(|_| AtomicU64::new(0)).collect());
     let lc_runs: Arc<Vec<AtomicU64>> =
@@ -315,7 +327,7 @@ fn registers_survive_thousands_of_iokerneld_preemptions() {
     let reference = register_heavy(ITERS);
     let mut daemon = Daemon::start(&[]);
     let batch = daemon.runtime("batch", 1);
-    let lc = daemon.runtime("lc", 1);
+    let lc = daemon.latency_critical("lc");
     let handles: Vec<_> = (0..4)
         .map(|_| batch.spawn(move || register_heavy(ITERS)))
         .collect();
@@ -493,17 +505,16 @@ fn handovers_keep_every_uthread(
 ) {
     let _serial = serial();
     let mut daemon = Daemon::start(args);
-    let lc = daemon.runtime("lc", 1);
+    let lc = daemon.latency_critical("lc");
     let batch = (batch_kind != BatchKind::None).then(|| daemon.runtime("batch", 1));
     let stop = Arc::new(AtomicBool::new(false));
     let lc_ledger = RunLedger::new(1 << 21);
     let batch_ledger = RunLedger::new(1 << 22);
     let before = counted(&daemon);
 
-    // The batch runtime first, as a batch job would be: a runtime whose new work arrives while
-    // it has no core takes one at once, and one preempted with work left waits for an idle
-    // core, so the latency-critical runtime must not be the one preempted by the batch's
-    // start.
+    // The batch runtime first, as a batch job would be; the latency-critical runtime takes the
+    // core from it whenever it has work (without a core it is below its guarantee), and the
+    // batch runtime, preempted with work left, waits for the core to be free again.
     let batch_done = batch.as_ref().map(|batch| {
         let (stop, ledger) = (stop.clone(), batch_ledger.clone());
         batch.spawn(move || {
@@ -662,7 +673,7 @@ fn busy_batch_preempted(
             .iokernel(daemon.settings("batch").preemption_mode(preemption)),
     )
     .expect("register with iokerneld");
-    let lc = daemon.runtime("lc", 1);
+    let lc = daemon.latency_critical("lc");
     let stop = Arc::new(AtomicBool::new(false));
     let progress = Arc::new(AtomicU64::new(0));
     start_batch_with(&batch, 1, &stop, &progress, between_chunks);

@@ -50,6 +50,7 @@ impl Load {
         let settings = PolicySettings {
             // 1 ms in nanoseconds, the policy's default.
             preemption_timeout: Some(1_000_000),
+            share_quantum: corral_policy::policies::shenango::DEFAULT_SHARE_QUANTUM,
         };
         let mut alloc = corral_policy::build("shenango", topology, &settings).unwrap();
         let guaranteed_each = (cores / runtime_count / 2).min(2) as u16;

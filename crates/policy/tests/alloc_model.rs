@@ -1,6 +1,7 @@
 //! Random event sequences on random machines, checked against a model of what the daemon sees:
 //! no core is ever given to two kthreads, counts match, no runtime exceeds its maximum, no
-//! runtime at or below its guarantee is ever preempted, and refused calls change nothing.
+//! runtime at or below its guarantee is ever preempted, a runtime without a guarantee takes no
+//! core granted less than a share quantum ago, and refused calls change nothing.
 //!
 //! The harness drives any [`Policy`] through the trait alone: the Shenango policy in both burst
 //! sharing modes, and a trivial first-fit policy (`first_fit.rs`) that shows a second policy
@@ -70,6 +71,10 @@ struct Daemon {
     guaranteed: u32,
     preemptions: u64,
     wakes: u64,
+    /// The policy's share quantum (0 where it has none).
+    share_quantum: u64,
+    /// When each core was last given to a kthread.
+    granted_at: Vec<u64>,
 }
 
 impl Daemon {
@@ -120,6 +125,7 @@ impl Daemon {
                         "{context}: kthread woken twice"
                     );
                     self.occupant[core.index()] = Some((runtime, kthread));
+                    self.granted_at[core.index()] = self.now;
                     *retained.get_mut(&runtime).unwrap() += 1;
                     self.wakes += 1;
                 }
@@ -142,6 +148,15 @@ impl Daemon {
                         "{context}: preempted {victim_runtime} holding {victim_retained} with guarantee {guarantee}"
                     );
                     *victim_retained -= 1;
+                    // With no guarantee the taker is never below it, so it waits out the quantum.
+                    if self.specs[&for_runtime].guaranteed_cores == 0 {
+                        let held_for = self.now - self.granted_at[core.index()];
+                        assert!(
+                            held_for >= self.share_quantum,
+                            "{context}: {for_runtime} took core {} held for only {held_for}",
+                            core.0
+                        );
+                    }
                     assert!(!self.preempting.contains(&(victim_runtime, victim_kthread)));
                     self.preempting.push((victim_runtime, victim_kthread));
                     self.preemptions += 1;
@@ -216,8 +231,17 @@ impl Daemon {
     }
 }
 
-/// A Shenango policy with a random burst sharing mode.
-fn random_shenango(topology: Topology, rng: &mut Rng) -> Box<dyn Policy> {
+/// A policy under test and its share quantum.
+type PolicyUnderTest = (Box<dyn Policy>, u64);
+
+/// A Shenango policy with a random burst sharing mode and share quantum (none, or up to a few
+/// of the harness's mean time step).
+fn random_shenango(topology: Topology, rng: &mut Rng) -> PolicyUnderTest {
+    let share_quantum = if rng.percent(50) {
+        0
+    } else {
+        1 + rng.below(20_000) as u64
+    };
     let config = ShenangoConfig {
         burst_sharing: if rng.percent(50) {
             BurstSharing::Balanced
@@ -225,17 +249,19 @@ fn random_shenango(topology: Topology, rng: &mut Rng) -> Box<dyn Policy> {
             BurstSharing::AnyBursting
         },
         preemption_timeout: Some(20_000),
+        share_quantum,
     };
-    Box::new(Shenango::new(topology, config))
+    (Box::new(Shenango::new(topology, config)), share_quantum)
 }
 
 /// Returns how many preemptions the run made.
-fn run_one(seed: u64, steps: usize, policy: fn(Topology, &mut Rng) -> Box<dyn Policy>) -> u64 {
+fn run_one(seed: u64, steps: usize, policy: fn(Topology, &mut Rng) -> PolicyUnderTest) -> u64 {
     let mut rng = Rng(fastrand::Rng::with_seed(seed));
     let topology = random_topology(&mut rng);
     let cores = topology.core_count();
+    let (alloc, share_quantum) = policy(topology, &mut rng);
     let mut daemon = Daemon {
-        alloc: policy(topology, &mut rng),
+        alloc,
         now: 0,
         occupant: vec![None; cores],
         preempting: Vec::new(),
@@ -244,6 +270,8 @@ fn run_one(seed: u64, steps: usize, policy: fn(Topology, &mut Rng) -> Box<dyn Po
         guaranteed: 0,
         preemptions: 0,
         wakes: 0,
+        share_quantum,
+        granted_at: vec![0; cores],
     };
     let mut out = Vec::new();
 
@@ -496,7 +524,7 @@ fn invariants_hold_over_random_event_sequences() {
 fn a_second_policy_plugged_in_through_the_trait_keeps_the_contract() {
     for seed in 0..100 {
         let preemptions = run_one(seed, 400, |topology, _| {
-            Box::new(first_fit::FirstFit::new(topology))
+            (Box::new(first_fit::FirstFit::new(topology)), 0)
         });
         assert_eq!(preemptions, 0, "seed {seed}: first-fit never preempts");
     }

@@ -110,6 +110,9 @@ pub struct GlobalStats {
     pub handover: String,
     #[serde(default)]
     pub cede_grace_us: u64,
+    /// The `share_quantum_us` setting.
+    #[serde(default)]
+    pub share_quantum_us: u64,
     /// Per managed core, how its grants were delivered (empty with `handover = "remote"`).
     #[serde(default)]
     pub handoff: Vec<super::HandoffStats>,
@@ -287,6 +290,7 @@ impl Daemon {
             cedes_cooperative: c.cedes_cooperative,
             handover: self.config.handover.name().to_owned(),
             cede_grace_us: self.config.cede_grace_us,
+            share_quantum_us: self.config.share_quantum_us,
             handoff: self.driver.handoff_stats(),
             timer_wakeups: c.timer_wakeups,
             kicks: c.kicks,

@@ -26,6 +26,10 @@ pub struct PolicySettings {
     /// [`Decision::PreemptionOverdue`](crate::Decision::PreemptionOverdue); `None` never
     /// reports.
     pub preemption_timeout: Option<u64>,
+    /// How long (in the caller's time unit) a runtime keeps a granted core before a runtime
+    /// of equal standing (at or above its guarantee) may take it; 0: at once. Policies that
+    /// never preempt ignore it.
+    pub share_quantum: u64,
 }
 
 /// A policy that can be selected by name.
@@ -82,6 +86,7 @@ mod tests {
             let topology = Topology::without_hyperthreads(4).unwrap();
             let settings = PolicySettings {
                 preemption_timeout: Some(1000),
+                share_quantum: 1000,
             };
             let policy = build(entry.name, topology, &settings).unwrap();
             assert_eq!(policy.name(), entry.name);
@@ -94,6 +99,7 @@ mod tests {
         let topology = Topology::without_hyperthreads(1).unwrap();
         let settings = PolicySettings {
             preemption_timeout: None,
+            share_quantum: 0,
         };
         let error = build("fifo", topology, &settings).unwrap_err();
         let message = error.to_string();

@@ -32,6 +32,9 @@ impl Shenango {
             if self.idle_whole.contains(id) != whole {
                 return Err(format!("core {index}: whole-idle bitmap should be {whole}"));
             }
+            if !is_idle && core.held_since > self.now {
+                return Err(format!("core {index}: granted in the future"));
+            }
             match core.state {
                 CoreState::Idle => idle += 1,
                 CoreState::Running { runtime, kthread } => {

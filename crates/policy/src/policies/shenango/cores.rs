@@ -31,6 +31,9 @@ pub(super) struct Core {
     /// allocator's handover list while handing over. Makes removal O(1).
     pub(super) list_position: u32,
     pub(super) last_user: Option<(RuntimeId, KthreadIndex)>,
+    /// When its current kthread was started on it; meaningless while idle. Runtimes of equal
+    /// standing may take the core only once this is a share quantum old.
+    pub(super) held_since: u64,
     pub(super) stats: CoreStats,
 }
 

@@ -20,7 +20,8 @@ impl Shenango {
     ///
     /// CANBEALLOCATED accepts a busy core only when no core is idle, so the two regimes are
     /// separate paths: an idle core always wins over a preemption. Cost: the runtime's own
-    /// cores, plus N/64 words, plus O(log runtimes) for a victim.
+    /// cores, plus N/64 words, plus O(log runtimes) for a victim, plus, for a runtime that
+    /// must wait out the share quantum, the victims' cores up to the first old enough.
     pub(super) fn select_core(&mut self, slot: usize) -> Option<CoreId> {
         if self.idle_count > 0 {
             self.select_idle_core(slot)
@@ -50,32 +51,70 @@ impl Shenango {
         self.ensure_victim_rank();
         // Whether a runtime may be preempted only grows with its burst, so if the most
         // bursting one is off limits, so is every core steps 1 and 2 could name.
-        let most_bursting = self.most_bursting_victim_for(slot)?;
+        self.most_bursting_victim_for(slot)?;
+        let granted_by = self.grant_cutoff_for(slot)?;
         let runtime = &self.runtimes[slot];
         for &held in &runtime.cores_with_sibling {
             if let Some(sibling) = self.topology.sibling(held)
-                && self.is_preemptible_by(sibling, slot)
+                && self.is_preemptible_by(sibling, slot, granted_by)
             {
                 return Some(sibling);
             }
         }
         if let Some(recent) = runtime.most_recent_core
-            && self.is_preemptible_by(recent, slot)
+            && self.is_preemptible_by(recent, slot, granted_by)
         {
             return Some(recent);
         }
-        // Prefer a core without a sibling: taking it splits no hyperthread pair.
-        let victim = &self.runtimes[most_bursting];
+        // The most bursting runtime's cores may all be younger than the quantum while a less
+        // bursting one that may also be preempted holds an older core: walk down the ranking,
+        // which stops at the first runtime that may not be preempted (none after it may be).
+        for position in 0..self.victim_rank.len() {
+            let victim = self.victim_rank[position] as usize;
+            if victim == slot {
+                continue;
+            }
+            if !self.may_preempt(victim, slot) {
+                break;
+            }
+            if let Some(core) = self.core_granted_by(victim, granted_by) {
+                return Some(core);
+            }
+        }
+        None
+    }
+
+    /// The latest time a core may have been granted to its runtime for `taker` to take it now:
+    /// any time (`u64::MAX`) for a runtime below its guarantee, else a share quantum ago; `None`
+    /// if no grant can be that old yet.
+    fn grant_cutoff_for(&self, taker: usize) -> Option<u64> {
+        let runtime = &self.runtimes[taker];
+        if runtime.committed() < u32::from(runtime.spec.guaranteed_cores) {
+            return Some(u64::MAX);
+        }
+        self.now.checked_sub(self.config.share_quantum)
+    }
+
+    /// A core of `victim` granted at or before `granted_by`, preferring one without a sibling
+    /// (taking it splits no hyperthread pair), and the last listed first.
+    fn core_granted_by(&self, victim: usize, granted_by: u64) -> Option<CoreId> {
+        let victim = &self.runtimes[victim];
+        let old_enough = |core: &&CoreId| self.cores[core.index()].held_since <= granted_by;
         victim
             .cores_without_sibling
-            .last()
-            .or(victim.cores_with_sibling.last())
+            .iter()
+            .rev()
+            .find(old_enough)
+            .or_else(|| victim.cores_with_sibling.iter().rev().find(old_enough))
             .copied()
     }
 
-    fn is_preemptible_by(&self, core: CoreId, taker: usize) -> bool {
-        match self.cores[core.index()].state {
-            CoreState::Running { runtime, .. } => self.may_preempt(runtime as usize, taker),
+    fn is_preemptible_by(&self, core: CoreId, taker: usize, granted_by: u64) -> bool {
+        let entry = &self.cores[core.index()];
+        match entry.state {
+            CoreState::Running { runtime, .. } => {
+                entry.held_since <= granted_by && self.may_preempt(runtime as usize, taker)
+            }
             CoreState::Idle | CoreState::HandingOver { .. } => false,
         }
     }
@@ -92,7 +131,8 @@ impl Shenango {
 
     /// Only cores beyond a guarantee are ever taken, and under [`BurstSharing::Balanced`] only
     /// from a runtime that keeps at least the taker's burst afterwards (so two bursting runtimes
-    /// cannot take a core back and forth every pass).
+    /// cannot take a core back and forth every pass). Which of the victim's cores are old
+    /// enough to take is the share quantum's business ([`Self::grant_cutoff_for`]).
     fn may_preempt(&self, victim: usize, taker: usize) -> bool {
         if victim == taker {
             return false;

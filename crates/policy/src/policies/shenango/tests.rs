@@ -44,6 +44,12 @@ impl Sim {
         self.now
     }
 
+    /// Lets a share quantum go by with nothing happening, so that every core held now may be
+    /// taken by a runtime of equal standing (tests of the other preemption rules start here).
+    fn outlast_share_quantum(&mut self) {
+        self.now += self.alloc.config().share_quantum;
+    }
+
     fn register(&mut self, guaranteed: u16, max: u16) -> RuntimeId {
         let now = self.tick();
         self.alloc
@@ -454,6 +460,7 @@ fn most_recent_core_is_taken_back_from_a_burster_when_nothing_is_idle() {
     assert_eq!(only_wake(&sim.pending_work(app)).2, 0);
     sim.park_core(CoreId(0));
     grow(&mut sim, burster, 4);
+    sim.outlast_share_quantum();
     let (victim, _, core, taker) = only_preempt(&sim.pending_work(app));
     assert_eq!((victim, core, taker), (burster, 0, app));
 }
@@ -473,6 +480,7 @@ fn only_bursting_runtimes_are_preempted() {
         let newcomer = sim.register(0, 1);
         grow(&mut sim, guaranteed, 2);
         grow(&mut sim, burster, 2);
+        sim.outlast_share_quantum();
         let (victim, victim_kthread, core, taker) = only_preempt(&sim.pending_work(newcomer));
         assert_eq!((victim, taker), (burster, newcomer));
         assert!(sim.cores_of(burster).contains(&core));
@@ -619,6 +627,7 @@ fn balanced_bursters_even_out() {
     sim.busy.insert(small);
     let mut preemptions = 0;
     for _ in 0..10 {
+        sim.outlast_share_quantum();
         for decision in sim.pass() {
             if let Decision::Preempt { victim_kthread, .. } = decision {
                 preemptions += 1;
@@ -642,6 +651,7 @@ fn paper_policy_lets_any_burster_take_from_another() {
     let right = sim.register(0, 4);
     grow(&mut sim, left, 2);
     grow(&mut sim, right, 2);
+    sim.outlast_share_quantum();
     sim.busy.insert(left);
     sim.pass();
     let (victim, _, _, taker) = only_preempt(&sim.pass());
@@ -656,6 +666,7 @@ fn a_runtime_with_no_core_may_take_from_a_runtime_bursting_by_one() {
     let third = sim.register(0, 1);
     grow(&mut sim, first, 1);
     grow(&mut sim, second, 1);
+    sim.outlast_share_quantum();
     let (_, _, _, taker) = only_preempt(&sim.pending_work(third));
     assert_eq!(taker, third);
 }
@@ -848,6 +859,7 @@ fn unregister_hands_cores_to_waiting_and_promised_runtimes() {
     grow(&mut sim, doomed, 4);
     let (_, _, promised_core, _) = only_preempt(&sim.pending_work(guaranteed));
     // `waiting` has no core; under Balanced it may still take one from a runtime with burst.
+    sim.outlast_share_quantum();
     let decisions = sim.pending_work(waiting);
     assert_eq!(decisions.len(), 1);
     let decisions = sim.unregister(doomed);
@@ -1276,6 +1288,7 @@ fn work_stranded_by_a_preemption_waits_for_an_idle_core_without_preempting() {
     let latency_critical = sim.register(0, 1);
     let batch = sim.register(0, 1);
     grow(&mut sim, batch, 1);
+    sim.outlast_share_quantum();
     let (victim, victim_kthread, core, _) = only_preempt(&sim.pending_work(latency_critical));
     assert_eq!(victim, batch);
     let (runtime, _, woken) = only_wake(&sim.preemption_completed(batch, victim_kthread));
@@ -1287,7 +1300,8 @@ fn work_stranded_by_a_preemption_waits_for_an_idle_core_without_preempting() {
     sim.alloc.parked_with_work(batch, now, &mut out).unwrap();
     assert!(out.is_empty(), "stranded work preempted: {out:?}");
     assert!(sim.view(batch).waiting);
-    // Passes keep it waiting, without preempting either.
+    // Passes keep it waiting, without preempting either, even once the quantum is over.
+    sim.outlast_share_quantum();
     for _ in 0..3 {
         assert!(sim.pass().is_empty());
         assert!(sim.view(batch).waiting);
@@ -1389,4 +1403,181 @@ fn spinning_kthreads_take_idle_cores_without_preempting() {
     assert_eq!(out.len(), 3);
     assert!(out.iter().all(|d| matches!(d, Decision::Wake { .. })));
     sim.audit();
+}
+
+// ---- Share quantum ----
+
+/// Carries out a pass's preemptions at once, as kthreads that park at their next chance do,
+/// and returns the wakes that followed, with their time.
+fn pass_and_hand_over(sim: &mut Sim) -> Vec<(u64, RuntimeId, u16)> {
+    let mut woken = Vec::new();
+    for decision in sim.pass() {
+        if let Decision::Preempt {
+            victim_runtime,
+            victim_kthread,
+            ..
+        } = decision
+        {
+            let (runtime, _, core) = only_wake(&sim.preemption_completed(victim_runtime, victim_kthread));
+            woken.push((sim.now, runtime, core));
+        }
+    }
+    woken
+}
+
+#[test]
+fn two_congested_runtimes_without_guarantees_take_turns_of_a_quantum() {
+    let mut sim = Sim::flat(1);
+    let quantum = sim.alloc.config().share_quantum;
+    let first = sim.register(0, 1);
+    let second = sim.register(0, 1);
+    only_wake(&sim.pending_work(first));
+    let mut turn_started = sim.now;
+    let mut holder = first;
+    // The other one has work too, but the core was granted just now.
+    assert!(sim.pending_work(second).is_empty());
+    assert!(sim.view(second).waiting);
+    sim.busy.insert(first);
+    sim.busy.insert(second);
+
+    let mut turns = HashMap::from([(first, 1), (second, 0)]);
+    while turns.values().sum::<u32>() < 20 {
+        for (at, runtime, core) in pass_and_hand_over(&mut sim) {
+            assert_eq!(core, 0);
+            assert_ne!(runtime, holder, "a runtime took its own core");
+            let turn = at - turn_started;
+            // The preemption waits for the quantum, and comes at the first pass after it.
+            assert!(turn >= quantum, "turn of {turn} ns, quantum {quantum} ns");
+            assert!(turn <= quantum + 3 * 5_000, "turn of {turn} ns, quantum {quantum} ns");
+            *turns.get_mut(&runtime).unwrap() += 1;
+            // The preempted runtime still has work: it waits for its next turn.
+            assert!(sim.pending_work(holder).is_empty());
+            (holder, turn_started) = (runtime, at);
+        }
+    }
+    assert_eq!((turns[&first], turns[&second]), (10, 10));
+    let preemptions = sim.view(first).stats.preemptions_suffered
+        + sim.view(second).stats.preemptions_suffered;
+    assert_eq!(preemptions, 19);
+}
+
+#[test]
+fn a_runtime_that_parks_hands_its_core_over_before_the_quantum_ends() {
+    let mut sim = Sim::flat(1);
+    let first = sim.register(0, 1);
+    let second = sim.register(0, 1);
+    only_wake(&sim.pending_work(first));
+    assert!(sim.pending_work(second).is_empty());
+    let (runtime, _, core) = only_wake(&sim.park_core(CoreId(0)));
+    assert_eq!((runtime, core), (second, 0));
+    assert_eq!(sim.view(first).stats.preemptions_suffered, 0);
+}
+
+#[test]
+fn a_runtime_below_its_guarantee_does_not_wait_for_the_quantum() {
+    let mut sim = Sim::flat(1);
+    let batch = sim.register(0, 1);
+    let other_batch = sim.register(0, 1);
+    let latency_critical = sim.register(1, 1);
+    only_wake(&sim.pending_work(batch));
+    // Granted just now: a runtime of equal standing waits...
+    assert!(sim.pending_work(other_batch).is_empty());
+    // ...one below its guarantee does not.
+    let (victim, kthread, core, taker) = only_preempt(&sim.pending_work(latency_critical));
+    assert_eq!((victim, core, taker), (batch, 0, latency_critical));
+    let (runtime, _, _) = only_wake(&sim.preemption_completed(batch, kthread));
+    assert_eq!(runtime, latency_critical);
+    // At its guarantee it is never preempted, however long it holds the core.
+    sim.outlast_share_quantum();
+    sim.busy.insert(other_batch);
+    sim.busy.insert(batch);
+    for _ in 0..3 {
+        assert!(sim.pass().is_empty());
+    }
+}
+
+#[test]
+fn a_share_quantum_of_zero_lets_equals_take_a_core_at_once() {
+    let config = ShenangoConfig {
+        share_quantum: 0,
+        ..ShenangoConfig::default()
+    };
+    let mut sim = Sim::with(Topology::without_hyperthreads(1).unwrap(), config);
+    let first = sim.register(0, 1);
+    let second = sim.register(0, 1);
+    only_wake(&sim.pending_work(first));
+    let (victim, _, _, taker) = only_preempt(&sim.pending_work(second));
+    assert_eq!((victim, taker), (first, second));
+}
+
+#[test]
+fn a_victim_core_held_for_a_quantum_is_taken_though_its_newer_siblings_are_not() {
+    // Hyperthread pairs (0, 1) and (2, 3); the taker's own core is 0, so the sibling (1) would
+    // be its first choice, but it was granted last.
+    let mut sim = Sim::paired(4);
+    let burster = sim.register(0, 4);
+    let taker = sim.register(0, 2);
+    only_wake(&sim.pending_work(taker));
+    grow(&mut sim, burster, 3);
+    assert_eq!(sim.cores_of(burster), vec![1, 2, 3]);
+    sim.outlast_share_quantum();
+    // The burster gives core 1 up and takes it back: that grant is younger than the quantum.
+    assert!(sim.park_core(CoreId(1)).is_empty());
+    assert_eq!(woken_core(sim.congest(burster)), 1);
+    assert_eq!(sim.alloc.idle_core_count(), 0);
+    let decision = sim.congest(taker);
+    let Some(Decision::Preempt { core, victim_runtime, .. }) = decision else {
+        panic!("expected a preemption, got {decision:?}");
+    };
+    assert_eq!(victim_runtime, burster);
+    assert_ne!(core.0, 1, "took the core granted less than a quantum ago");
+}
+
+#[test]
+fn sixteen_runtimes_without_guarantees_even_out_on_64_cores_one_quantum_at_a_time() {
+    for mut sim in [Sim::flat(64), Sim::paired(64)] {
+        let quantum = sim.alloc.config().share_quantum;
+        let first = sim.register(0, 64);
+        let mut granted_at = HashMap::new();
+        let (_, _, core) = only_wake(&sim.pending_work(first));
+        granted_at.insert(core, sim.now);
+        for _ in 1..64 {
+            let core = woken_core(sim.congest(first));
+            granted_at.insert(core, sim.now);
+        }
+        let latecomers: Vec<RuntimeId> = (1..16).map(|_| sim.register(0, 64)).collect();
+        // Every latecomer arrives with work while the first runtime holds every core.
+        for &runtime in &latecomers {
+            assert!(sim.pending_work(runtime).is_empty());
+        }
+        sim.busy.insert(first);
+        sim.busy.extend(latecomers.iter().copied());
+
+        let mut handovers = 0;
+        for _ in 0..2_000 {
+            let taken_at = sim.now + 5_000;
+            for decision in sim.pass() {
+                let Decision::Preempt {
+                    victim_runtime,
+                    victim_kthread,
+                    core,
+                    ..
+                } = decision
+                else {
+                    panic!("expected only preemptions, got {decision:?}");
+                };
+                let held = taken_at - granted_at[&core.0];
+                assert!(held >= quantum, "core {} taken after {held} ns", core.0);
+                let (_, _, woken) =
+                    only_wake(&sim.preemption_completed(victim_runtime, victim_kthread));
+                granted_at.insert(woken, sim.now);
+                handovers += 1;
+            }
+        }
+        // Each takes its even share, and no core moves more than once to get there.
+        for runtime in latecomers.iter().copied().chain([first]) {
+            assert_eq!(sim.view(runtime).running_cores, 4, "{runtime}");
+        }
+        assert_eq!(handovers, 60);
+    }
 }

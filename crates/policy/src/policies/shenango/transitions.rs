@@ -108,6 +108,7 @@ impl Shenango {
         self.attach_to_runtime(slot, core);
 
         let entry = &mut self.cores[core.index()];
+        entry.held_since = self.now;
         entry.stats.grants += 1;
         if entry.last_user.is_none_or(|(user, _)| user != id) {
             entry.stats.reallocations += 1;
