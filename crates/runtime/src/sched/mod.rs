@@ -632,7 +632,11 @@ pub(crate) fn ready(th: NonNull<UThread>) {
     let rt = unsafe { th.as_ref().runtime() };
     preempt::disable();
     match kthread::current_kthread() {
-        Some(k) if ptr::eq(k.rt, rt) => {
+        // A parked kthread (draining its ingress ring while it waits for a grant) must not keep
+        // what it readies: iokerneld does not watch a parked kthread's run queue, so the work
+        // would wait for some unrelated wake-up. The shared queue is watched, and new work
+        // there gets a runtime with no core a core at once.
+        Some(k) if ptr::eq(k.rt, rt) && k.state.load(Ordering::Relaxed) != KthreadState::Parked => {
             push_local(k, th.as_ptr() as usize);
             preempt::enable();
             rt.wake_if_idle_after_local_push();
