@@ -106,8 +106,40 @@ pub fn tap_rate(args: &Args, binary: &Path, payload: usize, seconds: f64) -> (f6
     tap_flood(args, &count, payload, seconds, None, false)
 }
 
-/// The offered rates of a ceiling's ladder, in steps of 25,000 datagrams per second.
-const LADDER: std::ops::RangeInclusive<u32> = 1..=24;
+/// A ceiling's ladder climbs in steps of 25,000 datagrams per second up to 600,000; past that,
+/// in steps of 100,000 for as long as the path still delivers nearly all it is offered, so that
+/// the ladder's top never stands in for the path's ceiling.
+const LADDER_STEP: f64 = 25_000.0;
+const LADDER_FULL_TOP: f64 = 600_000.0;
+const LADDER_EXTENDED_STEP: f64 = 100_000.0;
+const LADDER_LIMIT: f64 = 5_000_000.0;
+/// Delivered over offered above which the path is taken to be below its ceiling still.
+const UNSATURATED: f64 = 0.95;
+
+/// Runs `flood` (which returns datagrams received and offered per second) at each rate of the
+/// ladder; returns the best.
+fn climb_ladder(mut flood: impl FnMut(f64) -> (f64, f64)) -> (f64, f64) {
+    let mut best = (0.0, 0.0);
+    let mut rate = LADDER_STEP;
+    loop {
+        let got = flood(rate);
+        if got.0 > best.0 {
+            best = got;
+        }
+        let unsaturated = got.0 >= UNSATURATED * got.1;
+        rate += if rate < LADDER_FULL_TOP {
+            LADDER_STEP
+        } else if unsaturated {
+            LADDER_EXTENDED_STEP
+        } else {
+            break;
+        };
+        if rate > LADDER_LIMIT {
+            break;
+        }
+    }
+    best
+}
 
 /// The most datagrams of `payload` bytes per second the TAP path delivers to a Corral receiver
 /// at any offered rate. A sender flat out on iokerneld's CPU takes that CPU from iokerneld
@@ -119,16 +151,17 @@ pub fn tap_ceiling(args: &Args, binary: &Path, payload: usize, seconds: f64) -> 
     let daemon = Daemon::start(args, binary, &TAP_ARGS, "tap");
     let rt = daemon.runtime("tap-sink", TAP_RUNTIME, 1, true);
     let count = start_sink(&rt, SocketAddrV4::new(TAP_RUNTIME, 9));
-    let mut best = (0.0, 0.0);
+    let mut best_received = 0.0;
     let mut best_system = 0.0;
-    for rate in LADDER.map(|i| i as f64 * 25_000.0) {
+    let best = climb_ladder(|rate| {
         let system = daemon.system_seconds();
         let got = tap_flood(args, &count, payload, seconds, Some(rate), true);
-        if got.0 > best.0 {
-            best = got;
+        if got.0 > best_received {
+            best_received = got.0;
             best_system = (daemon.system_seconds() - system) / (got.0 * seconds) * 1e6;
         }
-    }
+        got
+    });
     eprintln!(
         "TAP ceiling: {:.0} frames/s received of {:.0} offered; iokerneld's system time {:.2} us \
          per frame",
@@ -305,10 +338,7 @@ pub fn local_rate(args: &Args, binary: &Path, payload: usize, seconds: f64) -> (
 /// received rate and the offered rate that gave it.
 pub fn local_ceiling(args: &Args, binary: &Path, payload: usize, seconds: f64) -> (f64, f64) {
     let pair = LocalPair::start(args, binary);
-    let best = LADDER
-        .map(|i| pair.flood(payload, seconds, Some(i as f64 * 25_000.0)))
-        .max_by(|x, y| x.0.total_cmp(&y.0))
-        .expect("a ladder of rates");
+    let best = climb_ladder(|rate| pair.flood(payload, seconds, Some(rate)));
     eprintln!(
         "local ceiling: {:.0} frames/s received of {:.0} offered",
         best.0, best.1
