@@ -199,7 +199,7 @@ pub struct Args {
     pub batch_cmd: Option<String>,
 
     /// Key-value experiment: offered rates in requests per second, comma-separated, rising;
-    /// each system stops after two points in a row miss its latency objective [default:
+    /// each system stops after two points in a row show it saturated [default:
     /// 10k, 20k, 40k, 60k, 80k, 100k, 125k, 150k, 200k, 250k, 300k, 400k, 500k, 650k, 800k,
     /// 1M; with --quick 5k,10k].
     #[arg(long, value_delimiter = ',', value_name = "RPS,...")]

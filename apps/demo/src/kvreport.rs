@@ -39,22 +39,33 @@ pub fn p99_bounded_ns(s: &Summary) -> Option<u64> {
     }
 }
 
-/// Why a point misses the objective of `slo_ns`; `None` when it meets it: no errors, at least
-/// [`KEPT_UP_FRACTION`] of the offered rate achieved, and a bounded p99 within the objective.
-pub fn miss_reason(pt: &KvPoint, slo_ns: u64) -> Option<String> {
+/// Why a point shows the system past saturation, whatever its latency; `None` when it kept up:
+/// no errors, at most 1% of requests lost, and at least [`KEPT_UP_FRACTION`] of the offered
+/// rate achieved.
+pub fn saturation_reason(pt: &KvPoint) -> Option<String> {
     let s = &pt.summary;
     if pt.errors > 0 {
         return Some(format!("{} wrong replies or failed connections", pt.errors));
     }
-    let Some(p99) = p99_bounded_ns(s) else {
+    if p99_bounded_ns(s).is_none() {
         return Some(format!("{} of {} requests lost", s.lost, s.sent));
-    };
+    }
     if s.achieved_rps < KEPT_UP_FRACTION * s.offered_rps {
         return Some(format!(
             "achieved {:.0}/s of {:.0}/s offered",
             s.achieved_rps, s.offered_rps
         ));
     }
+    None
+}
+
+/// Why a point misses the objective of `slo_ns`; `None` when it meets it: it kept up (see
+/// [`saturation_reason`]) and its p99 is within the objective.
+pub fn miss_reason(pt: &KvPoint, slo_ns: u64) -> Option<String> {
+    if let Some(reason) = saturation_reason(pt) {
+        return Some(reason);
+    }
+    let p99 = pt.summary.latency.p99_ns;
     if p99 > slo_ns {
         return Some(format!(
             "p99 {} us over the {} us objective",
@@ -649,6 +660,22 @@ mod tests {
         lost.summary.lost = 200;
         assert!(miss_reason(&lost, slo).unwrap().contains("lost"));
         assert_eq!(p99_bounded_ns(&lost.summary), None);
+    }
+
+    #[test]
+    fn a_slow_point_that_kept_up_is_not_saturated() {
+        assert_eq!(saturation_reason(&point(1e4, 1e4, 300, None)), None);
+        assert!(
+            saturation_reason(&point(1e4, 8e3, 100, None))
+                .unwrap()
+                .contains("achieved")
+        );
+        let mut wrong = point(1e4, 1e4, 100, None);
+        wrong.errors = 1;
+        assert!(saturation_reason(&wrong).unwrap().contains("wrong"));
+        let mut lost = point(1e4, 1e4, 100, None);
+        lost.summary.lost = 200;
+        assert!(saturation_reason(&lost).unwrap().contains("lost"));
     }
 
     #[test]

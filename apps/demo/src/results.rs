@@ -250,7 +250,7 @@ pub struct KvSystemRun {
     pub unloaded: KvPoint,
     /// The p99 latency objective: the slo factor times the unloaded median.
     pub slo_p99_ns: u64,
-    /// The ladder's points, rising; the ladder stops after two points in a row miss.
+    /// The ladder's points, rising; the ladder stops after two points in a row saturated.
     pub points: Vec<KvPoint>,
     /// iokerneld's statistics at the end of the run (Corral and the dedicated floor).
     pub daemon_stats: Option<serde_json::Value>,

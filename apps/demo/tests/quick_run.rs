@@ -600,7 +600,7 @@ fn quick_kv_run_of_all_systems_answers_every_request_correctly() {
         let points: Vec<&Value> = std::iter::once(&s["unloaded"])
             .chain(s["points"].as_array().unwrap())
             .collect();
-        // The ladder stops after two misses in a row, so both rates are always played.
+        // The ladder stops after two saturated points in a row, so both rates are always played.
         assert_eq!(points.len(), 1 + rates.len(), "{name}");
         csv_rows += points.len();
         for p in points {
