@@ -27,10 +27,11 @@ pub const DEFAULT_CONTROL_POLL_US: u64 = 50;
 pub const DEFAULT_POLICY: &str = "shenango";
 pub const DEFAULT_HANDOVER: Handover = Handover::Local;
 pub const DEFAULT_CEDE_GRACE_US: u64 = 0;
-/// The policy's default share quantum (1 ms; why that much is in
-/// [`corral_policy::policies::shenango::DEFAULT_SHARE_QUANTUM`]).
-pub const DEFAULT_SHARE_QUANTUM_US: u64 =
-    corral_policy::policies::shenango::DEFAULT_SHARE_QUANTUM / 1000;
+/// No share quantum by default: with one, two runtimes without guarantees exchanging TCP
+/// through the local switch can end up both parked with the core idle and their transfer
+/// stalled (a lost wake-up not found yet). 1000 is the value to try
+/// ([`corral_policy::policies::shenango::DEFAULT_SHARE_QUANTUM`] says why).
+pub const DEFAULT_SHARE_QUANTUM_US: u64 = 0;
 /// The longest share quantum accepted: one second.
 pub const MAX_SHARE_QUANTUM_US: u64 = 1_000_000;
 pub const DEFAULT_HELPER_SPIN_MAX_US: u64 = 1000;
@@ -88,7 +89,7 @@ pub struct SettingArgs {
     /// `share_quantum_us`: microseconds a runtime keeps a granted core before a runtime at or
     /// above its guaranteed cores (one with none included) may preempt it; a runtime below its
     /// guarantee preempts at once, so latency-critical runtimes need a guarantee. 0 lets
-    /// runtimes of equal standing take cores from each other at every pass [default: 1000].
+    /// runtimes of equal standing take cores from each other at every pass [default: 0].
     #[arg(long, value_name = "MICROSECONDS")]
     pub share_quantum_us: Option<u64>,
 
@@ -957,7 +958,7 @@ mod tests {
         assert_eq!(config.policy, "shenango");
         assert_eq!(config.handover, Handover::Local);
         assert_eq!(config.cede_grace_us, 0);
-        assert_eq!(config.share_quantum_us, 1000);
+        assert_eq!(config.share_quantum_us, 0);
         assert_eq!(config.helper_spin_max_us, 1000);
         assert_eq!(config.control_poll_us, 50);
         assert_eq!(config.log_level, LogLevel(log::LevelFilter::Info));

@@ -305,3 +305,44 @@ fn two_corral_runtimes_talk_through_the_local_switch() {
     assert_eq!(client.net_stats().unwrap().tcp.counters.active_opens, 1);
     assert_eq!(server.net_stats().unwrap().tcp.counters.passive_opens, 1);
 }
+
+/// A request/response connection leaves timers behind in the server that its replies and the
+/// client's ACKs have made pointless (the delayed ACK a reply carried, the retransmission timer
+/// the ACK stopped). The server parks between requests; it must not report such a timer to
+/// iokerneld and be woken on a core for it after every request.
+#[test]
+fn a_parked_server_is_not_woken_for_timers_its_replies_made_pointless() {
+    const ROUNDS: u64 = 200;
+    let _serial = serial();
+    let daemon = Daemon::start(5);
+    let server_ip = daemon.ip(2);
+    let server = daemon.runtime("rrserver", 2);
+    start_echo(&server, server_ip);
+    let client = daemon.runtime("rrclient", 3);
+    client.block_on(move || {
+        let mut c = TcpStream::connect((server_ip, PORT)).expect("connect runtime to runtime");
+        c.set_nodelay(true).unwrap();
+        let mut reply = [0u8; 64];
+        for round in 0..ROUNDS {
+            let request = [round as u8; 64];
+            c.write_all(&request).unwrap();
+            c.read_exact(&mut reply).unwrap();
+            assert_eq!(reply, request);
+            // Long enough for the server to park, and for every timer it armed to come due.
+            corral::sleep(Duration::from_millis(6));
+        }
+    });
+    let stats: serde_json::Value = daemon.iokerneld.stats();
+    let runtime = stats["runtimes"]
+        .as_array()
+        .expect("runtimes array")
+        .iter()
+        .find(|r| r["name"] == "rrserver")
+        .cloned()
+        .unwrap_or_else(|| panic!("rrserver not in {stats:#}"));
+    let grants = runtime["grants"].as_u64().unwrap();
+    let timer_wakeups = runtime["timer_wakeups"].as_u64().unwrap();
+    // Each request (and each ACK of a reply) wakes the server; a timer should not.
+    assert!(grants >= ROUNDS, "{runtime:#}");
+    assert!(timer_wakeups < ROUNDS / 10, "{runtime:#}");
+}

@@ -186,6 +186,29 @@ impl TimerQueue {
         });
     }
 
+    /// Pops the earliest entry if it is a TCP connection's and not due at `now`.
+    pub fn pop_future_tcp(
+        &self,
+        now: u64,
+    ) -> Option<(u64, std::sync::Weak<crate::net::tcp::conn::ConnCell>)> {
+        self.with(|heap, _| {
+            let future_tcp = heap
+                .peek()
+                .is_some_and(|e| e.deadline > now && matches!(e.action, TimerAction::Tcp { .. }));
+            if !future_tcp {
+                return None;
+            }
+            match heap.pop().expect("peeked") {
+                Entry {
+                    deadline,
+                    action: TimerAction::Tcp { conn, .. },
+                    ..
+                } => Some((deadline, conn)),
+                _ => unreachable!("peeked a TCP entry"),
+            }
+        })
+    }
+
     /// Moves every timer to `to` if it accepts them now. Never waits for `to`'s lock.
     pub fn move_all_to(&self, to: &TimerQueue) -> bool {
         preempt::disable();
@@ -225,6 +248,27 @@ impl TimerQueue {
 
     pub fn start_accepting(&self) {
         self.accepting.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Most stale entries a parking kthread looks at (see [`drop_stale_tcp_timers`]).
+const STALE_TIMERS_PER_PARK: usize = 16;
+
+/// Before `q`'s kthread parks: drops the TCP entries at the front of `q` whose connection no
+/// longer needs a timer that early (a delayed ACK sent with the reply, a retransmission timer
+/// the peer's ACK stopped), arming each connection again for when it does. Such an entry would
+/// otherwise set the runtime's earliest deadline, and iokerneld would take a core from someone
+/// else at that time to fire a timer with nothing to do: a request/response connection leaves
+/// one or two behind per request. Stops at the first entry still needed.
+pub(crate) fn drop_stale_tcp_timers(q: &TimerQueue, now: u64) {
+    for _ in 0..STALE_TIMERS_PER_PARK {
+        let Some((deadline, conn)) = q.pop_future_tcp(now) else {
+            return;
+        };
+        if crate::net::tcp::conn::timer_still_needed(&conn, deadline, now) {
+            q.insert(deadline, TimerAction::Tcp { conn, deadline });
+            return;
+        }
     }
 }
 

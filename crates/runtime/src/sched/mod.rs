@@ -508,6 +508,9 @@ fn iok_park(k: &'static Kthread, preempted: bool) {
     let rt = k.shared();
     let iok = rt.iok.as_ref().expect("iokerneld mode");
     let kio = k.iok();
+    if k.timers.next_deadline() != u64::MAX {
+        timer::drop_stale_tcp_timers(&k.timers, timer::now_ns());
+    }
     // Hand our timers to a kthread that still holds a core; if none does, the last kthread to
     // park reports the earliest timer of all to iokerneld.
     if k.timers.next_deadline() != u64::MAX {
@@ -548,15 +551,35 @@ fn iok_park(k: &'static Kthread, preempted: bool) {
     // Run again only with a grant (or to shut down). A ring of the wake word that arrives without one
     // would otherwise put this kthread on a core iokerneld has given to someone else, where
     // Linux time-slices the two.
-    kio.wait_for_grant(&rt.shutdown, grants, || {
-        crate::iokernel::drain_own_after_wake(k)
-    });
+    kio.wait_for_grant(&rt.shutdown, grants, || drain_while_parked(k));
     crate::iokernel::poll_own(k);
     iok.active.unpark();
     rt.idle.count_parked(false);
     rt.idle.start_spinning();
     k.timers.start_accepting();
     k.state.store(KthreadState::Spinning, Ordering::SeqCst);
+}
+
+/// A parked kthread's drain of its ingress ring (looking for its grant); returns the grants seen.
+/// Segments the drain hands to TCP may arm timers on this kthread (a retransmission, a delayed
+/// ACK), after the runtime reported its earliest timer when it parked: they go to a kthread
+/// that holds a core, or else the earliest deadline is reported again, so that iokerneld wakes
+/// the runtime for them. Scheduler context.
+fn drain_while_parked(k: &'static Kthread) -> u64 {
+    let grants = crate::iokernel::drain_own_after_wake(k);
+    if k.timers.next_deadline() != u64::MAX {
+        let rt = k.shared();
+        let handed = rt.kthreads.iter().any(|other| {
+            !ptr::eq(*other, k)
+                && other.state.load(Ordering::SeqCst) != KthreadState::Parked
+                && k.timers.move_all_to(&other.timers)
+        });
+        if !handed {
+            // SAFETY: our own command ring, scheduler context.
+            unsafe { crate::iokernel::send_timer_deadline(k.iok(), rt.earliest_timer()) };
+        }
+    }
+    grants
 }
 
 /// Switches from the scheduler context into `th`.

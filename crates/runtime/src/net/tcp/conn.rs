@@ -364,6 +364,38 @@ impl Drop for Held<'_> {
     }
 }
 
+/// Whether a connection's timer entry for `deadline`, not due yet, is still needed: `false`
+/// when the connection is gone, when an earlier entry covers it, or when the engine needs no
+/// timer by `deadline` any more; in that last case the connection is armed again for what it
+/// needs now (an entry on the calling kthread). Scheduler context.
+pub(crate) fn timer_still_needed(conn: &Weak<ConnCell>, deadline: u64, now: u64) -> bool {
+    let Some(cell) = conn.upgrade() else {
+        return false;
+    };
+    let Ok(stack) = crate::net::current_stack() else {
+        return true;
+    };
+    let mut held = Held::enter(&stack, &cell);
+    if cell.armed.load(Relaxed) < deadline {
+        // An earlier entry exists; when it fires, the connection is armed again.
+        return false;
+    }
+    let o = held.owned_state();
+    let mut needed = match o.conn.state() {
+        State::Closed => u64::MAX,
+        _ => o.conn.next_deadline().unwrap_or(u64::MAX),
+    };
+    if o.tx_blocked {
+        needed = needed.min(now + TX_RETRY_NS);
+    }
+    if needed <= deadline {
+        return true;
+    }
+    cell.armed.store(u64::MAX, Relaxed);
+    held.arm(now);
+    false
+}
+
 /// A connection's timer fired (armed for `deadline`).
 pub(crate) fn timer_fired(conn: Weak<ConnCell>, deadline: u64) {
     let Some(cell) = conn.upgrade() else {
