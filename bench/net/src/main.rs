@@ -77,6 +77,10 @@ pub struct Args {
     /// runtime's).
     #[arg(long)]
     tcp_buffer: Option<usize>,
+
+    /// iokerneld's `--share-quantum-us` (default: iokerneld's).
+    #[arg(long)]
+    share_quantum_us: Option<u64>,
 }
 
 /// Percentiles in microseconds: p50, p99, p99.9.

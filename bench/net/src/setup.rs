@@ -89,6 +89,12 @@ impl Daemon {
             .args(["--managed-cores", &args.server_cpu.to_string()])
             .args(nic_args)
             .args(["--log-level", "warn"])
+            .args(
+                args.share_quantum_us
+                    .map(|us| ["--share-quantum-us".to_owned(), us.to_string()])
+                    .into_iter()
+                    .flatten(),
+            )
             .arg("--socket")
             .arg(&socket)
             .stdin(Stdio::null())
