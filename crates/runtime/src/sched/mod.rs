@@ -254,7 +254,7 @@ pub(crate) fn kthread_main(k: &'static Kthread) {
         // a fresh read: once registered, a running kthread stealing packets from this ring may
         // apply the first grant before this kthread gets here.
         k.iok()
-            .wait_for_grant(&rt.shutdown, 0, || crate::iokernel::drain_own_after_wake(k));
+            .wait_for_grant(&rt.shutdown, 0, || drain_while_parked(k));
         rt.idle.count_parked(false);
         if let Some(iok) = &rt.iok {
             iok.active.unpark();

@@ -353,7 +353,9 @@ impl Builder {
         };
         // SAFETY: th is a fresh or recycled control block owned by nobody else.
         unsafe { prepare(th, rt, id, name, main) };
-        match k {
+        // A parked kthread (spawning for a datagram it drained while waiting for a grant) must
+        // not keep the new uthread: see `sched::ready`.
+        match k.filter(|k| k.state.load(Ordering::Relaxed) != kthread::KthreadState::Parked) {
             Some(k) => {
                 sched::push_local(k, th.as_ptr() as usize);
                 preempt::enable();
