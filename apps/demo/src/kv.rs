@@ -37,7 +37,8 @@ use crate::report::fmt_us;
 use crate::results::{BatchAlone, CpuSteal, Demotions, KvPoint, KvSystemRun, System};
 use crate::systems::{
     Env, PointBatch, START_TIMEOUT, daemon_stats, demotions_between, gen_timeout, measure_alone,
-    point_batch, read_json, start_batch, start_batch_command, start_iokerneld, wait_registered,
+    point_batch, read_json, start_batch, start_batch_command, start_corral_batch, start_iokerneld,
+    wait_registered,
 };
 use crate::{experiments, machine};
 
@@ -211,26 +212,8 @@ impl<'e> CorralKv<'e> {
         wait_registered(env, KV_RUNTIME_NAME, &mut [&mut iokerneld, &mut kv])?;
         let batch = if dedicated {
             None
-        } else if let Some(command) = &plan.batch_cmd {
-            Some(start_batch_command(
-                env,
-                &format!("{tag}-batch"),
-                command,
-                Some(&socket),
-            )?)
         } else {
-            Some(start_batch(
-                env,
-                &format!("{tag}-batch"),
-                &[
-                    "--runtime",
-                    "corral",
-                    "--iokerneld",
-                    &socket,
-                    "--kthreads",
-                    "1",
-                ],
-            )?)
+            Some(start_corral_batch(env, &tag, &socket)?)
         };
         let server_cpu = BatchReader::process_cpu_time(kv.pid(), SERVER_CPU_SAMPLE, env.clock);
         let mut me = CorralKv {

@@ -209,6 +209,31 @@ fn spin_calibration(log: &Path) -> Option<f64> {
     })
 }
 
+/// Starts the batch job of a Corral system tagged `tag` as a runtime of the iokerneld at
+/// `socket`: the plan's batch command under corral-run, or else the Monte Carlo job.
+pub(crate) fn start_corral_batch(
+    env: &Env,
+    tag: &str,
+    socket: &str,
+) -> Result<(Proc, BatchReader)> {
+    let name = format!("{tag}-batch");
+    match &env.plan.batch_cmd {
+        Some(command) => start_batch_command(env, &name, command, Some(socket)),
+        None => start_batch(
+            env,
+            &name,
+            &[
+                "--runtime",
+                "corral",
+                "--iokerneld",
+                socket,
+                "--kthreads",
+                "1",
+            ],
+        ),
+    }
+}
+
 /// Starts the batch job with `extra` arguments, reporting as JSON lines every 100 ms, and the
 /// reader that collects its reports.
 pub(crate) fn start_batch(env: &Env, name: &str, extra: &[&str]) -> Result<(Proc, BatchReader)> {
@@ -523,26 +548,8 @@ impl<'e> Corral<'e> {
 
         let batch = if dedicated {
             None
-        } else if let Some(command) = &plan.batch_cmd {
-            Some(start_batch_command(
-                env,
-                &format!("{tag}-batch"),
-                command,
-                Some(&socket),
-            )?)
         } else {
-            Some(start_batch(
-                env,
-                &format!("{tag}-batch"),
-                &[
-                    "--runtime",
-                    "corral",
-                    "--iokerneld",
-                    &socket,
-                    "--kthreads",
-                    "1",
-                ],
-            )?)
+            Some(start_corral_batch(env, &tag, &socket)?)
         };
         let mut me = Corral {
             env,
