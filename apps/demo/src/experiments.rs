@@ -309,29 +309,50 @@ fn bounds(plan: &Plan, loads: &[f64]) -> Result<Vec<BoundPoint>> {
 /// did not start (seen at its start or end), the CPU time of processes it did not start, and
 /// the time the host machine took from the plan's two CPUs (steal).
 fn watched(plan: &Plan, run: impl FnOnce() -> Result<Point>) -> Result<Point> {
+    let (mut pt, seen) = watch(plan, run)?;
+    pt.foreign_cpus = seen.foreign_cpus;
+    pt.steal = seen.steal;
+    pt.interference = seen.interference;
+    Ok(pt)
+}
+
+/// What else used the machine while one point ran.
+pub(crate) struct Watched {
+    /// CPUs' worth of time used by processes the runner did not start.
+    pub foreign_cpus: Option<f64>,
+    /// Time the host took from the plan's two CPUs.
+    pub steal: Option<CpuSteal>,
+    /// Every iokerneld the runner did not start, seen at the start or the end.
+    pub interference: Vec<String>,
+}
+
+/// Runs `run` and notes what else used the machine meanwhile.
+pub(crate) fn watch<T>(plan: &Plan, run: impl FnOnce() -> Result<T>) -> Result<(T, Watched)> {
     let cpus = [plan.iokernel_cpu, plan.app_cpu];
     let before = machine::other_iokernelds();
     let cpu_before = machine::snapshot();
     let steal_before = machine::steal_ms(&cpus);
-    let mut pt = run()?;
+    let out = run()?;
     let steal_after = machine::steal_ms(&cpus);
     let cpu_after = machine::snapshot();
-    pt.foreign_cpus = cpu_before
-        .zip(cpu_after)
-        .and_then(|(a, b)| machine::foreign_cpus(&a, &b));
-    pt.steal = steal_before.zip(steal_after).map(|(a, b)| CpuSteal {
-        iokernel_cpu_ms: (b[0] - a[0]).max(0.0),
-        app_cpu_ms: (b[1] - a[1]).max(0.0),
-    });
-    let mut seen: Vec<String> = before
+    let mut interference: Vec<String> = before
         .into_iter()
         .chain(machine::other_iokernelds())
         .map(|(pid, cmd)| format!("pid {pid}: {cmd}"))
         .collect();
-    seen.sort();
-    seen.dedup();
-    pt.interference = seen;
-    Ok(pt)
+    interference.sort();
+    interference.dedup();
+    let seen = Watched {
+        foreign_cpus: cpu_before
+            .zip(cpu_after)
+            .and_then(|(a, b)| machine::foreign_cpus(&a, &b)),
+        steal: steal_before.zip(steal_after).map(|(a, b)| CpuSteal {
+            iokernel_cpu_ms: (b[0] - a[0]).max(0.0),
+            app_cpu_ms: (b[1] - a[1]).max(0.0),
+        }),
+        interference,
+    };
+    Ok((out, seen))
 }
 
 /// `cpu_units`: the batch job is `--batch-cmd`, whose units are its CPU microseconds.

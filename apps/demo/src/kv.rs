@@ -30,17 +30,17 @@ use serde_json::{Value, json};
 
 use crate::batch::BatchReader;
 use crate::error::{Error, Result};
+use crate::experiments;
 use crate::kvreport::{self, fmt_rate};
 use crate::plot::{self, Chart, Line};
 use crate::procs::{self, Proc, Spec};
 use crate::report::fmt_us;
-use crate::results::{BatchAlone, CpuSteal, Demotions, KvPoint, KvSystemRun, System};
+use crate::results::{BatchAlone, Demotions, KvPoint, KvSystemRun, System};
 use crate::systems::{
     Env, PointBatch, START_TIMEOUT, daemon_stats, demotions_between, gen_timeout, measure_alone,
     point_batch, read_json, start_batch, start_batch_command, start_corral_batch, start_iokerneld,
     wait_registered,
 };
-use crate::{experiments, machine};
 
 /// The name corral-kv registers with iokerneld under.
 const KV_RUNTIME_NAME: &str = "corral-kv";
@@ -706,28 +706,10 @@ impl KvServer for LinuxMemcached<'_> {
 
 /// Runs one point and notes what else used the machine meanwhile (as the spin sweep does).
 fn watched(env: &Env, run: impl FnOnce() -> Result<KvPoint>) -> Result<KvPoint> {
-    let cpus = [env.plan.iokernel_cpu, env.plan.app_cpu];
-    let others_before = machine::other_iokernelds();
-    let cpu_before = machine::snapshot();
-    let steal_before = machine::steal_ms(&cpus);
-    let mut pt = run()?;
-    let steal_after = machine::steal_ms(&cpus);
-    let cpu_after = machine::snapshot();
-    pt.foreign_cpus = cpu_before
-        .zip(cpu_after)
-        .and_then(|(a, b)| machine::foreign_cpus(&a, &b));
-    pt.steal = steal_before.zip(steal_after).map(|(a, b)| CpuSteal {
-        iokernel_cpu_ms: (b[0] - a[0]).max(0.0),
-        app_cpu_ms: (b[1] - a[1]).max(0.0),
-    });
-    let mut seen: Vec<String> = others_before
-        .into_iter()
-        .chain(machine::other_iokernelds())
-        .map(|(pid, cmd)| format!("pid {pid}: {cmd}"))
-        .collect();
-    seen.sort();
-    seen.dedup();
-    pt.interference = seen;
+    let (mut pt, seen) = experiments::watch(&env.plan, run)?;
+    pt.foreign_cpus = seen.foreign_cpus;
+    pt.steal = seen.steal;
+    pt.interference = seen.interference;
     Ok(pt)
 }
 
