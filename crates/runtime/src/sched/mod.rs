@@ -468,14 +468,7 @@ fn park(k: &'static Kthread) {
     // Hand our timers to a kthread that is awake; if none is, we keep them and wake ourselves
     // at the earliest deadline.
     if k.timers.next_deadline() != u64::MAX {
-        for other in rt.kthreads.iter() {
-            if !ptr::eq(*other, k)
-                && other.state.load(Ordering::SeqCst) != KthreadState::Parked
-                && k.timers.move_all_to(&other.timers)
-            {
-                break;
-            }
-        }
+        hand_timers_to_a_running_kthread(k);
     }
     k.timers.stop_accepting();
 
@@ -514,14 +507,7 @@ fn iok_park(k: &'static Kthread, preempted: bool) {
     // Hand our timers to a kthread that still holds a core; if none does, the last kthread to
     // park reports the earliest timer of all to iokerneld.
     if k.timers.next_deadline() != u64::MAX {
-        for other in rt.kthreads.iter() {
-            if !ptr::eq(*other, k)
-                && other.state.load(Ordering::SeqCst) != KthreadState::Parked
-                && k.timers.move_all_to(&other.timers)
-            {
-                break;
-            }
-        }
+        hand_timers_to_a_running_kthread(k);
     }
     k.timers.stop_accepting();
     k.state.store(KthreadState::Parked, Ordering::SeqCst);
@@ -567,19 +553,21 @@ fn iok_park(k: &'static Kthread, preempted: bool) {
 /// the runtime for them. Scheduler context.
 fn drain_while_parked(k: &'static Kthread) -> u64 {
     let grants = crate::iokernel::drain_own_after_wake(k);
-    if k.timers.next_deadline() != u64::MAX {
-        let rt = k.shared();
-        let handed = rt.kthreads.iter().any(|other| {
-            !ptr::eq(*other, k)
-                && other.state.load(Ordering::SeqCst) != KthreadState::Parked
-                && k.timers.move_all_to(&other.timers)
-        });
-        if !handed {
-            // SAFETY: our own command ring, scheduler context.
-            unsafe { crate::iokernel::send_timer_deadline(k.iok(), rt.earliest_timer()) };
-        }
+    if k.timers.next_deadline() != u64::MAX && !hand_timers_to_a_running_kthread(k) {
+        // SAFETY: our own command ring, scheduler context.
+        unsafe { crate::iokernel::send_timer_deadline(k.iok(), k.shared().earliest_timer()) };
     }
     grants
+}
+
+/// Moves `k`'s timers to a kthread of its runtime that is not parked, if one accepts them;
+/// returns whether one did.
+fn hand_timers_to_a_running_kthread(k: &Kthread) -> bool {
+    k.shared().kthreads.iter().any(|other| {
+        !ptr::eq(*other, k)
+            && other.state.load(Ordering::SeqCst) != KthreadState::Parked
+            && k.timers.move_all_to(&other.timers)
+    })
 }
 
 /// Switches from the scheduler context into `th`.
