@@ -87,6 +87,88 @@ fn pattern(offset: usize, buf: &mut [u8]) {
     }
 }
 
+/// Writes `total` bytes of the pattern to `c` in `chunk`-byte writes while a second uthread
+/// reads what comes back, then shuts writing down and waits for the end of what comes back.
+/// Returns the bytes read, their hash and the hash of what was sent.
+fn send_and_read_back(c: TcpStream, total: usize, chunk: usize) -> (usize, u64, u64) {
+    let reader_side = c.try_clone().unwrap();
+    let reader = corral::spawn(move || {
+        let mut s = reader_side;
+        let mut buf = vec![0u8; 64 * 1024];
+        let (mut got, mut hash) = (0, FNV_START);
+        loop {
+            let n = s.read(&mut buf).unwrap();
+            if n == 0 {
+                return (got, hash);
+            }
+            fnv(&mut hash, &buf[..n]);
+            got += n;
+        }
+    });
+    let mut sent_hash = FNV_START;
+    let mut chunk = vec![0u8; chunk];
+    let mut sent = 0;
+    while sent < total {
+        let n = chunk.len().min(total - sent);
+        pattern(sent, &mut chunk[..n]);
+        fnv(&mut sent_hash, &chunk[..n]);
+        (&c).write_all(&chunk[..n]).unwrap();
+        sent += n;
+    }
+    c.shutdown(Shutdown::Write).unwrap();
+    let (got, hash) = reader.join().unwrap();
+    (got, hash, sent_hash)
+}
+
+/// Runs `body`; if it has not finished after `limit`, prints what each runtime and iokerneld
+/// hold (connections with their sequence variables and timers, kthreads with their run queues
+/// and timers) and aborts, so that a hang shows where the work is stuck.
+fn or_dump_after<T: Send>(
+    limit: Duration,
+    daemon: &Daemon,
+    runtimes: &[&Runtime],
+    body: impl FnOnce() -> T + Send,
+) -> T {
+    let (done, finished) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|scope| {
+        scope.spawn(move || {
+            if finished.recv_timeout(limit) != Err(std::sync::mpsc::RecvTimeoutError::Timeout) {
+                return;
+            }
+            eprintln!("no progress after {limit:?}; clock now {}", now_ns());
+            for rt in runtimes {
+                eprintln!(
+                    "runtime {:?}: shared queue {}, kthreads {:?}",
+                    rt.iokernel_runtime_id(),
+                    rt.shared_runnable(),
+                    rt.iokernel_kthread_stats()
+                );
+                if let Some(net) = rt.net_stats() {
+                    for c in &net.tcp.live {
+                        eprintln!("  {} -> {}: {:?} {}", c.local, c.remote, c.state, c.detail);
+                    }
+                }
+            }
+            eprintln!("iokerneld: {:#}", daemon.iokerneld.stats());
+            std::process::abort();
+        });
+        let out = body();
+        let _ = done.send(());
+        out
+    })
+}
+
+/// CLOCK_MONOTONIC in nanoseconds, the runtime's timer clock.
+fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec to a valid pointer.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// Starts an echo server on the runtime: one uthread per connection, echoing until EOF.
 fn start_echo(rt: &Runtime, ip: Ipv4Addr) {
     rt.block_on(move || {
@@ -226,33 +308,7 @@ fn a_corral_client_talks_to_a_linux_listener() {
     let rt = daemon.runtime("tcpclient", 2);
     let (got, hash, sent_hash) = rt.block_on(move || {
         let c = TcpStream::connect((host, port)).expect("connect to Linux");
-        let reader_side = c.try_clone().unwrap();
-        let reader = corral::spawn(move || {
-            let mut s = reader_side;
-            let mut buf = vec![0u8; 64 * 1024];
-            let (mut got, mut hash) = (0, FNV_START);
-            loop {
-                let n = s.read(&mut buf).unwrap();
-                if n == 0 {
-                    return (got, hash);
-                }
-                fnv(&mut hash, &buf[..n]);
-                got += n;
-            }
-        });
-        let mut sent_hash = FNV_START;
-        let mut chunk = vec![0u8; 50_000];
-        let mut sent = 0;
-        while sent < TOTAL {
-            let n = chunk.len().min(TOTAL - sent);
-            pattern(sent, &mut chunk[..n]);
-            fnv(&mut sent_hash, &chunk[..n]);
-            (&c).write_all(&chunk[..n]).unwrap();
-            sent += n;
-        }
-        c.shutdown(Shutdown::Write).unwrap();
-        let (got, hash) = reader.join().unwrap();
-        (got, hash, sent_hash)
+        send_and_read_back(c, TOTAL, 50_000)
     });
     echo.join().unwrap();
     assert_eq!(got, TOTAL);
@@ -270,35 +326,13 @@ fn two_corral_runtimes_talk_through_the_local_switch() {
     let server = daemon.runtime("tcpserver", 2);
     start_echo(&server, server_ip);
     let client = daemon.runtime("tcpclient2", 3);
-    let (got, hash, sent_hash) = client.block_on(move || {
-        let c = TcpStream::connect((server_ip, PORT)).expect("connect runtime to runtime");
-        let reader_side = c.try_clone().unwrap();
-        let reader = corral::spawn(move || {
-            let mut s = reader_side;
-            let mut buf = vec![0u8; 64 * 1024];
-            let (mut got, mut hash) = (0, FNV_START);
-            loop {
-                let n = s.read(&mut buf).unwrap();
-                if n == 0 {
-                    return (got, hash);
-                }
-                fnv(&mut hash, &buf[..n]);
-                got += n;
-            }
-        });
-        let mut sent_hash = FNV_START;
-        let mut chunk = vec![0u8; 64 * 1024];
-        let mut sent = 0;
-        while sent < TOTAL {
-            let n = chunk.len().min(TOTAL - sent);
-            pattern(sent, &mut chunk[..n]);
-            fnv(&mut sent_hash, &chunk[..n]);
-            (&c).write_all(&chunk[..n]).unwrap();
-            sent += n;
-        }
-        c.shutdown(Shutdown::Write).unwrap();
-        let (got, hash) = reader.join().unwrap();
-        (got, hash, sent_hash)
+    let limit = Duration::from_secs(60);
+    let runtimes = [&server, &client];
+    let (got, hash, sent_hash) = or_dump_after(limit, &daemon, &runtimes, || {
+        client.block_on(move || {
+            let c = TcpStream::connect((server_ip, PORT)).expect("connect runtime to runtime");
+            send_and_read_back(c, TOTAL, 64 * 1024)
+        })
     });
     assert_eq!(got, TOTAL);
     assert_eq!(hash, sent_hash);

@@ -103,8 +103,17 @@ impl Runtime {
                 kicks: iok.kicks.load(Relaxed),
                 parked: k.state.load(Relaxed) == crate::sched::kthread::KthreadState::Parked,
                 runnable: k.rq.len(),
+                next_timer_ns: Some(k.timers.next_deadline()).filter(|&d| d != u64::MAX),
             })
             .collect()
+    }
+
+    /// Uthreads on the runtime's shared queue right now (readied from outside a kthread, by a
+    /// parked one, or spilled from a full run queue).
+    pub fn shared_runnable(&self) -> usize {
+        self.shared()
+            .inject_len
+            .load(core::sync::atomic::Ordering::Relaxed)
     }
 
     fn shared(&self) -> &Shared {
@@ -194,6 +203,8 @@ pub struct IokernelKthreadStats {
     pub parked: bool,
     /// Uthreads on its run queue right now.
     pub runnable: usize,
+    /// Its earliest timer (`timer::now_ns` clock), if it holds any.
+    pub next_timer_ns: Option<u64>,
 }
 
 impl Drop for Runtime {

@@ -53,7 +53,7 @@ pub(crate) struct Shared {
     pub idle: Idle,
     inject_lock: RawSpinLock,
     inject: UnsafeCell<VecDeque<usize>>,
-    inject_len: AtomicUsize,
+    pub(crate) inject_len: AtomicUsize,
     pub stacks: stack::StackPool,
     pub shutdown: AtomicBool,
     /// Uthreads spawned from threads that are not this runtime's kthreads.

@@ -220,7 +220,9 @@ impl Connection {
         let wnd = self.rbuf.window() as u32;
         let in_window = |s: Seq| s.ge(self.rcv_nxt) && (s - self.rcv_nxt) < wnd;
         let acceptable = if seg_len == 0 {
-            seq == self.rcv_nxt || in_window(seq)
+            // Also at the right edge, as Linux accepts it: a sender whose data went past a
+            // window that then closed sends its ACKs there (see `Connection::ack_only_seq`).
+            seq == self.rcv_nxt || in_window(seq) || (!rst && seq == self.rcv_nxt + wnd)
         } else {
             in_window(seq)
                 || in_window(seq + (seg_len - 1))
@@ -413,7 +415,8 @@ impl Connection {
                     .add(Seq(l), Seq(r), self.snd_una, self.snd_max);
             }
         }
-        if ack.gt(self.snd_una) {
+        let ack_advanced = ack.gt(self.snd_una);
+        if ack_advanced {
             let flight_before = self.snd_max - self.snd_una;
             let rtt = self.take_rtt_sample(now, ack, opts);
             self.rtt.reset_backoff();
@@ -489,8 +492,12 @@ impl Connection {
                 self.enter_recovery(now);
             }
         }
-        // Window update (RFC 9293 §3.10.7.4, SND.WL1/WL2).
-        if self.snd_wl1.lt(seq) || (self.snd_wl1 == seq && self.snd_wl2.le(ack)) {
+        // Window update (RFC 9293 §3.10.7.4, SND.WL1/WL2), and, as in Linux, from every ACK
+        // that moves SND.UNA: the peer acknowledges in order, so such an ACK is its newest word
+        // on the window. SND.WL1 alone misses it when the peer retransmits below a sequence
+        // number an earlier segment carried (after its go-back-N, its ACKs carry SND.MAX);
+        // the old window, now counted from the new SND.UNA, would let us send past the edge.
+        if ack_advanced || self.snd_wl1.lt(seq) || (self.snd_wl1 == seq && self.snd_wl2.le(ack)) {
             self.snd_wnd = window;
             self.snd_wl1 = seq;
             self.snd_wl2 = ack;

@@ -331,7 +331,22 @@ impl fmt::Debug for Connection {
             .field("snd_una", &self.snd_una)
             .field("snd_nxt", &self.snd_nxt)
             .field("snd_max", &self.snd_max)
+            .field("snd_wnd", &self.snd_wnd)
+            .field("cwnd", &self.cwnd())
+            .field(
+                "unsent",
+                &(self.buf_seq + self.sbuf.len() as u32 - self.snd_nxt),
+            )
+            .field("fin_queued", &self.fin_queued)
+            .field("in_recovery", &self.in_recovery)
             .field("rcv_nxt", &self.rcv_nxt)
+            .field("rcv_window", &(self.rcv_adv - self.rcv_nxt))
+            .field("unread", &self.rbuf.readable())
+            .field("ack_now", &self.ack_now)
+            .field("rto_deadline", &self.rto_deadline)
+            .field("delack_deadline", &self.delack_deadline)
+            .field("persist_deadline", &self.persist_deadline)
+            .field("close_deadline", &self.close_deadline)
             .finish_non_exhaustive()
     }
 }

@@ -59,11 +59,9 @@ impl Connection {
             return Some(n);
         }
         if self.ack_now {
-            // SND.MAX, not SND.NXT: after an RTO's go-back-N, SND.NXT lies below what the peer
-            // has already received, and a bare segment there would be unacceptable to it.
             let opts = self.segment_options(now, true);
             return self
-                .emit(now, out, self.snd_max, TcpFlags::ACK, 0, 0, opts)
+                .emit(now, out, self.ack_only_seq(), TcpFlags::ACK, 0, 0, opts)
                 .map(|(n, _)| n);
         }
         if self.probe_owed {
@@ -80,6 +78,26 @@ impl Connection {
             return sent;
         }
         None
+    }
+
+    /// The sequence number of a segment without data: SND.MAX, where the peer's window reaches
+    /// it, else the window's right edge (as Linux's `tcp_acceptable_seq`).
+    ///
+    /// Not SND.NXT: after an RTO's go-back-N it lies below what the peer may have received
+    /// already, and a bare segment there would be unacceptable to it. Not SND.MAX beyond the
+    /// edge: when what we sent past the edge was lost and the peer's window then closed (its
+    /// application stopped reading), the peer takes a zero-length segment only at its
+    /// RCV.NXT, which is SND.UNA, the edge of a zero window. There SND.MAX would be dropped as
+    /// out of window with the ACK it carries, so the peer would never learn that we received
+    /// its data, and, its buffer full of our data that its application cannot drain until it
+    /// can send, both sides would wait for each other for good.
+    pub(super) fn ack_only_seq(&self) -> Seq {
+        let edge = self.snd_una + self.snd_wnd;
+        if self.snd_max.le(edge) {
+            self.snd_max
+        } else {
+            edge
+        }
     }
 
     /// The next hole to retransmit in recovery: SND.UNA's segment without SACK information

@@ -2174,3 +2174,98 @@ fn time_wait_lets_a_newer_syn_start_a_new_incarnation() {
         assert_eq!(c.state(), State::TimeWait);
     }
 }
+
+/// The peer retransmits below the sequence number its last ACK carried (after its go-back-N
+/// its ACKs carry its SND.MAX): the retransmission's ACK moves SND.UNA and its window is the
+/// newest, and it must be taken, or the old window counted from the new SND.UNA reaches past
+/// what the peer offered.
+#[test]
+fn an_ack_that_moves_snd_una_updates_the_window_from_an_older_sequence_number() {
+    let mut c = client(&config());
+    let t = T0 + 2 * MS;
+    c.send(t, &pattern(20_000)).unwrap();
+    let first = drain(&mut c, t);
+    assert!(!first.is_empty());
+    // The peer sent 2000 bytes we never saw; its ACK carries its SND.MAX past them.
+    feed(
+        &mut c,
+        t + MS,
+        &Seg::new(IRS + 1 + 2000, ISS + 1 + 2000, ACK).window(10_000),
+    );
+    assert_eq!(c.peer_window(), 10_000);
+    drain(&mut c, t + MS);
+    // Its retransmission of the first 1000: acknowledges up to 6000 with a window of 1000.
+    feed(
+        &mut c,
+        t + 2 * MS,
+        &Seg::new(IRS + 1, ISS + 1 + 6000, ACK)
+            .window(1000)
+            .data(&pattern(1000)),
+    );
+    assert_eq!(c.peer_window(), 1000, "the window of the newest ACK");
+    let edge = ISS + 1 + 7000;
+    for s in drain(&mut c, t + 2 * MS) {
+        assert!(
+            s.seq
+                .wrapping_add(s.payload.len() as u32)
+                .wrapping_sub(edge) as i32
+                <= 0,
+            "sent past the peer's window: {s:?}"
+        );
+    }
+}
+
+/// What we sent past SND.UNA was lost and the peer's window then closed at SND.UNA (its
+/// application stopped reading). Our ACK of the peer's data must sit where the peer accepts a
+/// zero-length segment, SND.UNA (its RCV.NXT), not at SND.MAX beyond its window, where it
+/// would be dropped and both sides would wait for each other for good.
+#[test]
+fn an_ack_behind_a_closed_window_carries_an_acceptable_sequence_number() {
+    let mut c = client(&config());
+    let t = T0 + 2 * MS;
+    c.send(t, &pattern(5000)).unwrap();
+    let sent = drain(&mut c, t);
+    assert_eq!(sent.len(), 5);
+    // The peer got the first 2000 and no more, and its buffer is full.
+    feed(
+        &mut c,
+        t + MS,
+        &Seg::new(IRS + 1, ISS + 1 + 2000, ACK).window(0),
+    );
+    drain(&mut c, t + MS);
+    feed(
+        &mut c,
+        t + 2 * MS,
+        &Seg::new(IRS + 1, ISS + 1 + 2000, ACK | PSH)
+            .window(0)
+            .data(&pattern(1000)),
+    );
+    let acks: Vec<Sent> = drain(&mut c, t + 2 * MS)
+        .into_iter()
+        .filter(|s| s.payload.is_empty())
+        .collect();
+    assert!(!acks.is_empty(), "the peer's data is acknowledged");
+    for a in &acks {
+        assert_ack(a, ISS + 1 + 2000, IRS + 1 + 1000);
+    }
+}
+
+/// A zero-length segment at the right edge of our window is taken, as Linux takes it, and its
+/// ACK counts: a sender whose data went past a window that closed sends its ACKs there.
+#[test]
+fn a_bare_ack_at_the_right_edge_of_the_window_is_taken() {
+    let mut c = server(&config());
+    let t = T0 + 2 * MS;
+    c.send(t, &pattern(1000)).unwrap();
+    assert_eq!(drain(&mut c, t).len(), 1);
+    let edge = IRS + 1 + 64 * 1024;
+    feed(&mut c, t + MS, &Seg::new(edge, ISS + 1 + 1000, ACK));
+    assert_eq!(c.bytes_in_flight(), 0, "the ACK was taken");
+    assert_eq!(c.stats().drops[TcpDrop::OutOfWindow as usize], 0);
+    // One past the edge is still out of window.
+    c.send(t + 2 * MS, &pattern(1000)).unwrap();
+    assert_eq!(drain(&mut c, t + 2 * MS).len(), 1);
+    feed(&mut c, t + 3 * MS, &Seg::new(edge + 1, ISS + 1 + 2000, ACK));
+    assert_eq!(c.bytes_in_flight(), 1000);
+    assert_eq!(c.stats().drops[TcpDrop::OutOfWindow as usize], 1);
+}

@@ -158,6 +158,11 @@ impl ConnCell {
         next
     }
 
+    /// The earliest deadline a runtime timer is armed for, if any.
+    pub fn armed_deadline(&self) -> Option<u64> {
+        Some(self.armed.load(Relaxed)).filter(|&d| d != u64::MAX)
+    }
+
     /// Pending segments dropped because the queue was full.
     pub fn pending_overflow(&self) -> u64 {
         self.gate.lock().overflow

@@ -106,6 +106,9 @@ pub struct TcpConnInfo {
     /// Bytes the engine holds for it (buffers, queues), as `Connection::memory` reports.
     pub memory: usize,
     pub stats: ConnStats,
+    /// The engine's sequence variables, windows and timers, and the runtime's side (timer
+    /// armed, blocked readers and writers), for diagnostics; the format may change.
+    pub detail: String,
 }
 
 /// The TCP part of [`crate::net::NetStats`].
@@ -758,6 +761,13 @@ impl TcpLayer {
         for cell in &cells {
             pending_overflow += cell.pending_overflow();
             let mut held = Held::enter(stack, cell);
+            let runtime_side = format!(
+                "timer armed for {:?}, tx blocked {}, readers {}, writers {}",
+                cell.armed_deadline(),
+                held.owned_state().tx_blocked,
+                cell.readers.maybe_waiters(),
+                cell.writers.maybe_waiters(),
+            );
             let conn = held.conn();
             counters.absorb(conn.stats());
             let ends = conn.ends();
@@ -767,6 +777,7 @@ impl TcpLayer {
                 state: conn.state(),
                 memory: conn.memory(),
                 stats: conn.stats().clone(),
+                detail: format!("{conn:?}; {runtime_side}"),
             });
         }
         live.sort_by_key(|i| (i.local.port(), i.remote.port(), *i.remote.ip()));
