@@ -27,11 +27,9 @@ pub const DEFAULT_CONTROL_POLL_US: u64 = 50;
 pub const DEFAULT_POLICY: &str = "shenango";
 pub const DEFAULT_HANDOVER: Handover = Handover::Local;
 pub const DEFAULT_CEDE_GRACE_US: u64 = 0;
-/// No share quantum by default: with one, two runtimes without guarantees exchanging TCP
-/// through the local switch can end up both parked with the core idle and their transfer
-/// stalled (a lost wake-up not found yet). 1000 is the value to try
+/// The share quantum by default: 1 ms
 /// ([`corral_policy::policies::shenango::DEFAULT_SHARE_QUANTUM`] says why).
-pub const DEFAULT_SHARE_QUANTUM_US: u64 = 0;
+pub const DEFAULT_SHARE_QUANTUM_US: u64 = 1000;
 /// The longest share quantum accepted: one second.
 pub const MAX_SHARE_QUANTUM_US: u64 = 1_000_000;
 pub const DEFAULT_HELPER_SPIN_MAX_US: u64 = 1000;
@@ -958,7 +956,7 @@ mod tests {
         assert_eq!(config.policy, "shenango");
         assert_eq!(config.handover, Handover::Local);
         assert_eq!(config.cede_grace_us, 0);
-        assert_eq!(config.share_quantum_us, 0);
+        assert_eq!(config.share_quantum_us, 1000);
         assert_eq!(config.helper_spin_max_us, 1000);
         assert_eq!(config.control_poll_us, 50);
         assert_eq!(config.log_level, LogLevel(log::LevelFilter::Info));
