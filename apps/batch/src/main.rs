@@ -30,6 +30,12 @@ enum RuntimeKind {
     Linux,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Preemption {
+    Cooperative,
+    IdleClass,
+}
+
 #[derive(Parser, Debug)]
 #[command(
     about = "CPU-bound batch job (Monte Carlo option pricing) reporting work units per second"
@@ -56,6 +62,11 @@ struct Args {
     /// iokerneld's control socket: register with it (no guaranteed cores).
     #[arg(long)]
     iokerneld: Option<PathBuf>,
+    /// How iokerneld takes a core back: `cooperative` (it asks, and each worker's preemption
+    /// point gives the core up) or `idle-class` (the kthreads run in Linux's idle class, and
+    /// iokerneld wakes the taker on top of them, with no request).
+    #[arg(long, value_enum, default_value_t = Preemption::Cooperative)]
+    preemption: Preemption,
     /// CPUs to pin to, comma-separated (Linux threads round-robin, or the runtime's kthreads
     /// when it runs without iokerneld).
     #[arg(long, value_delimiter = ',')]
@@ -143,7 +154,12 @@ fn run(args: &Args) -> io::Result<()> {
 fn run_corral(args: &Args, size: UnitSize) -> io::Result<()> {
     let mut config = corral::Config::from_env();
     if let Some(socket) = &args.iokerneld {
-        config = config.iokernel(corral::IokernelSettings::new(socket, "batch"));
+        let mode = match args.preemption {
+            Preemption::Cooperative => corral::PreemptionMode::Cooperative,
+            Preemption::IdleClass => corral::PreemptionMode::IdleClass,
+        };
+        config =
+            config.iokernel(corral::IokernelSettings::new(socket, "batch").preemption_mode(mode));
     }
     if let Some(k) = args.kthreads {
         config = config.kthreads(k);

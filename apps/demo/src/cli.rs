@@ -26,6 +26,18 @@ pub enum Experiment {
     Kv,
 }
 
+/// How iokerneld takes the core back from the Corral batch job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BatchPreemption {
+    /// Its kthread runs in Linux's idle class, and iokerneld wakes the taker on top of it:
+    /// no request, no signal (the runtime's `PreemptionMode::IdleClass`).
+    IdleClass,
+    /// iokerneld asks it for the core: the Monte Carlo job cedes at its next preemption point
+    /// (within `--cede-grace-us`, else the signal); a `--batch-cmd` job is signalled at once.
+    Asked,
+}
+
 /// How iokerneld hands a core from one kthread to another (its `--handover`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -111,6 +123,10 @@ pub struct Args {
     /// sent the preemption signal; 0 signals at once.
     #[arg(long, default_value_t = 20)]
     pub cede_grace_us: u64,
+
+    /// How iokerneld takes the core back from the Corral batch job.
+    #[arg(long, value_enum, default_value_t = BatchPreemption::IdleClass)]
+    pub batch_preemption: BatchPreemption,
 
     /// Allocation intervals to compare, microseconds (intervals experiment).
     #[arg(long, value_delimiter = ',', default_value = "5,25,50,100,1000")]
@@ -278,6 +294,7 @@ pub struct Plan {
     /// iokerneld's `--handover`, when given.
     pub handover: Option<Handover>,
     pub cede_grace_us: u64,
+    pub batch_preemption: BatchPreemption,
     pub intervals: Vec<u64>,
     pub window_ms: u64,
     pub burst_base: f64,
@@ -457,6 +474,7 @@ impl Args {
             spin_before_park_us: self.spin_before_park_us,
             handover: self.handover,
             cede_grace_us: self.cede_grace_us,
+            batch_preemption: self.batch_preemption,
             intervals: self.intervals.clone(),
             window_ms: self.window_ms,
             burst_base: self.burst_base,

@@ -23,7 +23,7 @@ use corral_loadgen::wire::Message;
 use serde::Deserialize;
 
 use crate::batch::{BatchReader, Clock};
-use crate::cli::Plan;
+use crate::cli::{BatchPreemption, Plan};
 use crate::error::{Error, Result};
 use crate::procs::{self, Proc, Spec};
 use crate::report::fmt_pct;
@@ -229,6 +229,11 @@ pub(crate) fn start_corral_batch(
                 socket,
                 "--kthreads",
                 "1",
+                "--preemption",
+                match env.plan.batch_preemption {
+                    BatchPreemption::IdleClass => "idle-class",
+                    BatchPreemption::Asked => "cooperative",
+                },
             ],
         ),
     }
@@ -261,6 +266,11 @@ pub(crate) fn start_batch_command(
                 "batch",
                 "--kthreads",
                 "1",
+                "--preemption",
+                match env.plan.batch_preemption {
+                    BatchPreemption::IdleClass => "idle-class",
+                    BatchPreemption::Asked => "signal",
+                },
                 "--",
             ]
             .iter()

@@ -174,6 +174,14 @@ pub enum PreemptionMode {
     Cooperative,
     /// Ring the cede word and send the preemption signal at once, with no grace period.
     SignalAtOnce,
+    /// Never asked: the runtime's kthreads run in Linux's idle scheduling class
+    /// (`SCHED_IDLE`) on the cores they are granted, and iokerneld takes such a core by waking
+    /// the taker's kthread on it, which Linux runs at once in the idle-class kthread's place.
+    /// The taken kthread stays on its CPU, runnable, and runs again whenever the core has
+    /// nothing else to run; iokerneld counts it as parked with work until it grants it a core
+    /// again. For batch runtimes: a hand-over costs one wake-up and no signal, and the
+    /// runtime's uthreads keep the idle moments of the core they were taken from.
+    IdleClass,
 }
 
 impl PreemptionMode {
@@ -182,6 +190,7 @@ impl PreemptionMode {
         match self {
             PreemptionMode::Cooperative => 0,
             PreemptionMode::SignalAtOnce => 1,
+            PreemptionMode::IdleClass => 2,
         }
     }
 
@@ -190,6 +199,7 @@ impl PreemptionMode {
         match value {
             0 => Some(PreemptionMode::Cooperative),
             1 => Some(PreemptionMode::SignalAtOnce),
+            2 => Some(PreemptionMode::IdleClass),
             _ => None,
         }
     }
@@ -199,6 +209,7 @@ impl PreemptionMode {
         match self {
             PreemptionMode::Cooperative => "cooperative",
             PreemptionMode::SignalAtOnce => "signal_at_once",
+            PreemptionMode::IdleClass => "idle_class",
         }
     }
 
@@ -207,7 +218,7 @@ impl PreemptionMode {
     pub const fn cede_grace_ns(self, daemon_grace_ns: u64) -> u64 {
         match self {
             PreemptionMode::Cooperative => daemon_grace_ns,
-            PreemptionMode::SignalAtOnce => 0,
+            PreemptionMode::SignalAtOnce | PreemptionMode::IdleClass => 0,
         }
     }
 }
@@ -401,7 +412,8 @@ impl Request {
                     ControlError::BadField {
                         field: "preemption",
                         value: preemption_word.to_string(),
-                        expected: "0 (cede within iokerneld's grace period) or 1 (signal at once)",
+                        expected: "0 (cede within iokerneld's grace period), 1 (signal at once) or 2 \
+                                   (idle scheduling class, never asked)",
                     }
                 })?;
                 let mut mac = [0u8; 6];
@@ -759,7 +771,7 @@ mod tests {
 
     #[test]
     fn an_unknown_preemption_mode_is_refused_naming_the_field() {
-        for value in [2u32, 0x8000_0000, u32::MAX] {
+        for value in [3u32, 0x8000_0000, u32::MAX] {
             let mut bytes = Request::Register(registration()).encode();
             bytes[PREEMPTION_AT..PREEMPTION_AT + 4].copy_from_slice(&value.to_le_bytes());
             let err = Request::decode(&bytes, 1).unwrap_err();
@@ -791,7 +803,7 @@ mod tests {
                 0
             );
         }
-        for value in 0..=2 {
+        for value in 0..=3 {
             if let Some(mode) = PreemptionMode::from_wire(value) {
                 assert_eq!(mode.wire(), value);
                 assert!(mode.cede_grace_ns(20_000) <= 20_000);

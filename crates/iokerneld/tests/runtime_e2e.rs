@@ -760,6 +760,25 @@ fn a_runtime_registered_for_signals_at_once_gets_no_grace_period() {
     );
 }
 
+/// A runtime in the idle class is never asked for its core: iokerneld wakes the taker on top
+/// of its busy kthread (no request, no signal, no cede), the kthread runs on in the idle
+/// moments, and its work goes on.
+#[test]
+fn a_runtime_in_the_idle_class_is_taken_in_place_with_no_signal() {
+    let stats = busy_batch_preempted("5000", PreemptionMode::IdleClass, || {});
+    let batch = &stats["runtimes"][0];
+    let counter = |key: &str| batch[key].as_u64().unwrap();
+    assert_eq!(batch["preemption"], "idle_class", "{batch:#}");
+    assert!(counter("taken_in_place") >= GRACE_ROUNDS - 2, "{batch:#}");
+    assert_eq!(counter("preempt_signals"), 0, "{batch:#}");
+    assert_eq!(counter("cedes_cooperative"), 0, "{batch:#}");
+    assert_eq!(counter("demotions"), 0, "{batch:#}");
+    assert_eq!(
+        stats["global"]["taken_in_place"], batch["taken_in_place"],
+        "{stats:#}"
+    );
+}
+
 /// The helper of the managed core is `SCHED_IDLE`: while a batch kthread keeps the core busy,
 /// Linux gives the helper no more than crumbs of CPU, and it delivers nothing.
 #[test]

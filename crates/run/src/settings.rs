@@ -10,6 +10,8 @@ pub const KTHREADS_ENV: &str = "CORRAL_RUN_KTHREADS";
 pub const MAX_CORES_ENV: &str = "CORRAL_RUN_MAX_CORES";
 pub const NAME_ENV: &str = "CORRAL_RUN_NAME";
 pub const GUARANTEED_ENV: &str = "CORRAL_RUN_GUARANTEED";
+/// `idle-class` or `signal`: how iokerneld takes a core back (see [`Settings::preemption`]).
+pub const PREEMPTION_ENV: &str = "CORRAL_RUN_PREEMPTION";
 /// `LD_PRELOAD` as it was before `corral-run` added the shim (unset if it was unset).
 pub const PREVIOUS_PRELOAD_ENV: &str = "CORRAL_RUN_LD_PRELOAD";
 /// iokerneld's control socket: the runtime's own variable.
@@ -22,6 +24,9 @@ pub struct Settings {
     pub iokerneld: Option<String>,
     pub name: Option<String>,
     pub guaranteed: Option<usize>,
+    /// How iokerneld takes a core back; by default the idle class for a runtime with no
+    /// guarantee (a batch job), the signal at once for one with a guarantee.
+    pub preemption: Option<PreemptionMode>,
 }
 
 fn count(key: &str, value: Option<String>) -> Result<Option<usize>, String> {
@@ -42,6 +47,16 @@ impl Settings {
             iokerneld: var(IOKERNELD_ENV).filter(|s| !s.is_empty()),
             name: var(NAME_ENV),
             guaranteed: count(GUARANTEED_ENV, var(GUARANTEED_ENV))?,
+            preemption: match var(PREEMPTION_ENV).as_deref() {
+                None => None,
+                Some("idle-class") => Some(PreemptionMode::IdleClass),
+                Some("signal") => Some(PreemptionMode::SignalAtOnce),
+                Some(other) => {
+                    return Err(format!(
+                        "{PREEMPTION_ENV}={other:?}: expected idle-class or signal"
+                    ));
+                }
+            },
         };
         s.check()?;
         Ok(s)
@@ -58,6 +73,9 @@ impl Settings {
             if self.guaranteed.is_some() {
                 return Err("--guaranteed needs --iokerneld".into());
             }
+            if self.preemption.is_some() {
+                return Err("--preemption needs --iokerneld".into());
+            }
             if self.name.is_some() {
                 return Err("--name needs --iokerneld".into());
             }
@@ -67,7 +85,7 @@ impl Settings {
 
     /// The runtime configuration: each uthread has its own TLS; under iokerneld, the runtime
     /// registers with this name and guarantee, as many kthreads as the cores it may get, and
-    /// asks to be preempted by signal at once.
+    /// its preemption mode.
     pub fn config(&self, program: &str) -> Config {
         let mut config = Config::default()
             .uthread_tls(true)
@@ -83,10 +101,19 @@ impl Settings {
                 .unwrap_or_else(|| program.chars().take(32).collect());
             // An unmodified program reaches no preemption point while it computes, so waiting
             // out iokerneld's grace period for it to cede would only delay every hand-over.
+            // Without a guarantee it is a batch job: in the idle class, a core is taken from it
+            // by running the taker in its place, with no signal at all. With one, it must not
+            // yield to whatever else Linux runs on its core, so it is signalled.
+            let guaranteed = self.guaranteed.unwrap_or(0);
+            let preemption = self.preemption.unwrap_or(if guaranteed == 0 {
+                PreemptionMode::IdleClass
+            } else {
+                PreemptionMode::SignalAtOnce
+            });
             config = config.iokernel(
                 IokernelSettings::new(socket, name)
-                    .guaranteed_cores(self.guaranteed.unwrap_or(0))
-                    .preemption_mode(PreemptionMode::SignalAtOnce),
+                    .guaranteed_cores(guaranteed)
+                    .preemption_mode(preemption),
             );
         }
         config

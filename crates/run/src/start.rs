@@ -90,6 +90,7 @@ fn restore_environment() {
             settings::MAX_CORES_ENV,
             settings::NAME_ENV,
             settings::GUARANTEED_ENV,
+            settings::PREEMPTION_ENV,
             settings::PREVIOUS_PRELOAD_ENV,
         ] {
             std::env::remove_var(key);

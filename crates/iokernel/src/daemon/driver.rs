@@ -6,6 +6,7 @@
 
 use std::path::Path;
 
+use corral_abi::control::PreemptionMode;
 use corral_abi::{Command, RingKind, Slot, flags};
 use log::{error, warn};
 
@@ -36,6 +37,8 @@ pub(super) struct DriverCounters {
     pub(super) cedes_cooperative: u64,
     /// Preemption signals sent with no `Preempt`, for network work or timers (see `kick`).
     pub(super) kicks: u64,
+    /// Cores taken from an idle-class kthread by waking the taker on top of it, with no signal.
+    pub(super) taken_in_place: u64,
 }
 
 /// How soon a runtime with work and no core is to get one.
@@ -281,14 +284,15 @@ impl CoreDriver {
                     return;
                 };
                 kt.view.publish_wake_decision(decided);
-                match wake(kt, cpu) {
+                let idle_class = entry.preemption == PreemptionMode::IdleClass;
+                match wake(kt, cpu, idle_class) {
                     Ok(()) => {
                         let word = kt.view.wake_word();
                         match &mut self.handoffs {
                             Some(h) => {
                                 // Occupied first: the helper must not take the woken kthread's
                                 // first moments for an idle core.
-                                h.set_occupied(core.index(), true);
+                                h.set_occupied(core.index(), true, idle_class);
                                 h.deliver(core.index(), word, now_ns());
                             }
                             None => sys::futex_wake_shared(word.as_ptr() as u64),
@@ -310,9 +314,16 @@ impl CoreDriver {
             } => {
                 let now = self.now();
                 self.promised[core.index()] = Some((for_runtime, now));
+                let taker_idle_class = registry
+                    .get(for_runtime)
+                    .is_some_and(|r| r.preemption == PreemptionMode::IdleClass);
                 let Some(entry) = registry.get_mut(victim_runtime).filter(|r| !r.evicting) else {
                     return;
                 };
+                if entry.preemption == PreemptionMode::IdleClass && !taker_idle_class {
+                    self.take_in_place(entry, victim_kthread, core, now);
+                    return;
+                }
                 let pid = entry.pid;
                 // A runtime that cannot cede in time is signalled at once; no runtime gets
                 // more than the daemon's grace.
@@ -375,7 +386,7 @@ impl CoreDriver {
                 if let Some(h) = &self.handoffs {
                     // Its core goes to someone else; the kthread itself may still run there
                     // (demoted to SCHED_IDLE) until it parks.
-                    h.set_occupied(core.index(), false);
+                    h.set_occupied(core.index(), false, false);
                 }
                 let how = demote(kt, spare);
                 warn!(
@@ -406,6 +417,37 @@ impl CoreDriver {
         }
     }
 
+    /// Takes `core` from an idle-class kthread with no signal: the allocator sees the kthread
+    /// park (with work left), so it wakes the taker on the core, and Linux runs the taker at
+    /// once in the place of the kthread, which stays on the CPU, runnable, and runs again
+    /// whenever the core has nothing else to run, until it is granted a core again (this one,
+    /// with nothing to move, or another, where the grant moves it) or parks by itself.
+    fn take_in_place(
+        &mut self,
+        entry: &mut Tenant,
+        victim_kthread: KthreadIndex,
+        core: corral_policy::CoreId,
+        now: u64,
+    ) {
+        let victim_runtime = entry.id;
+        entry.counters.taken_in_place += 1;
+        self.counters.taken_in_place += 1;
+        if let Some(h) = &self.handoffs {
+            h.set_occupied(core.index(), false, false);
+        }
+        let handed_over = self
+            .alloc
+            .preemption_completed(victim_runtime, victim_kthread, now, &mut self.decisions)
+            .and_then(|()| {
+                self.alloc
+                    .parked_with_work(victim_runtime, now, &mut self.decisions)
+            });
+        if let Err(e) = handed_over {
+            error!("allocator refused a hand-over in place from {victim_runtime}: {e}");
+        }
+        net::refresh_active(&*self.alloc, entry);
+    }
+
     /// Moves a departing runtime's threads off the managed cores and has the allocator reclaim
     /// its cores.
     pub(super) fn release(&mut self, runtime: &mut Tenant) {
@@ -418,7 +460,7 @@ impl CoreDriver {
                 .map(|k| k.place);
             let active = matches!(place, Ok(KthreadPlace::Active { .. }));
             if let (Some(h), Ok(KthreadPlace::Active { core })) = (&self.handoffs, place) {
-                h.set_occupied(core.index(), false);
+                h.set_occupied(core.index(), false, false);
             }
             // Only threads that may run on a managed core need moving. A thread of a process
             // that is gone may have had its id recycled by now: only touch threads that are
@@ -489,7 +531,7 @@ fn command(
             );
             let now = driver.now();
             if let Some(h) = &driver.handoffs {
-                h.set_occupied(core.index(), false);
+                h.set_occupied(core.index(), false, false);
             }
             if runtime.kthreads[index].cede_deadline.take().is_some() {
                 // It parked within the grace period: no signal was needed.
@@ -669,13 +711,20 @@ fn observe_runtime(driver: &mut CoreDriver, runtime: &mut Tenant, now: u64) -> R
     Ok(())
 }
 
-/// Pins a kthread to `cpu` (restoring its policy if it was demoted), tells it which core it
-/// holds, and rings its wake word; the caller then wakes the futex (or has it woken).
-fn wake(kt: &mut Kthread, cpu: usize) -> Result<(), String> {
-    if kt.idle_policy {
-        sys::set_idle_policy(kt.tid, false)
-            .map_err(|e| format!("cannot restore SCHED_OTHER: {e}"))?;
-        kt.idle_policy = false;
+/// Pins a kthread to `cpu` in its scheduling class (the idle class for a runtime of
+/// `PreemptionMode::IdleClass`, else the normal one, restored if it was demoted), tells it which
+/// core it holds, and rings its wake word; the caller then wakes the futex (or has it woken).
+fn wake(kt: &mut Kthread, cpu: usize, idle_class: bool) -> Result<(), String> {
+    if kt.idle_policy != idle_class {
+        sys::set_idle_policy(kt.tid, idle_class).map_err(|e| {
+            let class = if idle_class {
+                "SCHED_IDLE"
+            } else {
+                "SCHED_OTHER"
+            };
+            format!("cannot set {class}: {e}")
+        })?;
+        kt.idle_policy = idle_class;
     }
     if kt.pinned != Some(cpu) {
         corral_affinity::set_thread_affinity(kt.tid, &[cpu]).map_err(|e| e.to_string())?;

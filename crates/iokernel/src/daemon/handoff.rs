@@ -10,10 +10,15 @@
 //! runnable again by the time the core next goes idle. A post left unclaimed for
 //! [`POST_PATIENCE_NS`] (the helper is not getting its CPU) is taken back and delivered by the
 //! loop.
+//!
+//! A core held by a kthread in Linux's idle class (a runtime of `PreemptionMode::IdleClass`) is
+//! not idle for the helper, but Linux would share it between the two: while such a kthread
+//! holds the core the helper sleeps, the loop delivers grants itself, and it leaves the helper
+//! asleep.
 
 use std::io;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 
 use corral_handoff::{Delivery, HelperState, Mailbox, SpinBudget};
@@ -48,6 +53,8 @@ pub(super) struct HelperCounters {
 struct CoreHelper {
     cpu: usize,
     mailbox: Arc<Mailbox>,
+    /// The core is held by a kthread in the idle class: the helper is to sleep.
+    idle_class: Arc<AtomicBool>,
     counters: Arc<HelperCounters>,
     thread: Option<JoinHandle<()>>,
     /// When the post now in the mailbox was made (loop-private).
@@ -85,10 +92,12 @@ impl Handoffs {
         let mut cores = Vec::with_capacity(cpus.len());
         for &cpu in cpus {
             let mailbox = Arc::new(Mailbox::new());
+            let idle_class = Arc::new(AtomicBool::new(false));
             let counters = Arc::new(HelperCounters::default());
             let (ready_tx, ready_rx) = std::sync::mpsc::channel();
             let thread = {
                 let (mailbox, counters) = (mailbox.clone(), counters.clone());
+                let idle_class = idle_class.clone();
                 std::thread::Builder::new()
                     .name(format!("corral-helper{cpu}"))
                     .spawn(move || {
@@ -98,13 +107,14 @@ impl Handoffs {
                         let ok = setup.is_ok();
                         let _ = ready_tx.send(setup);
                         if ok {
-                            helper_main(&mailbox, &counters, spin_max_ns);
+                            helper_main(&mailbox, &idle_class, &counters, spin_max_ns);
                         }
                     })?
             };
             let mut helper = CoreHelper {
                 cpu,
                 mailbox,
+                idle_class,
                 counters,
                 thread: Some(thread),
                 posted_at: None,
@@ -132,7 +142,8 @@ impl Handoffs {
     }
 
     /// Delivers a ring of `word` (already rung) to the kthread asleep on it, which iokerneld has
-    /// just pinned to allocator core `core`.
+    /// just pinned to allocator core `core`. A sleeping helper is woken too, unless the core is
+    /// held in the idle class (it would only go back to sleep).
     pub(super) fn deliver(&mut self, core: usize, word: &AtomicU32, now: u64) {
         let h = &mut self.cores[core];
         if let Some(stale) = h.mailbox.retract() {
@@ -148,16 +159,20 @@ impl Handoffs {
                 sys::futex_wake_shared(addr);
                 h.loop_wakes += 1;
                 h.posted_at = None;
-                if h.mailbox.wake_helper() {
+                if !h.idle_class.load(Ordering::Relaxed) && h.mailbox.wake_helper() {
                     sys::futex_wake_private(h.mailbox.wakeup_word());
                 }
             }
         }
     }
 
-    /// Records whether a kthread holds allocator core `core`.
-    pub(super) fn set_occupied(&self, core: usize, occupied: bool) {
-        self.cores[core].mailbox.set_occupied(occupied);
+    /// Records whether a kthread holds allocator core `core`, and whether it runs in the idle
+    /// class (then the helper sleeps).
+    pub(super) fn set_occupied(&self, core: usize, occupied: bool, idle_class: bool) {
+        let h = &self.cores[core];
+        h.idle_class
+            .store(occupied && idle_class, Ordering::Relaxed);
+        h.mailbox.set_occupied(occupied);
     }
 
     /// Delivers, from the loop, every post a helper has left unclaimed for too long.
@@ -216,7 +231,12 @@ impl Drop for Handoffs {
 
 /// A helper's life: watch the mailbox while the core is idle, wake what is posted, yield to a
 /// kthread that holds the core, sleep once the spin budget is spent.
-fn helper_main(mailbox: &Mailbox, counters: &HelperCounters, spin_max_ns: u64) {
+fn helper_main(
+    mailbox: &Mailbox,
+    idle_class: &AtomicBool,
+    counters: &HelperCounters,
+    spin_max_ns: u64,
+) {
     let mut budget = SpinBudget::new(MIN_SPIN_NS, spin_max_ns);
     counters
         .spin_limit_ns
@@ -239,7 +259,9 @@ fn helper_main(mailbox: &Mailbox, counters: &HelperCounters, spin_max_ns: u64) {
             continue;
         }
         let now = now_ns();
-        if mailbox.occupied() {
+        // Held in the idle class: the core is busy, and this thread would share it.
+        let held_in_idle_class = idle_class.load(Ordering::Relaxed);
+        if mailbox.occupied() && !held_in_idle_class {
             // Either its kthread parked and the loop has not seen it yet, or Linux gave this
             // thread a slice while the kthread runs: then give it back.
             let since = *occupied_since.get_or_insert(now);
@@ -255,7 +277,7 @@ fn helper_main(mailbox: &Mailbox, counters: &HelperCounters, spin_max_ns: u64) {
                 // The loop just saw the core's kthread park: the idle gap starts now.
                 idle_since = now;
             }
-            if now.saturating_sub(idle_since) > budget.limit_ns() {
+            if held_in_idle_class || now.saturating_sub(idle_since) > budget.limit_ns() {
                 match mailbox.announce_sleep() {
                     Err(Some(target)) => {
                         // A grant just as the budget ran out: the gap ends now.
@@ -278,8 +300,11 @@ fn helper_main(mailbox: &Mailbox, counters: &HelperCounters, spin_max_ns: u64) {
                         }
                         // Woken once the loop delivered a grant itself; running again once the
                         // core is idle. The gap was at least this long: what the budget needs
-                        // to know is that it outlasted the spin.
-                        budget.record_gap(now_ns().saturating_sub(idle_since));
+                        // to know is that it outlasted the spin (a core held in the idle class
+                        // was not idle: nothing to learn).
+                        if !held_in_idle_class {
+                            budget.record_gap(now_ns().saturating_sub(idle_since));
+                        }
                     }
                 }
                 counters

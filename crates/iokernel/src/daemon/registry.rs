@@ -62,6 +62,8 @@ pub(super) struct TenantCounters {
     pub(super) kicks_timer: u64,
     /// Kicks sent because a runnable uthread waited a whole period behind one that spins.
     pub(super) kicks_run_queue: u64,
+    /// Cores taken from its idle-class kthreads by waking the taker on top of them.
+    pub(super) taken_in_place: u64,
 }
 
 /// How long this runtime's kthreads took to give up a core when asked: from the preemption

@@ -105,6 +105,10 @@ pub struct GlobalStats {
     /// Preemptions answered within the grace period (`cede_grace_us`), with no signal.
     #[serde(default)]
     pub cedes_cooperative: u64,
+    /// Cores taken from kthreads in the idle class (runtimes registered as `idle_class`) by
+    /// waking the taker on top of them, with no request and no signal.
+    #[serde(default)]
+    pub taken_in_place: u64,
     /// The `handover` setting: `local` or `remote`.
     #[serde(default)]
     pub handover: String,
@@ -175,6 +179,9 @@ pub struct RuntimeStats {
     /// that did not yield.
     #[serde(default)]
     pub kicks_run_queue: u64,
+    /// Cores taken from its kthreads by waking the taker on top of them (`idle_class`).
+    #[serde(default)]
+    pub taken_in_place: u64,
     pub demotions: u64,
     pub stale_commands: u64,
     /// Its kthreads that are active now (those frames are steered to).
@@ -288,6 +295,7 @@ impl Daemon {
             preemptions_signalled: c.preemptions_signalled,
             preemptions_signalled_at_once: c.preemptions_signalled_at_once,
             cedes_cooperative: c.cedes_cooperative,
+            taken_in_place: c.taken_in_place,
             handover: self.config.handover.name().to_owned(),
             cede_grace_us: self.config.cede_grace_us,
             share_quantum_us: self.config.share_quantum_us,
@@ -330,6 +338,7 @@ impl Daemon {
                     kicks_ingress: r.counters.kicks_ingress,
                     kicks_timer: r.counters.kicks_timer,
                     kicks_run_queue: r.counters.kicks_run_queue,
+                    taken_in_place: r.counters.taken_in_place,
                     demotions: r.counters.demotions,
                     stale_commands: r.counters.stale_commands,
                     active_kthreads: r.active.clone(),

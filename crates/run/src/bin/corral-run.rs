@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 
 const USAGE: &str = "usage: corral-run [--iokerneld SOCK] [--name N] [--kthreads N] \
-[--guaranteed N] [--max-cores N] -- PROGRAM ARGS...";
+[--guaranteed N] [--max-cores N] [--preemption idle-class|signal] -- PROGRAM ARGS...";
 
 /// The shim's file name, next to this binary in a cargo target directory or an install.
 const SHIM_FILE: &str = "libcorral_shim.so";
@@ -52,6 +52,7 @@ fn parse(mut args: impl Iterator<Item = OsString>) -> Result<Launch, String> {
             "--kthreads" => "CORRAL_RUN_KTHREADS",
             "--guaranteed" => "CORRAL_RUN_GUARANTEED",
             "--max-cores" => "CORRAL_RUN_MAX_CORES",
+            "--preemption" => "CORRAL_RUN_PREEMPTION",
             _ => return Err(format!("unknown option {flag}")),
         };
         if seen.contains(&flag.to_owned()) {
@@ -69,18 +70,25 @@ fn parse(mut args: impl Iterator<Item = OsString>) -> Result<Launch, String> {
                 }
                 value
             }
+            "--preemption" => {
+                if !matches!(value.as_str(), "idle-class" | "signal") {
+                    return Err(format!(
+                        "--preemption {value:?}: expected idle-class or signal"
+                    ));
+                }
+                value
+            }
             _ => number(flag, &value)?,
         };
         env.push((key, value));
     };
     let has = |k: &str| env.iter().any(|(key, _)| *key == k);
-    for dependent in ["CORRAL_RUN_NAME", "CORRAL_RUN_GUARANTEED"] {
+    for (dependent, flag) in [
+        ("CORRAL_RUN_NAME", "--name"),
+        ("CORRAL_RUN_GUARANTEED", "--guaranteed"),
+        ("CORRAL_RUN_PREEMPTION", "--preemption"),
+    ] {
         if has(dependent) && !has("CORRAL_IOKERNELD") {
-            let flag = if dependent == "CORRAL_RUN_NAME" {
-                "--name"
-            } else {
-                "--guaranteed"
-            };
             return Err(format!("{flag} needs --iokerneld"));
         }
     }
