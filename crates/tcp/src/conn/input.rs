@@ -220,9 +220,7 @@ impl Connection {
         let wnd = self.rbuf.window() as u32;
         let in_window = |s: Seq| s.ge(self.rcv_nxt) && (s - self.rcv_nxt) < wnd;
         let acceptable = if seg_len == 0 {
-            // Also at the right edge, as Linux accepts it: a sender whose data went past a
-            // window that then closed sends its ACKs there (see `Connection::ack_only_seq`).
-            seq == self.rcv_nxt || in_window(seq) || (!rst && seq == self.rcv_nxt + wnd)
+            seq == self.rcv_nxt || in_window(seq)
         } else {
             in_window(seq)
                 || in_window(seq + (seg_len - 1))
