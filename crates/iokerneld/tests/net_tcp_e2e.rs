@@ -150,6 +150,9 @@ fn or_dump_after<T: Send>(
                 }
             }
             eprintln!("iokerneld: {:#}", daemon.iokerneld.stats());
+            // No destructor runs after the abort: iokerneld would outlive the test.
+            // SAFETY: kill(2) on iokerneld's pid, a child this process has not reaped.
+            unsafe { libc::kill(daemon.iokerneld.pid() as i32, libc::SIGKILL) };
             std::process::abort();
         });
         let out = body();

@@ -285,6 +285,25 @@ impl CoreDriver {
                 };
                 kt.view.publish_wake_decision(decided);
                 let idle_class = entry.preemption == PreemptionMode::IdleClass;
+                if kt.in_place {
+                    // Still on its CPU and runnable since its core was taken in place: it
+                    // needs only to be where the grant says.
+                    kt.in_place = false;
+                    match place(kt, cpu, idle_class) {
+                        Ok(()) => {
+                            if let Some(h) = &self.handoffs {
+                                h.set_occupied(core.index(), true, idle_class);
+                            }
+                            self.counters.wakes += 1;
+                            net::refresh_active(&*self.alloc, entry);
+                        }
+                        Err(e) => registry.mark_for_eviction(
+                            runtime,
+                            format!("cannot move kthread {} to CPU {cpu}: {e}", kthread.0),
+                        ),
+                    }
+                    return;
+                }
                 match wake(kt, cpu, idle_class) {
                     Ok(()) => {
                         let word = kt.view.wake_word();
@@ -430,6 +449,9 @@ impl CoreDriver {
         now: u64,
     ) {
         let victim_runtime = entry.id;
+        if let Some(kt) = entry.kthreads.get_mut(victim_kthread.index()) {
+            kt.in_place = true;
+        }
         entry.counters.taken_in_place += 1;
         self.counters.taken_in_place += 1;
         if let Some(h) = &self.handoffs {
@@ -516,6 +538,8 @@ fn command(
                 // and nothing else would ever get that work a core again.
                 runtime.counters.stale_commands += 1;
                 driver.counters.stale_commands += 1;
+                // A kthread taken in place that parks now waits for a `Grant`.
+                runtime.kthreads[index].in_place = false;
                 if command == Command::Yielded && slot.flags() & flags::HAS_WORK != 0 {
                     let now = driver.now();
                     driver
@@ -711,10 +735,23 @@ fn observe_runtime(driver: &mut CoreDriver, runtime: &mut Tenant, now: u64) -> R
     Ok(())
 }
 
-/// Pins a kthread to `cpu` in its scheduling class (the idle class for a runtime of
-/// `PreemptionMode::IdleClass`, else the normal one, restored if it was demoted), tells it which
-/// core it holds, and rings its wake word; the caller then wakes the futex (or has it woken).
+/// Pins a kthread to `cpu` in its scheduling class (see [`place`]), tells it which core it
+/// holds, and rings its wake word; the caller then wakes the futex (or has it woken).
 fn wake(kt: &mut Kthread, cpu: usize, idle_class: bool) -> Result<(), String> {
+    place(kt, cpu, idle_class)?;
+    kt.ingress
+        .push_control(Slot::value(Command::Grant, cpu as u64))
+        .map_err(|_| "its ingress ring is full".to_owned())?;
+    kt.view.publish_wake_sent(sys::now_ns());
+    kt.view
+        .wake_word()
+        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    Ok(())
+}
+
+/// Pins a kthread to `cpu` in its scheduling class: the idle class for a runtime of
+/// `PreemptionMode::IdleClass`, else the normal one (restored if it was demoted).
+fn place(kt: &mut Kthread, cpu: usize, idle_class: bool) -> Result<(), String> {
     if kt.idle_policy != idle_class {
         sys::set_idle_policy(kt.tid, idle_class).map_err(|e| {
             let class = if idle_class {
@@ -730,13 +767,6 @@ fn wake(kt: &mut Kthread, cpu: usize, idle_class: bool) -> Result<(), String> {
         corral_affinity::set_thread_affinity(kt.tid, &[cpu]).map_err(|e| e.to_string())?;
         kt.pinned = Some(cpu);
     }
-    kt.ingress
-        .push_control(Slot::value(Command::Grant, cpu as u64))
-        .map_err(|_| "its ingress ring is full".to_owned())?;
-    kt.view.publish_wake_sent(sys::now_ns());
-    kt.view
-        .wake_word()
-        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     Ok(())
 }
 

@@ -172,6 +172,7 @@ fn tenant(
             cede_deadline: None,
             cede_rung: view.cede_word().load(std::sync::atomic::Ordering::SeqCst),
             net_watch: Default::default(),
+            in_place: false,
         });
     }
     let shared_last = kthreads

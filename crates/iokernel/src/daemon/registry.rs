@@ -33,8 +33,12 @@ pub(super) struct Kthread {
     pub(super) linger: bool,
     /// The CPU it was last pinned to by a wake, `None` if it has not been or was moved since.
     pub(super) pinned: Option<usize>,
-    /// It was demoted to `SCHED_IDLE` and must be restored before it runs on a managed core.
+    /// It runs at `SCHED_IDLE`: demoted, or a kthread of an idle-class runtime.
     pub(super) idle_policy: bool,
+    /// Its core was taken in place (idle class) and it has not parked since: it is still on its
+    /// CPU, runnable, so its next grant needs no `Grant` and no wake-up (it may not poll its
+    /// ingress ring for a long time, and `Grant`s would fill it).
+    pub(super) in_place: bool,
     /// When it was last sent the preemption signal, for the preemption latency statistic.
     pub(super) preempt_sent_at: Option<u64>,
     /// Asked to give up its core and not signalled yet: when its grace period ends.

@@ -192,6 +192,14 @@ impl<S: DeserializeOwned + Debug> Daemon<S> {
     }
 }
 
+impl<S> Daemon<S> {
+    /// Its process id, to kill it where no destructor will run (before an abort).
+    #[allow(dead_code)]
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
 impl<S> Drop for Daemon<S> {
     fn drop(&mut self) {
         let _ = self.child.kill();
