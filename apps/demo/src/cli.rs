@@ -124,9 +124,12 @@ pub struct Args {
     #[arg(long, default_value_t = 20)]
     pub cede_grace_us: u64,
 
-    /// How iokerneld takes the core back from the Corral batch job.
-    #[arg(long, value_enum, default_value_t = BatchPreemption::IdleClass)]
-    pub batch_preemption: BatchPreemption,
+    /// How iokerneld takes the core back from the Corral batch job [default: asked for the
+    /// Monte Carlo job, which cedes at a preemption point within microseconds and no
+    /// interrupt; idle-class for a `--batch-cmd` program, which has no preemption points, so
+    /// that a hand-over is one wake-up rather than a signal, a park and a wake-up].
+    #[arg(long, value_enum)]
+    pub batch_preemption: Option<BatchPreemption>,
 
     /// Allocation intervals to compare, microseconds (intervals experiment).
     #[arg(long, value_delimiter = ',', default_value = "5,25,50,100,1000")]
@@ -474,7 +477,13 @@ impl Args {
             spin_before_park_us: self.spin_before_park_us,
             handover: self.handover,
             cede_grace_us: self.cede_grace_us,
-            batch_preemption: self.batch_preemption,
+            batch_preemption: self
+                .batch_preemption
+                .unwrap_or(if self.batch_cmd.is_some() {
+                    BatchPreemption::IdleClass
+                } else {
+                    BatchPreemption::Asked
+                }),
             intervals: self.intervals.clone(),
             window_ms: self.window_ms,
             burst_base: self.burst_base,

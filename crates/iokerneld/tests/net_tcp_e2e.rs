@@ -143,10 +143,8 @@ fn or_dump_after<T: Send>(
                     rt.shared_runnable(),
                     rt.iokernel_kthread_stats()
                 );
-                if let Some(net) = rt.net_stats() {
-                    for c in &net.tcp.live {
-                        eprintln!("  {} -> {}: {:?} {}", c.local, c.remote, c.state, c.detail);
-                    }
+                for c in rt.describe_tcp_connections() {
+                    eprintln!("  {c}");
                 }
             }
             eprintln!("iokerneld: {:#}", daemon.iokerneld.stats());

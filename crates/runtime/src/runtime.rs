@@ -177,6 +177,17 @@ impl Runtime {
         self.shared().live_uthreads()
     }
 
+    /// Each live TCP connection described for diagnostics (a stalled transfer): endpoints,
+    /// state, sequence variables, windows and timers, and the runtime's timer and waiters. The
+    /// format may change; formatting costs, so this is not for polling.
+    pub fn describe_tcp_connections(&self) -> Vec<String> {
+        self.shared()
+            .net
+            .as_ref()
+            .map(|n| n.describe_tcp_connections())
+            .unwrap_or_default()
+    }
+
     /// The network stack's counters (packets, bytes, ARP, every drop reason, each socket);
     /// `None` without a network configured. Cheap enough to read while traffic flows.
     pub fn net_stats(&self) -> Option<crate::net::NetStats> {

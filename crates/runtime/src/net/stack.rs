@@ -877,6 +877,12 @@ impl NetStack {
     // -----------------------------------------------------------------------------------------
     // Counters
 
+    /// Each live TCP connection described for diagnostics (see
+    /// `TcpLayer::describe_connections`).
+    pub fn describe_tcp_connections(&self) -> Vec<String> {
+        self.tcp.describe_connections(self)
+    }
+
     pub fn stats(&self) -> NetStats {
         let c = &self.counters;
         let get = |a: &AtomicU64| a.load(Relaxed);

@@ -106,9 +106,6 @@ pub struct TcpConnInfo {
     /// Bytes the engine holds for it (buffers, queues), as `Connection::memory` reports.
     pub memory: usize,
     pub stats: ConnStats,
-    /// The engine's sequence variables, windows and timers, and the runtime's side (timer
-    /// armed, blocked readers and writers), for diagnostics; the format may change.
-    pub detail: String,
 }
 
 /// The TCP part of [`crate::net::NetStats`].
@@ -761,13 +758,6 @@ impl TcpLayer {
         for cell in &cells {
             pending_overflow += cell.pending_overflow();
             let mut held = Held::enter(stack, cell);
-            let runtime_side = format!(
-                "timer armed for {:?}, tx blocked {}, readers {}, writers {}",
-                cell.armed_deadline(),
-                held.owned_state().tx_blocked,
-                cell.readers.maybe_waiters(),
-                cell.writers.maybe_waiters(),
-            );
             let conn = held.conn();
             counters.absorb(conn.stats());
             let ends = conn.ends();
@@ -777,7 +767,6 @@ impl TcpLayer {
                 state: conn.state(),
                 memory: conn.memory(),
                 stats: conn.stats().clone(),
-                detail: format!("{conn:?}; {runtime_side}"),
             });
         }
         live.sort_by_key(|i| (i.local.port(), i.remote.port(), *i.remote.ip()));
@@ -790,6 +779,32 @@ impl TcpLayer {
             pending_overflow,
             live,
         }
+    }
+}
+
+impl TcpLayer {
+    /// Each live connection described for diagnostics: its endpoints, the engine's sequence
+    /// variables, windows and timers, and the runtime's side (timer armed, transmit blocked,
+    /// blocked readers and writers). Formatting is not cheap: not for the statistics path.
+    pub fn describe_connections(&self, stack: &NetStack) -> Vec<String> {
+        let mut cells = Vec::new();
+        for shard in self.shards.iter() {
+            cells.extend(shard.lock().values().cloned());
+        }
+        cells
+            .iter()
+            .map(|cell| {
+                let mut held = Held::enter(stack, cell);
+                let (armed, tx_blocked) = (cell.armed_deadline(), held.owned_state().tx_blocked);
+                format!(
+                    "{:?}; timer armed for {armed:?}, tx blocked {tx_blocked}, readers {}, \
+                     writers {}",
+                    held.conn(),
+                    cell.readers.maybe_waiters(),
+                    cell.writers.maybe_waiters(),
+                )
+            })
+            .collect()
     }
 }
 
