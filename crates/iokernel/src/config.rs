@@ -87,7 +87,7 @@ pub struct SettingArgs {
     /// `share_quantum_us`: microseconds a runtime keeps a granted core before a runtime at or
     /// above its guaranteed cores (one with none included) may preempt it; a runtime below its
     /// guarantee preempts at once, so latency-critical runtimes need a guarantee. 0 lets
-    /// runtimes of equal standing take cores from each other at every pass [default: 0].
+    /// runtimes of equal standing take cores from each other at every pass [default: 1000].
     #[arg(long, value_name = "MICROSECONDS")]
     pub share_quantum_us: Option<u64>,
 
