@@ -286,6 +286,15 @@ fn stat_of(text: &str) -> Option<(u32, u64)> {
     Some((ppid, ticks))
 }
 
+/// Whether a `/proc/PID/stat` line is a zombie's: it has exited, and its line no longer counts
+/// the children it waited for (a shell that ran the job reads as the shell's own few ticks), so
+/// the job's time would seem to fall to nothing.
+fn is_zombie(text: &str) -> bool {
+    text.rfind(')')
+        .and_then(|i| text[i + 1..].split_whitespace().next())
+        == Some("Z")
+}
+
 /// Clock ticks to microseconds.
 fn ticks_to_us(ticks: u64) -> u64 {
     // SAFETY: sysconf has no preconditions.
@@ -297,6 +306,9 @@ fn ticks_to_us(ticks: u64) -> u64 {
 /// for); `None` once it is gone.
 pub fn process_cpu_us(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    if is_zombie(&stat) {
+        return None;
+    }
     let (_, ticks) = stat_of(&stat)?;
     Some(ticks_to_us(ticks))
 }
@@ -305,6 +317,9 @@ pub fn process_cpu_us(pid: u32) -> Option<u64> {
 /// them waited for; `None` once `root` is gone.
 pub fn tree_cpu_us(root: u32) -> Option<u64> {
     let root_stat = std::fs::read_to_string(format!("/proc/{root}/stat")).ok()?;
+    if is_zombie(&root_stat) {
+        return None;
+    }
     let (_, root_ticks) = stat_of(&root_stat)?;
     let mut parent_of = std::collections::HashMap::new();
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
@@ -436,6 +451,10 @@ mod tests {
     fn cpu_time_counts_the_process_tree() {
         let line = "1234 (a (weird) name) R 77 1 1 0 -1 4194304 100 0 0 0 250 50 7 3 20 0 1 0";
         assert_eq!(stat_of(line), Some((77, 310)));
+        assert!(!is_zombie(line));
+        assert!(is_zombie(
+            "1234 (a (Z) name) Z 77 1 1 0 -1 4194304 0 0 0 0 0 0 0 0 20 0 1 0"
+        ));
         // A shell whose child burns CPU: the child's time counts while it runs.
         let mut sh = std::process::Command::new("sh")
             .args([
