@@ -749,10 +749,7 @@ impl TcpLayer {
         for l in &listeners {
             merge(&mut counters, &l.counters());
         }
-        let mut cells = Vec::new();
-        for shard in self.shards.iter() {
-            cells.extend(shard.lock().values().cloned());
-        }
+        let cells = self.live_cells();
         let mut live = Vec::with_capacity(cells.len());
         let mut pending_overflow = 0;
         for cell in &cells {
@@ -783,15 +780,21 @@ impl TcpLayer {
 }
 
 impl TcpLayer {
-    /// Each live connection described for diagnostics: its endpoints, the engine's sequence
-    /// variables, windows and timers, and the runtime's side (timer armed, transmit blocked,
-    /// blocked readers and writers). Formatting is not cheap: not for the statistics path.
-    pub fn describe_connections(&self, stack: &NetStack) -> Vec<String> {
+    /// Every connection in the table, taken out of the shards so that no shard lock is held
+    /// while a connection is entered.
+    fn live_cells(&self) -> Vec<Arc<ConnCell>> {
         let mut cells = Vec::new();
         for shard in self.shards.iter() {
             cells.extend(shard.lock().values().cloned());
         }
         cells
+    }
+
+    /// Each live connection described for diagnostics: its endpoints, the engine's sequence
+    /// variables, windows and timers, and the runtime's side (timer armed, transmit blocked,
+    /// blocked readers and writers). Formatting is not cheap: not for the statistics path.
+    pub fn describe_connections(&self, stack: &NetStack) -> Vec<String> {
+        self.live_cells()
             .iter()
             .map(|cell| {
                 let mut held = Held::enter(stack, cell);
