@@ -132,6 +132,64 @@ impl ConnStats {
     pub fn drop(&mut self, why: TcpDrop) {
         self.drops[why as usize] += 1;
     }
+
+    /// Adds every count of `other`.
+    pub fn add(&mut self, other: &ConnStats) {
+        self.combine(other, u64::wrapping_add);
+    }
+
+    /// Adds what each count grew by from `then` to `now` (two readings of one connection's
+    /// stats; counts only grow).
+    pub fn add_growth(&mut self, now: &ConnStats, then: &ConnStats) {
+        self.combine(now, u64::wrapping_add);
+        self.combine(then, u64::wrapping_sub);
+    }
+
+    /// Applies `op` to each count and its counterpart in `other`; the one list of the fields.
+    fn combine(&mut self, other: &ConnStats, op: fn(u64, u64) -> u64) {
+        let ConnStats {
+            segments_in,
+            segments_out,
+            bytes_in,
+            bytes_out,
+            rto_retransmits,
+            fast_retransmits,
+            syn_retransmits,
+            timeouts,
+            recoveries,
+            dup_acks_in,
+            ooo_segments,
+            duplicate_segments,
+            delayed_acks,
+            challenge_acks,
+            zero_window_probes,
+            keepalive_probes,
+            drops,
+        } = self;
+        for (total, n) in [
+            (segments_in, other.segments_in),
+            (segments_out, other.segments_out),
+            (bytes_in, other.bytes_in),
+            (bytes_out, other.bytes_out),
+            (rto_retransmits, other.rto_retransmits),
+            (fast_retransmits, other.fast_retransmits),
+            (syn_retransmits, other.syn_retransmits),
+            (timeouts, other.timeouts),
+            (recoveries, other.recoveries),
+            (dup_acks_in, other.dup_acks_in),
+            (ooo_segments, other.ooo_segments),
+            (duplicate_segments, other.duplicate_segments),
+            (delayed_acks, other.delayed_acks),
+            (challenge_acks, other.challenge_acks),
+            (zero_window_probes, other.zero_window_probes),
+            (keepalive_probes, other.keepalive_probes),
+        ] {
+            *total = op(*total, n);
+        }
+        for (total, &n) in drops.iter_mut().zip(&other.drops) {
+            *total = op(*total, n);
+        }
+    }
 }
 
 /// Totals over a stack's connections, plus what happened outside any connection.
@@ -154,26 +212,7 @@ pub struct TcpCounters {
 impl TcpCounters {
     /// Adds a connection's stats (when it closes, or for a snapshot).
     pub fn absorb(&mut self, s: &ConnStats) {
-        let c = &mut self.conns;
-        c.segments_in += s.segments_in;
-        c.segments_out += s.segments_out;
-        c.bytes_in += s.bytes_in;
-        c.bytes_out += s.bytes_out;
-        c.rto_retransmits += s.rto_retransmits;
-        c.fast_retransmits += s.fast_retransmits;
-        c.syn_retransmits += s.syn_retransmits;
-        c.timeouts += s.timeouts;
-        c.recoveries += s.recoveries;
-        c.dup_acks_in += s.dup_acks_in;
-        c.ooo_segments += s.ooo_segments;
-        c.duplicate_segments += s.duplicate_segments;
-        c.delayed_acks += s.delayed_acks;
-        c.challenge_acks += s.challenge_acks;
-        c.zero_window_probes += s.zero_window_probes;
-        c.keepalive_probes += s.keepalive_probes;
-        for (total, n) in c.drops.iter_mut().zip(s.drops) {
-            *total += n;
-        }
+        self.conns.add(s);
     }
 
     /// Counts a drop outside any connection.
@@ -186,6 +225,31 @@ impl TcpCounters {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn growth_between_two_readings_adds_up_to_the_last_reading() {
+        let mut first = ConnStats {
+            segments_in: 3,
+            bytes_out: 700,
+            keepalive_probes: 1,
+            ..ConnStats::default()
+        };
+        first.drop(TcpDrop::ALL[0]);
+        let mut second = first.clone();
+        second.segments_in += 4;
+        second.bytes_out += 1_000;
+        second.delayed_acks += 2;
+        second.drop(TcpDrop::ALL[TcpDrop::COUNT - 1]);
+        let mut total = ConnStats::default();
+        total.add_growth(&first, &ConnStats::default());
+        total.add_growth(&second, &first);
+        assert_eq!(total, second);
+        let mut sum = first.clone();
+        sum.add(&second);
+        assert_eq!(sum.bytes_out, 2_400);
+        assert_eq!(sum.drops[0], 2);
+        assert_eq!(sum.keepalive_probes, 2);
+    }
 
     #[test]
     fn all_is_in_declaration_order_with_unique_names() {

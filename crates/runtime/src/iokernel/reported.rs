@@ -16,12 +16,27 @@ use crate::sched::Shared;
 /// How often the block is refreshed while the runtime runs.
 pub(crate) const REPORT_EVERY_NS: u64 = 10_000_000;
 
+/// The slot named `$name` in [`REPORTED_COUNTERS`], found at compile time.
+macro_rules! slot {
+    ($name:literal) => {
+        const {
+            match reported_index($name) {
+                Some(i) => i,
+                None => panic!(concat!($name, " is not in corral_abi::REPORTED_COUNTERS")),
+            }
+        }
+    };
+}
+
 /// The runtime's end of the block.
 pub(crate) struct Reporter {
     block: &'static ReportedCounters,
     /// When the block is next due (monotonic ns); claimed with a compare-exchange so that one
     /// kthread writes it per period.
     next_due: AtomicU64,
+    /// The slot of each TCP drop reason (by `TcpDrop as usize`); past the block for a reason
+    /// without one, which `store` ignores.
+    tcp_drop_slots: [usize; corral_tcp::TcpDrop::COUNT],
 }
 
 impl Reporter {
@@ -29,6 +44,7 @@ impl Reporter {
         Reporter {
             block,
             next_due: AtomicU64::new(0),
+            tcp_drop_slots: corral_tcp::TcpDrop::ALL.map(|r| drop_slot(r).unwrap_or(usize::MAX)),
         }
     }
 
@@ -55,70 +71,72 @@ impl Reporter {
     }
 
     fn publish(&self, rt: &Shared, now: u64) {
-        let put = |name: &str, value: u64| {
-            if let Some(i) = reported_index(name) {
-                self.block.store(i, value);
-            } else {
-                debug_assert!(false, "{name} is not in corral_abi::REPORTED_COUNTERS");
-            }
-        };
         let kicks = rt
             .kthreads
             .iter()
             .filter_map(|k| k.iok.as_ref())
             .map(|k| k.kicks.load(Ordering::Relaxed))
             .sum();
-        put("sched.kicks", kicks);
+        self.put(slot!("sched.kicks"), kicks);
         if let Some(net) = &rt.net {
-            let s = net.stats();
-            put("net.rx_packets", s.rx_packets);
-            put("net.rx_bytes", s.rx_bytes);
-            put("net.tx_packets", s.tx_packets);
-            put("net.tx_bytes", s.tx_bytes);
-            put("net.loopback_packets", s.loopback_packets);
-            put("net.icmp_echo_requests", s.icmp_echo_requests);
-            put("net.icmp_echo_replies_sent", s.icmp_echo_replies_sent);
-            put("net.udp_rx_datagrams", s.udp_rx_datagrams);
-            put("net.udp_tx_datagrams", s.udp_tx_datagrams);
-            put("net.drops", s.total_drops());
+            let s = net.totals();
+            for (slot, value) in [
+                (slot!("net.rx_packets"), s.rx_packets),
+                (slot!("net.rx_bytes"), s.rx_bytes),
+                (slot!("net.tx_packets"), s.tx_packets),
+                (slot!("net.tx_bytes"), s.tx_bytes),
+                (slot!("net.loopback_packets"), s.loopback_packets),
+                (slot!("net.icmp_echo_requests"), s.icmp_echo_requests),
+                (
+                    slot!("net.icmp_echo_replies_sent"),
+                    s.icmp_echo_replies_sent,
+                ),
+                (slot!("net.udp_rx_datagrams"), s.udp_rx_datagrams),
+                (slot!("net.udp_tx_datagrams"), s.udp_tx_datagrams),
+                (slot!("net.drops"), s.total_drops()),
+            ] {
+                self.put(slot, value);
+            }
             let t = &s.tcp.counters;
             let c = &t.conns;
-            for (name, value) in [
-                ("tcp.segments_in", c.segments_in),
-                ("tcp.segments_out", c.segments_out),
-                ("tcp.bytes_in", c.bytes_in),
-                ("tcp.bytes_out", c.bytes_out),
-                ("tcp.rto_retransmits", c.rto_retransmits),
-                ("tcp.fast_retransmits", c.fast_retransmits),
-                ("tcp.syn_retransmits", c.syn_retransmits),
-                ("tcp.timeouts", c.timeouts),
-                ("tcp.recoveries", c.recoveries),
-                ("tcp.dup_acks_in", c.dup_acks_in),
-                ("tcp.ooo_segments", c.ooo_segments),
-                ("tcp.duplicate_segments", c.duplicate_segments),
-                ("tcp.delayed_acks", c.delayed_acks),
-                ("tcp.challenge_acks", c.challenge_acks),
-                ("tcp.zero_window_probes", c.zero_window_probes),
-                ("tcp.keepalive_probes", c.keepalive_probes),
-                ("tcp.active_opens", t.active_opens),
-                ("tcp.passive_opens", t.passive_opens),
-                ("tcp.failed_opens", t.failed_opens),
-                ("tcp.resets_sent", t.resets_sent),
-                ("tcp.resets_received", t.resets_received),
-                ("tcp.syn_cookies_sent", t.syn_cookies_sent),
-                ("tcp.syn_cookies_accepted", t.syn_cookies_accepted),
-                ("tcp.established_now", t.established_now),
-                ("tcp.table_peak", t.table_peak),
+            for (slot, value) in [
+                (slot!("tcp.segments_in"), c.segments_in),
+                (slot!("tcp.segments_out"), c.segments_out),
+                (slot!("tcp.bytes_in"), c.bytes_in),
+                (slot!("tcp.bytes_out"), c.bytes_out),
+                (slot!("tcp.rto_retransmits"), c.rto_retransmits),
+                (slot!("tcp.fast_retransmits"), c.fast_retransmits),
+                (slot!("tcp.syn_retransmits"), c.syn_retransmits),
+                (slot!("tcp.timeouts"), c.timeouts),
+                (slot!("tcp.recoveries"), c.recoveries),
+                (slot!("tcp.dup_acks_in"), c.dup_acks_in),
+                (slot!("tcp.ooo_segments"), c.ooo_segments),
+                (slot!("tcp.duplicate_segments"), c.duplicate_segments),
+                (slot!("tcp.delayed_acks"), c.delayed_acks),
+                (slot!("tcp.challenge_acks"), c.challenge_acks),
+                (slot!("tcp.zero_window_probes"), c.zero_window_probes),
+                (slot!("tcp.keepalive_probes"), c.keepalive_probes),
+                (slot!("tcp.active_opens"), t.active_opens),
+                (slot!("tcp.passive_opens"), t.passive_opens),
+                (slot!("tcp.failed_opens"), t.failed_opens),
+                (slot!("tcp.resets_sent"), t.resets_sent),
+                (slot!("tcp.resets_received"), t.resets_received),
+                (slot!("tcp.syn_cookies_sent"), t.syn_cookies_sent),
+                (slot!("tcp.syn_cookies_accepted"), t.syn_cookies_accepted),
+                (slot!("tcp.established_now"), t.established_now),
+                (slot!("tcp.table_peak"), t.table_peak),
             ] {
-                put(name, value);
+                self.put(slot, value);
             }
-            for reason in corral_tcp::TcpDrop::ALL {
-                if let Some(i) = drop_slot(reason) {
-                    self.block.store(i, c.drops[reason as usize]);
-                }
+            for (reason, &slot) in self.tcp_drop_slots.iter().enumerate() {
+                self.put(slot, c.drops[reason]);
             }
         }
-        put(REPORTED_COUNTERS[0], now);
+        self.put(slot!("published_at_ns"), now);
+    }
+
+    fn put(&self, slot: usize, value: u64) {
+        self.block.store(slot, value);
     }
 }
 

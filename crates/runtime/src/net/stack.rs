@@ -884,6 +884,17 @@ impl NetStack {
     }
 
     pub fn stats(&self) -> NetStats {
+        self.counted(true)
+    }
+
+    /// The totals of [`NetStack::stats`] for iokerneld's statistics, cheap enough for every
+    /// time a runtime goes quiet: no socket list, no connection list (`tcp.live`), and no
+    /// `tcp.pending_overflow` (it is per connection).
+    pub(crate) fn totals(&self) -> NetStats {
+        self.counted(false)
+    }
+
+    fn counted(&self, lists: bool) -> NetStats {
         let c = &self.counters;
         let get = |a: &AtomicU64| a.load(Relaxed);
         let mut drops: Vec<(&'static str, u64)> = DropReason::ALL
@@ -896,9 +907,12 @@ impl NetStack {
                 .map(|&r| (r.as_str(), get(&c.stack[r as usize]))),
         );
         let entries = self.arp.lock().len() as u64;
-        let sockets: Vec<Arc<Socket>> = self.sockets.lock().values().cloned().collect();
-        let mut sockets: Vec<SocketStats> = sockets.iter().map(|s| s.stats()).collect();
-        sockets.sort_by_key(|s| s.local.port());
+        let mut sockets: Vec<SocketStats> = Vec::new();
+        if lists {
+            let open: Vec<Arc<Socket>> = self.sockets.lock().values().cloned().collect();
+            sockets = open.iter().map(|s| s.stats()).collect();
+            sockets.sort_by_key(|s| s.local.port());
+        }
         NetStats {
             rx_packets: get(&c.rx_packets),
             rx_bytes: get(&c.rx_bytes),
@@ -920,7 +934,11 @@ impl NetStack {
             },
             drops,
             sockets,
-            tcp: self.tcp.stats(self),
+            tcp: if lists {
+                self.tcp.stats(self)
+            } else {
+                self.tcp.totals(self)
+            },
         }
     }
 }

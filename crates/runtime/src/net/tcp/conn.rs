@@ -21,11 +21,11 @@
 //! copies nothing.
 
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::collections::VecDeque;
 use std::sync::{Arc, Weak};
 
-use corral_tcp::{Connection, Endpoints, Events, State, TcpDrop};
+use corral_tcp::{ConnStats, Connection, Endpoints, Events, State, TcpDrop};
 use corral_wire::TcpSegment;
 
 use super::listen::ListenerCell;
@@ -64,6 +64,9 @@ pub(crate) struct Owned {
     pub tx_blocked: bool,
     /// The next hop's MAC and until when to use it without asking the ARP table.
     pub neighbour: Option<(corral_wire::MacAddr, u64)>,
+    /// The engine's stats when the counters were last reported to iokerneld (see
+    /// `TcpLayer::report_counters`).
+    pub reported: ConnStats,
 }
 
 /// One connection.
@@ -75,6 +78,8 @@ pub(crate) struct ConnCell {
     pub writers: WaitQueue,
     /// Earliest deadline a runtime timer is armed for, `u64::MAX` for none.
     armed: AtomicU64,
+    /// On the layer's list of connections whose stats changed since they were last reported.
+    unreported: AtomicBool,
 }
 
 // SAFETY: `owned` is only touched by the owner, which the gate makes unique (see `enter`).
@@ -99,10 +104,12 @@ impl ConnCell {
                 in_table: false,
                 tx_blocked: false,
                 neighbour: None,
+                reported: ConnStats::default(),
             }),
             readers: WaitQueue::new(),
             writers: WaitQueue::new(),
             armed: AtomicU64::new(u64::MAX),
+            unreported: AtomicBool::new(false),
         }
     }
 
@@ -163,6 +170,11 @@ impl ConnCell {
         Some(self.armed.load(Relaxed)).filter(|&d| d != u64::MAX)
     }
 
+    /// Takes the connection off the list of those to report; a change after this puts it back.
+    pub fn clear_unreported(&self) {
+        self.unreported.store(false, Relaxed);
+    }
+
     /// Pending segments dropped because the queue was full.
     pub fn pending_overflow(&self) -> u64 {
         self.gate.lock().overflow
@@ -220,6 +232,11 @@ impl<'a> Held<'a> {
     pub fn after(&mut self, events: Events, now: u64) {
         self.wake |= events;
         let stack = self.stack;
+        // The flag is only an optimisation: changes made while it is set are read by the
+        // reporter, which takes ownership after clearing it.
+        if !self.cell.unreported.load(Relaxed) && !self.cell.unreported.swap(true, Relaxed) {
+            stack.tcp.note_unreported(self.cell);
+        }
         let o = self.owned_state();
         o.tx_blocked = !stack.tcp.transmit(stack, o, now);
         if events.contains(Events::ESTABLISHED) && o.half_open {
@@ -305,6 +322,15 @@ impl<'a> Held<'a> {
         let ev = self.conn().on_segment(now, &seg);
         self.after(ev, now);
         true
+    }
+
+    /// Adds what the connection's stats grew by since they were last reported to `growth`,
+    /// and takes them as reported. The caller cleared `unreported` before taking ownership.
+    pub fn report_growth(&mut self, growth: &mut ConnStats) {
+        let o = self.owned_state();
+        let now = o.conn.stats();
+        growth.add_growth(now, &o.reported);
+        o.reported.clone_from(now);
     }
 
     /// For a uthread about to block: runs `enqueue` (which puts it on one of the connection's

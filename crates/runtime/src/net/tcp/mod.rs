@@ -162,8 +162,14 @@ pub(crate) struct TcpLayer {
     live: AtomicUsize,
     listeners: SpinLock<HashMap<u16, Arc<ListenerCell>>>,
     counters: LayerCounters,
-    /// Stats of closed connections and listeners.
-    retired: SpinLock<TcpCounters>,
+    /// Stats of closed connections.
+    retired_conns: SpinLock<ConnStats>,
+    /// Counters of closed listeners.
+    retired_listeners: SpinLock<TcpCounters>,
+    /// Connections whose stats changed since the counters were last reported to iokerneld.
+    unreported: SpinLock<Vec<Arc<ConnCell>>>,
+    /// The sum over every connection, closed ones included, of its stats as last reported.
+    reported_conns: SpinLock<ConnStats>,
     loopback: SpinLock<Loopback>,
     loopback_queued: AtomicBool,
     next_port: AtomicUsize,
@@ -189,7 +195,10 @@ impl TcpLayer {
             live: AtomicUsize::new(0),
             listeners: SpinLock::new(HashMap::new()),
             counters: LayerCounters::default(),
-            retired: SpinLock::new(TcpCounters::default()),
+            retired_conns: SpinLock::new(ConnStats::default()),
+            retired_listeners: SpinLock::new(TcpCounters::default()),
+            unreported: SpinLock::new(Vec::new()),
+            reported_conns: SpinLock::new(ConnStats::default()),
             loopback: SpinLock::new(Loopback {
                 frames: VecDeque::new(),
                 spare: Vec::new(),
@@ -287,7 +296,7 @@ impl TcpLayer {
         if removed.is_some() {
             self.live.fetch_sub(1, Relaxed);
         }
-        self.retired.lock().absorb(stats);
+        self.retired_conns.lock().add(stats);
         // `removed` (an Arc) drops here, outside the shard lock.
     }
 
@@ -361,7 +370,7 @@ impl TcpLayer {
             held.after(Events::NONE, now);
         }
         let counters = cell.counters();
-        merge(&mut self.retired.lock(), &counters);
+        merge(&mut self.retired_listeners.lock(), &counters);
     }
 
     fn listener_for(&self, local: SocketAddrV4) -> Option<Arc<ListenerCell>> {
@@ -732,23 +741,8 @@ impl TcpLayer {
     // Counters
 
     pub fn stats(&self, stack: &NetStack) -> TcpStats {
-        let mut counters = self.retired.lock().clone();
-        let c = &self.counters;
-        let layer = TcpCounters {
-            active_opens: c.active_opens.load(Relaxed),
-            failed_opens: c.failed_opens.load(Relaxed),
-            resets_sent: c.resets_sent.load(Relaxed),
-            resets_received: c.resets_received.load(Relaxed),
-            ..TcpCounters::default()
-        };
-        merge(&mut counters, &layer);
-        for (total, d) in counters.conns.drops.iter_mut().zip(&c.drops) {
-            *total += d.load(Relaxed);
-        }
-        let listeners: Vec<Arc<ListenerCell>> = self.listeners.lock().values().cloned().collect();
-        for l in &listeners {
-            merge(&mut counters, &l.counters());
-        }
+        let mut counters = self.counters_besides_connections();
+        counters.absorb(&self.retired_conns.lock());
         let cells = self.live_cells();
         let mut live = Vec::with_capacity(cells.len());
         let mut pending_overflow = 0;
@@ -767,15 +761,82 @@ impl TcpLayer {
             });
         }
         live.sort_by_key(|i| (i.local.port(), i.remote.port(), *i.remote.ip()));
-        counters.established_now = self.live.load(Relaxed) as u64;
-        counters.table_peak = c.table_peak.load(Relaxed);
         TcpStats {
             counters,
             connections: self.live.load(Relaxed) as u64,
-            listeners: listeners.len() as u64,
+            listeners: self.listeners.lock().len() as u64,
             pending_overflow,
             live,
         }
+    }
+
+    /// The totals of [`TcpLayer::stats`] (`TcpStats::counters`), at a cost that grows with the
+    /// connections changed since the last call rather than with all of them: iokerneld's
+    /// report is refreshed every time a runtime goes quiet, up to once per request on a
+    /// request/response server. Each connection's stats as last reported are kept with it,
+    /// and their sum here; only what changed since is read. Scheduler context.
+    pub fn report_counters(&self, stack: &NetStack) -> TcpCounters {
+        let mut changed = core::mem::take(&mut *self.unreported.lock());
+        let mut growth = ConnStats::default();
+        for cell in &changed {
+            cell.clear_unreported();
+            Held::enter(stack, cell).report_growth(&mut growth);
+        }
+        changed.clear();
+        {
+            // Hand the buffer back, unless connections were noted meanwhile.
+            let mut list = self.unreported.lock();
+            if list.is_empty() {
+                core::mem::swap(&mut *list, &mut changed);
+            }
+        }
+        let mut counters = self.counters_besides_connections();
+        let mut reported = self.reported_conns.lock();
+        reported.add(&growth);
+        counters.absorb(&reported);
+        counters
+    }
+
+    /// [`TcpLayer::report_counters`] with the layer's sizes: a [`TcpStats`] without the
+    /// per-connection parts (`live`, `pending_overflow`).
+    pub fn totals(&self, stack: &NetStack) -> TcpStats {
+        TcpStats {
+            counters: self.report_counters(stack),
+            connections: self.live.load(Relaxed) as u64,
+            listeners: self.listeners.lock().len() as u64,
+            pending_overflow: 0,
+            live: Vec::new(),
+        }
+    }
+
+    /// Notes that a connection's stats changed (once until the next report).
+    pub(super) fn note_unreported(&self, cell: &Arc<ConnCell>) {
+        self.unreported.lock().push(cell.clone());
+    }
+
+    /// What is counted outside connections: the layer's own counters and drops, and the
+    /// listeners' (closed ones included).
+    fn counters_besides_connections(&self) -> TcpCounters {
+        let mut counters = self.retired_listeners.lock().clone();
+        let c = &self.counters;
+        let layer = TcpCounters {
+            active_opens: c.active_opens.load(Relaxed),
+            failed_opens: c.failed_opens.load(Relaxed),
+            resets_sent: c.resets_sent.load(Relaxed),
+            resets_received: c.resets_received.load(Relaxed),
+            ..TcpCounters::default()
+        };
+        merge(&mut counters, &layer);
+        for (total, d) in counters.conns.drops.iter_mut().zip(&c.drops) {
+            *total += d.load(Relaxed);
+        }
+        let listeners: Vec<Arc<ListenerCell>> = self.listeners.lock().values().cloned().collect();
+        for l in &listeners {
+            merge(&mut counters, &l.counters());
+        }
+        counters.established_now = self.live.load(Relaxed) as u64;
+        counters.table_peak = c.table_peak.load(Relaxed);
+        counters
     }
 }
 

@@ -56,6 +56,16 @@ fn stack_with(tcp: TcpSettings) -> (NetStack, Capture) {
     (NetStack::new(config, Box::new(cap.clone())), cap)
 }
 
+fn stack_without_time_wait() -> (NetStack, Capture) {
+    stack_with(TcpSettings {
+        tcp: TcpConfig {
+            time_wait: 0,
+            ..TcpConfig::default()
+        },
+        ..TcpSettings::default()
+    })
+}
+
 /// The far end: an engine of its own, whose segments reach the stack as frames.
 struct Peer {
     conn: Connection,
@@ -288,14 +298,7 @@ fn segments_for_an_owned_connection_wait_and_keep_their_order() {
 
 #[test]
 fn a_closed_connection_leaves_the_table() {
-    let settings = TcpSettings {
-        tcp: TcpConfig {
-            time_wait: 0,
-            ..TcpConfig::default()
-        },
-        ..TcpSettings::default()
-    };
-    let (s, cap) = stack_with(settings);
+    let (s, cap) = stack_without_time_wait();
     let l = s.tcp.listen(Ipv4Addr::UNSPECIFIED, OUR_IP, 80, 8).unwrap();
     let mut peer = handshake(&s, &cap, 40000, 80);
     let conn = l.state.lock().queue.pop_front().unwrap();
@@ -317,6 +320,52 @@ fn a_closed_connection_leaves_the_table() {
         "closed connections' stats are kept"
     );
     assert_eq!(tcp.drop_count(TcpDrop::TableFull.as_str()), 0);
+}
+
+#[test]
+fn the_report_for_iokerneld_keeps_the_totals_of_the_full_statistics() {
+    let (s, cap) = stack_without_time_wait();
+    let agree = |when: &str| {
+        let reported = s.totals().tcp.counters;
+        assert_eq!(reported, s.stats().tcp.counters, "{when}");
+        reported
+    };
+    assert_eq!(agree("before anything"), corral_tcp::TcpCounters::default());
+    let l = s.tcp.listen(Ipv4Addr::UNSPECIFIED, OUR_IP, 80, 8).unwrap();
+    let mut first = handshake(&s, &cap, 40000, 80);
+    let mut second = handshake(&s, &cap, 40001, 80);
+    let (a, _b) = {
+        let mut q = l.state.lock();
+        (q.queue.pop_front().unwrap(), q.queue.pop_front().unwrap())
+    };
+    agree("after two handshakes");
+    // Only the first connection moves; the second's stats stay as reported.
+    first.conn.send(T0, b"0123456789").unwrap();
+    first.send(&s, T0);
+    assert_eq!(agree("after data on one").conns.bytes_in, 10);
+    // A stray, counted by the layer rather than a connection, and a segment the second
+    // connection drops.
+    s.receive(&raw(&s, 1234, 81, TcpFlags::ACK, 5), T0);
+    second.conn.send(T0, b"abc").unwrap();
+    second.send(&s, T0);
+    agree("after a stray and data on the other");
+    // The first connection closes and leaves the table: its stats stay in the totals.
+    first.conn.close(T0);
+    first.send(&s, T0);
+    first.absorb(&cap.take(), T0);
+    let mut held = Held::enter(&s, &a);
+    held.conn().close(T0);
+    held.after(corral_tcp::Events::NONE, T0);
+    drop(held);
+    first.absorb(&cap.take(), T0);
+    first.send(&s, T0);
+    assert_eq!(s.stats().tcp.connections, 1);
+    let closed = agree("after one closed");
+    assert_eq!(closed.conns.bytes_in, 13);
+    assert_eq!(agree("again, nothing changed"), closed);
+    // And a listener's own counters once it is gone.
+    s.tcp.unlisten(&s, &l);
+    agree("after the listener closed");
 }
 
 /// What an idle connection costs: `cargo test --profile ci -p corral --lib -- --ignored
