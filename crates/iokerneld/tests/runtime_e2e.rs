@@ -789,6 +789,14 @@ fn a_runtime_in_the_idle_class_is_taken_in_place_with_no_signal() {
         stats["global"]["taken_in_place"], batch["taken_in_place"],
         "{stats:#}"
     );
+    // The taker is woken from the loop: a post would wait for the batch kthread's slice, the
+    // helper being in the idle class too, and be delivered late.
+    let handoff = &stats["global"]["handoff"][0];
+    assert_eq!(handoff["overdue_posts"], 0, "{handoff:#}");
+    assert!(
+        handoff["loop_wakes"].as_u64().unwrap() >= ROUNDS - 2,
+        "{handoff:#}"
+    );
 }
 
 /// The helper of the managed core is `SCHED_IDLE`: while a batch kthread keeps the core busy,

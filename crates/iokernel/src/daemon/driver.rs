@@ -65,6 +65,9 @@ pub(super) struct CoreDriver {
     /// that completes the handover tells the kthread this time as the moment its core was
     /// decided, so that the runtime can measure the whole preemption.
     promised: Vec<Option<(RuntimeId, u64)>>,
+    /// Per managed core: taken in place from an idle-class kthread that still runs there, so
+    /// the next wake on it goes from the loop (see `take_in_place`).
+    held_in_place: Vec<bool>,
     managed_cores: Vec<usize>,
     spare_cpus: Vec<usize>,
     preemption_timeout_us: u64,
@@ -96,6 +99,7 @@ impl CoreDriver {
             clock,
             counters: DriverCounters::default(),
             promised: vec![None; config.managed_cores.len()],
+            held_in_place: vec![false; config.managed_cores.len()],
             managed_cores: config.managed_cores.clone(),
             spare_cpus: config.spare_cpus.clone(),
             preemption_timeout_us: config.preemption_timeout_us,
@@ -285,6 +289,7 @@ impl CoreDriver {
                 };
                 kt.view.publish_wake_decision(decided);
                 let idle_class = entry.preemption == PreemptionMode::IdleClass;
+                let over_idle_class = std::mem::take(&mut self.held_in_place[core.index()]);
                 if kt.in_place {
                     // Still on its CPU and runnable since its core was taken in place: it
                     // needs only to be where the grant says.
@@ -312,7 +317,14 @@ impl CoreDriver {
                                 // Occupied first: the helper must not take the woken kthread's
                                 // first moments for an idle core.
                                 h.set_occupied(core.index(), true, idle_class);
-                                h.deliver(core.index(), word, now_ns());
+                                if over_idle_class {
+                                    // The CPU still runs the kthread the core was taken from,
+                                    // in the idle class like the helper: a post would wait
+                                    // for its slice to end.
+                                    h.deliver_from_loop(core.index(), word);
+                                } else {
+                                    h.deliver(core.index(), word, now_ns());
+                                }
                             }
                             None => sys::futex_wake_shared(word.as_ptr() as u64),
                         }
@@ -452,6 +464,7 @@ impl CoreDriver {
         if let Some(kt) = entry.kthreads.get_mut(victim_kthread.index()) {
             kt.in_place = true;
         }
+        self.held_in_place[core.index()] = true;
         entry.counters.taken_in_place += 1;
         self.counters.taken_in_place += 1;
         if let Some(h) = &self.handoffs {

@@ -166,6 +166,21 @@ impl Handoffs {
         }
     }
 
+    /// Wakes the kthread asleep on `word` (already rung) from the loop, for a core whose CPU
+    /// runs a kthread in the idle class: the helper, in the same class, would get the CPU to
+    /// claim a post only when that kthread's slice ends, so none is posted, and a sleeping
+    /// helper is left asleep.
+    pub(super) fn deliver_from_loop(&mut self, core: usize, word: &AtomicU32) {
+        let h = &mut self.cores[core];
+        if let Some(stale) = h.mailbox.retract() {
+            sys::futex_wake_shared(stale);
+            h.overdue += 1;
+        }
+        h.posted_at = None;
+        sys::futex_wake_shared(word.as_ptr() as u64);
+        h.loop_wakes += 1;
+    }
+
     /// Records whether a kthread holds allocator core `core`, and whether it runs in the idle
     /// class (then the helper sleeps).
     pub(super) fn set_occupied(&self, core: usize, occupied: bool, idle_class: bool) {
