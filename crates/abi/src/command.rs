@@ -91,6 +91,10 @@ pub mod flags {
     pub const DROPPED: u16 = 1 << 0;
     /// On [`Yielded`](crate::Command::Yielded): runnable work was left behind.
     pub const HAS_WORK: u16 = 1 << 0;
+    /// On [`Park`](crate::Command::Park) by a runtime's last running kthread: a TCP segment
+    /// that carries only an acknowledgment may wait on the ring until the runtime runs for
+    /// another reason (or iokerneld's bound on the wait passes), instead of waking it.
+    pub const ACKS_CAN_WAIT: u16 = 1 << 0;
     /// All flag bits a slot can carry.
     pub const ALL: u16 = 0x7fff;
 }

@@ -33,6 +33,10 @@ pub const DEFAULT_SHARE_QUANTUM_US: u64 = 1000;
 /// The longest share quantum accepted: one second.
 pub const MAX_SHARE_QUANTUM_US: u64 = 1_000_000;
 pub const DEFAULT_HELPER_SPIN_MAX_US: u64 = 1000;
+/// How long a bare TCP ACK may wait on the ring of a runtime that said it can, by default.
+pub const DEFAULT_ACK_WAIT_US: u64 = 2000;
+/// The longest `ack_wait_us` accepted: one second.
+pub const MAX_ACK_WAIT_US: u64 = 1_000_000;
 pub const DEFAULT_LOG_LEVEL: &str = "info";
 pub const DEFAULT_TAP_NAME: &str = "corral0";
 pub const DEFAULT_HOST_IP: &str = "10.99.0.1/24";
@@ -90,6 +94,14 @@ pub struct SettingArgs {
     /// runtimes of equal standing take cores from each other at every pass [default: 1000].
     #[arg(long, value_name = "MICROSECONDS")]
     pub share_quantum_us: Option<u64>,
+
+    /// `ack_wait_us`: how long a TCP segment that carries only an acknowledgment may wait on
+    /// the ring of a runtime with no core, when the runtime said, as it parked, that none of
+    /// its connections needs one promptly; it is read when the runtime next runs for another
+    /// reason, or a core is granted for it after this long. 0 wakes the runtime for every
+    /// segment [default: 2000].
+    #[arg(long, value_name = "MICROSECONDS")]
+    pub ack_wait_us: Option<u64>,
 
     /// `helper_spin_max_us`: longest a helper spins on its idle core waiting for a grant
     /// before it sleeps (it spins about twice the recent idle gaps, within 5 us and this)
@@ -173,6 +185,7 @@ pub struct FileConfig {
     pub handover: Option<String>,
     pub cede_grace_us: Option<i64>,
     pub share_quantum_us: Option<i64>,
+    pub ack_wait_us: Option<i64>,
     pub helper_spin_max_us: Option<i64>,
     pub control_poll_us: Option<i64>,
     pub log_level: Option<String>,
@@ -302,6 +315,8 @@ pub struct Config {
     pub cede_grace_us: u64,
     /// 0: runtimes of equal standing may take a core from each other at every pass.
     pub share_quantum_us: u64,
+    /// 0: every frame for a runtime without a core asks for one.
+    pub ack_wait_us: u64,
     pub helper_spin_max_us: u64,
     pub control_poll_us: u64,
     pub log_level: LogLevel,
@@ -772,6 +787,18 @@ impl Config {
                 format!("must be at most {MAX_SHARE_QUANTUM_US} (one second)"),
             ));
         }
+        let ack_wait_us = match (args.ack_wait_us, file.ack_wait_us) {
+            (Some(v), _) => v,
+            (None, Some(v)) => non_negative("ack_wait_us", v)?,
+            (None, None) => DEFAULT_ACK_WAIT_US,
+        };
+        if ack_wait_us > MAX_ACK_WAIT_US {
+            return Err(invalid(
+                "ack_wait_us",
+                ack_wait_us,
+                format!("must be at most {MAX_ACK_WAIT_US} (one second)"),
+            ));
+        }
         let helper_spin_max_us = number(
             "helper_spin_max_us",
             args.helper_spin_max_us,
@@ -812,6 +839,7 @@ impl Config {
             handover,
             cede_grace_us,
             share_quantum_us,
+            ack_wait_us,
             helper_spin_max_us,
             control_poll_us,
             log_level,
@@ -957,6 +985,7 @@ mod tests {
         assert_eq!(config.handover, Handover::Local);
         assert_eq!(config.cede_grace_us, 0);
         assert_eq!(config.share_quantum_us, 1000);
+        assert_eq!(config.ack_wait_us, 2000);
         assert_eq!(config.helper_spin_max_us, 1000);
         assert_eq!(config.control_poll_us, 50);
         assert_eq!(config.log_level, LogLevel(log::LevelFilter::Info));
@@ -1053,6 +1082,14 @@ mod tests {
         check(
             "share_quantum_us = -1",
             "invalid share_quantum_us = -1: must not be negative",
+        );
+        check(
+            "ack_wait_us = -5",
+            "invalid ack_wait_us = -5: must not be negative",
+        );
+        check(
+            "ack_wait_us = 1000001",
+            "invalid ack_wait_us = 1000001: must be at most 1000000",
         );
         check(
             "share_quantum_us = 1000001",

@@ -341,6 +341,40 @@ fn two_corral_runtimes_talk_through_the_local_switch() {
     assert_eq!(server.net_stats().unwrap().tcp.counters.passive_opens, 1);
 }
 
+/// `rounds` request/response exchanges of 64 bytes from a runtime named `client` to the echo
+/// server at `server_ip`, each followed by `pause`; returns iokerneld's statistics of the
+/// runtime named `server` afterwards.
+fn request_response_rounds(
+    daemon: &Daemon,
+    server: &str,
+    server_ip: Ipv4Addr,
+    client: &str,
+    rounds: u64,
+    pause: Duration,
+) -> serde_json::Value {
+    let client = daemon.runtime(client, 3);
+    client.block_on(move || {
+        let mut c = TcpStream::connect((server_ip, PORT)).expect("connect runtime to runtime");
+        c.set_nodelay(true).unwrap();
+        let mut reply = [0u8; 64];
+        for round in 0..rounds {
+            let request = [round as u8; 64];
+            c.write_all(&request).unwrap();
+            c.read_exact(&mut reply).unwrap();
+            assert_eq!(reply, request);
+            corral::sleep(pause);
+        }
+    });
+    let stats: serde_json::Value = daemon.iokerneld.stats();
+    stats["runtimes"]
+        .as_array()
+        .expect("runtimes array")
+        .iter()
+        .find(|r| r["name"] == server)
+        .cloned()
+        .unwrap_or_else(|| panic!("{server} not in {stats:#}"))
+}
+
 /// A request/response connection leaves timers behind in the server that its replies and the
 /// client's ACKs have made pointless (the delayed ACK a reply carried, the retransmission timer
 /// the ACK stopped). The server parks between requests; it must not report such a timer to
@@ -353,31 +387,41 @@ fn a_parked_server_is_not_woken_for_timers_its_replies_made_pointless() {
     let server_ip = daemon.ip(2);
     let server = daemon.runtime("rrserver", 2);
     start_echo(&server, server_ip);
-    let client = daemon.runtime("rrclient", 3);
-    client.block_on(move || {
-        let mut c = TcpStream::connect((server_ip, PORT)).expect("connect runtime to runtime");
-        c.set_nodelay(true).unwrap();
-        let mut reply = [0u8; 64];
-        for round in 0..ROUNDS {
-            let request = [round as u8; 64];
-            c.write_all(&request).unwrap();
-            c.read_exact(&mut reply).unwrap();
-            assert_eq!(reply, request);
-            // Long enough for the server to park, and for every timer it armed to come due.
-            corral::sleep(Duration::from_millis(6));
-        }
-    });
-    let stats: serde_json::Value = daemon.iokerneld.stats();
-    let runtime = stats["runtimes"]
-        .as_array()
-        .expect("runtimes array")
-        .iter()
-        .find(|r| r["name"] == "rrserver")
-        .cloned()
-        .unwrap_or_else(|| panic!("rrserver not in {stats:#}"));
-    let grants = runtime["grants"].as_u64().unwrap();
-    let timer_wakeups = runtime["timer_wakeups"].as_u64().unwrap();
+    // Long enough for the server to park, and for every timer it armed to come due.
+    let pause = Duration::from_millis(6);
+    let runtime =
+        request_response_rounds(&daemon, "rrserver", server_ip, "rrclient", ROUNDS, pause);
+    let count = |key: &str| runtime[key].as_u64().unwrap();
     // Each request (and each ACK of a reply) wakes the server; a timer should not.
-    assert!(grants >= ROUNDS, "{runtime:#}");
-    assert!(timer_wakeups < ROUNDS / 10, "{runtime:#}");
+    assert!(count("grants") >= ROUNDS, "{runtime:#}");
+    assert!(count("timer_wakeups") < ROUNDS / 10, "{runtime:#}");
+    // The ACKs came 0.5 ms after the replies (the client's delayed ACK) and no request within
+    // iokerneld's ACK wait (2 ms): each waited that long, then got the server a core.
+    assert!(count("ack_waits_expired") >= ROUNDS / 2, "{runtime:#}");
+}
+
+/// The client's ACK of each reply arrives after the server parked; none of the server's
+/// connections needs it promptly (one segment in flight, nothing to send), so iokerneld leaves
+/// it on the server's ring instead of granting a core for it, and the server reads it with the
+/// next request: one grant per request, not two.
+#[test]
+fn a_parked_server_is_not_woken_for_the_acks_of_its_replies() {
+    const ROUNDS: u64 = 200;
+    let _serial = serial();
+    let daemon = Daemon::start_with(6, &["--ack-wait-us", "3000"]);
+    let server_ip = daemon.ip(2);
+    let server = daemon.runtime("ackserver", 2);
+    start_echo(&server, server_ip);
+    // Past the client's delayed ACK (0.5 ms), so that the ACK goes out bare, and within the
+    // server's ACK wait (3 ms), so that the next request brings it in.
+    let pause = Duration::from_millis(1);
+    let runtime =
+        request_response_rounds(&daemon, "ackserver", server_ip, "ackclient", ROUNDS, pause);
+    let count = |key: &str| runtime[key].as_u64().unwrap();
+    assert!(count("acks_left_waiting") >= ROUNDS / 2, "{runtime:#}");
+    // The handshake, the requests, and a few ACKs that came before the server parked.
+    assert!(count("grants") < ROUNDS * 3 / 2, "{runtime:#}");
+    // What the waiting ACKs acknowledged was read in the end: nothing was retransmitted.
+    let tcp = server.net_stats().unwrap().tcp.counters;
+    assert_eq!(tcp.conns.rto_retransmits, 0, "{tcp:?}");
 }

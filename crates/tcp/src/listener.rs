@@ -283,6 +283,13 @@ impl Listener {
             .expect("a SYN-ACK without payload fits in MAX_HEADER bytes")
     }
 
+    /// Whether a bare ACK may complete a handshake here: a cookie sent recently enough to be
+    /// valid. (Handshakes the listener keeps state for are connections in SYN-RECEIVED.)
+    pub fn needs_prompt_acks(&self, now: Nanos) -> bool {
+        self.last_cookie
+            .is_some_and(|t| now.saturating_sub(t) < COOKIE_PERIOD * Nanos::from(COOKIE_MAX_AGE))
+    }
+
     /// An ACK arrived for no connection: if it completes a valid cookie, the handshake.
     ///
     /// The caller then creates the connection with [`crate::Connection::from_handshake`] (with
@@ -304,10 +311,7 @@ impl Listener {
         {
             return None;
         }
-        let recent = self
-            .last_cookie
-            .is_some_and(|t| now.saturating_sub(t) < COOKIE_PERIOD * Nanos::from(COOKIE_MAX_AGE));
-        if !recent {
+        if !self.needs_prompt_acks(now) {
             return None;
         }
         let handshake = self.check_cookie(now, ends, ack);

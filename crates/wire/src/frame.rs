@@ -185,6 +185,32 @@ pub fn classify(frame: &[u8]) -> Result<Classification, DropReason> {
     })
 }
 
+/// Whether `frame` is an IPv4 TCP segment that carries only an acknowledgment: ACK set, no
+/// SYN, FIN, RST or URG, and no payload. Options (timestamps, SACK blocks) may be present.
+/// Checks no checksum; `false` for anything it cannot read.
+pub fn is_bare_tcp_ack(frame: &[u8]) -> bool {
+    let Ok(eth) = EthernetFrame::parse(frame) else {
+        return false;
+    };
+    if eth.ethertype() != EtherType::IPV4 {
+        return false;
+    }
+    let Ok(ip) = Ipv4Packet::parse(eth.payload()) else {
+        return false;
+    };
+    let l4 = ip.payload();
+    if ip.protocol() != PROTO_TCP || l4.len() < tcp::MIN_HEADER_LEN {
+        return false;
+    }
+    let header_len = usize::from(l4[12] >> 4) * 4;
+    let flags = l4[13];
+    let others = tcp::TcpFlags::SYN | tcp::TcpFlags::FIN | tcp::TcpFlags::RST | tcp::TcpFlags::URG;
+    header_len >= tcp::MIN_HEADER_LEN
+        && l4.len() == header_len
+        && flags & tcp::TcpFlags::ACK.0 != 0
+        && flags & others.0 == 0
+}
+
 /// Link and network addressing for an outgoing IPv4 frame.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Ipv4FrameSpec {
@@ -458,6 +484,61 @@ mod tests {
             SPEC.wrap_tcp_segment(&mut wrapped[..40], seg),
             Err(BuildError::BufferTooSmall { .. })
         ));
+    }
+
+    #[test]
+    fn only_segments_with_nothing_but_an_acknowledgment_are_bare_acks() {
+        let frame = |flags: TcpFlags, payload: &[u8], sack: bool| {
+            let mut buf = [0u8; 128];
+            let mut h = TcpHeader {
+                src_port: 5000,
+                dst_port: 80,
+                seq: 1,
+                ack: 2,
+                flags,
+                window: 100,
+                ..Default::default()
+            };
+            h.options.timestamps = Some(crate::tcp::Timestamps { tsval: 1, tsecr: 2 });
+            if sack {
+                h.options.sack.push(10, 20);
+            }
+            let n = SPEC.build_tcp(&mut buf, &h, payload).unwrap();
+            buf[..n].to_vec()
+        };
+        assert!(is_bare_tcp_ack(&frame(TcpFlags::ACK, b"", false)));
+        assert!(is_bare_tcp_ack(&frame(TcpFlags::ACK, b"", true)));
+        assert!(is_bare_tcp_ack(&frame(
+            TcpFlags::ACK | TcpFlags::PSH,
+            b"",
+            false
+        )));
+        assert!(!is_bare_tcp_ack(&frame(TcpFlags::ACK, b"x", false)));
+        for other in [TcpFlags::SYN, TcpFlags::FIN, TcpFlags::RST, TcpFlags::URG] {
+            assert!(!is_bare_tcp_ack(&frame(TcpFlags::ACK | other, b"", false)));
+        }
+        assert!(!is_bare_tcp_ack(&frame(TcpFlags::default(), b"", false)));
+        // Ethernet padding after the IP packet is not payload.
+        let mut padded = frame(TcpFlags::ACK, b"", false);
+        padded.extend_from_slice(&[0; 6]);
+        assert!(is_bare_tcp_ack(&padded));
+        // Not TCP, or cut short.
+        let mut buf = [0u8; 128];
+        let n = SPEC
+            .build_udp(
+                &mut buf,
+                UdpHeader {
+                    src_port: 1,
+                    dst_port: 2,
+                },
+                b"",
+            )
+            .unwrap();
+        assert!(!is_bare_tcp_ack(&buf[..n]));
+        let ack = frame(TcpFlags::ACK, b"", false);
+        for len in 0..ack.len() {
+            assert!(!is_bare_tcp_ack(&ack[..len]), "{len} bytes");
+        }
     }
 
     #[test]

@@ -65,6 +65,8 @@ pub(super) struct CoreDriver {
     /// that completes the handover tells the kthread this time as the moment its core was
     /// decided, so that the runtime can measure the whole preemption.
     promised: Vec<Option<(RuntimeId, u64)>>,
+    /// How long a bare TCP ACK may wait for a runtime that said it can (`ack_wait_us`).
+    ack_wait_ns: u64,
     /// Per managed core: taken in place from an idle-class kthread that still runs there, so
     /// the next wake on it goes from the loop (see `take_in_place`).
     held_in_place: Vec<bool>,
@@ -100,6 +102,7 @@ impl CoreDriver {
             counters: DriverCounters::default(),
             promised: vec![None; config.managed_cores.len()],
             held_in_place: vec![false; config.managed_cores.len()],
+            ack_wait_ns: config.ack_wait_us * 1000,
             managed_cores: config.managed_cores.clone(),
             spare_cpus: config.spare_cpus.clone(),
             preemption_timeout_us: config.preemption_timeout_us,
@@ -173,6 +176,11 @@ impl CoreDriver {
     }
 
     /// The time, never earlier than a time already handed to the allocator.
+    /// How long a bare TCP ACK may wait on the ring of a runtime that said it can.
+    pub(super) fn ack_wait_ns(&self) -> u64 {
+        self.ack_wait_ns
+    }
+
     pub(super) fn now(&mut self) -> u64 {
         self.clock = self.clock.max(now_ns());
         self.clock
@@ -288,6 +296,10 @@ impl CoreDriver {
                     return;
                 };
                 kt.view.publish_wake_decision(decided);
+                // It runs again: it reads whatever waited on its rings, and new bare ACKs ask
+                // for a core like anything else until it parks again.
+                entry.stop_acks_waiting();
+                let kt = &mut entry.kthreads[kthread.index()];
                 let idle_class = entry.preemption == PreemptionMode::IdleClass;
                 let over_idle_class = std::mem::take(&mut self.held_in_place[core.index()]);
                 if kt.in_place {
@@ -589,6 +601,11 @@ fn command(
                 .map_err(bad)?;
             driver.counters.parks += 1;
             net::refresh_active(&*driver.alloc, runtime);
+            // Only the park that leaves the runtime with no kthread running decides; a park
+            // read out of order, from a kthread that was not the last, says nothing.
+            runtime.acks_can_wait = runtime.active.is_empty()
+                && command == Command::Park
+                && slot.flags() & flags::ACKS_CAN_WAIT != 0;
             // A frame steered to this kthread after its last look at the ring, but before its
             // park was read here, would otherwise wait for its next wake-up.
             let unread = net::rx_unread(&runtime.kthreads[index]);
@@ -620,6 +637,17 @@ fn command(
 /// Feeds one runtime's queues, shared queue and timer to the allocator.
 fn observe_runtime(driver: &mut CoreDriver, runtime: &mut Tenant, now: u64) -> Result<(), String> {
     let id = runtime.id;
+    if runtime
+        .acks_waiting_since
+        .is_some_and(|since| now.saturating_sub(since) >= driver.ack_wait_ns)
+    {
+        runtime.stop_acks_waiting();
+        runtime.counters.ack_waits_expired += 1;
+        driver
+            .alloc
+            .pending_work(id, now, &mut driver.decisions)
+            .map_err(|e| format!("pending_work: {e}"))?;
+    }
     // Allows one more immediate core request per pass for frames sent to a runtime that has
     // no core (see `deliver`).
     runtime.core_requested = false;

@@ -558,6 +558,7 @@ struct Delivery<'a> {
     driver: &'a mut CoreDriver,
     rss: &'a RssHasher,
     global: &'a mut NetCounters,
+    now: u64,
 }
 
 /// Ingress slots of one kthread that a delivery must leave free (for completions already
@@ -592,6 +593,7 @@ fn deliver(
         driver,
         rss,
         global,
+        now,
     } = delivery;
     let Some(rt) = registry.live_at_mut(slot) else {
         global.drop(NetDrop::RxUnknownMac);
@@ -656,11 +658,19 @@ fn deliver(
         global.drop(NetDrop::RxRingFull);
         return false;
     }
-    kt.last_rx_position = kt.ingress.position();
     rt.net_counters.rx_packets += 1;
     rt.net_counters.rx_bytes += len as u64;
     global.rx_packets += 1;
     global.rx_bytes += len as u64;
+    if rt.active.is_empty() && may_wait(rt.acks_can_wait, kt, frame, driver.ack_wait_ns()) {
+        // Read when the runtime next runs, or once it has waited `ack_wait_us`.
+        kt.waiting_ack_position = Some(kt.ingress.position());
+        rt.acks_waiting_since.get_or_insert(now);
+        rt.counters.acks_left_waiting += 1;
+        return true;
+    }
+    kt.last_rx_position = kt.ingress.position();
+    kt.waiting_ack_position = None;
     if rt.active.is_empty() && !rt.core_requested {
         // Nobody is running to see it: kthread 0 has it, and a core is requested once (per
         // allocation pass or wake-up) until one is granted.
@@ -668,6 +678,20 @@ fn deliver(
         driver.request_core(rt.id, CoreRequest::Now);
     }
     true
+}
+
+/// Whether `frame`, just pushed to `kt`'s ring, may wait there without a core being asked
+/// for: the runtime said it can wait for bare ACKs, this is one, and the ring stays at most
+/// half full (the rest is for what does ask for a core).
+fn may_wait(acks_can_wait: bool, kt: &Kthread, frame: &[u8], ack_wait_ns: u64) -> bool {
+    let unread = kt
+        .ingress
+        .position()
+        .wrapping_sub(kt.positions.ingress_consumed());
+    acks_can_wait
+        && ack_wait_ns > 0
+        && unread <= kt.ingress.capacity() / 2
+        && corral_wire::is_bare_tcp_ack(frame)
 }
 
 /// Where a checked frame from a runtime goes.
@@ -770,6 +794,7 @@ impl Switch {
                     driver,
                     rss: &sw.rss,
                     global: &mut sw.counters,
+                    now,
                 };
                 receive(&sw.tables, to, frame, Reserve::NONE);
                 continue;
@@ -780,6 +805,7 @@ impl Switch {
                     driver: &mut *driver,
                     rss: &sw.rss,
                     global: &mut sw.counters,
+                    now,
                 };
                 receive(&sw.tables, to, frame, Reserve::NONE);
             });
@@ -812,6 +838,7 @@ impl Switch {
                     driver: &mut *driver,
                     rss: &sw.rss,
                     global: &mut sw.counters,
+                    now,
                 };
                 receive(&sw.tables, to, frame, Reserve::NONE);
             });
@@ -908,6 +935,7 @@ impl Switch {
                                         driver: &mut *driver,
                                         rss: &sw.rss,
                                         global: &mut sw.counters,
+                                        now,
                                     };
                                     receive(&sw.tables, delivery, frame, reserve);
                                 });
@@ -918,6 +946,7 @@ impl Switch {
                                     driver: &mut *driver,
                                     rss: &sw.rss,
                                     global: &mut sw.counters,
+                                    now,
                                 };
                                 if deliver(delivery, to, frame, &class.class, reserve) {
                                     Ok((len, true))

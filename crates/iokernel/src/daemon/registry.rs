@@ -25,8 +25,12 @@ pub(super) struct Kthread {
     pub(super) packets: Consumer<'static>,
     /// Receive buffers it posted and iokerneld has not filled yet.
     pub(super) rx_buffers: RxBuffers,
-    /// Ingress position just after the last `RxPacket` pushed to it.
+    /// Ingress position just after the last `RxPacket` pushed to it that asks for a core:
+    /// what decides whether it left frames unread.
     pub(super) last_rx_position: u32,
+    /// Ingress position just after the last bare ACK left waiting on it since (see
+    /// `Tenant::acks_can_wait`), `None` when there is none.
+    pub(super) waiting_ack_position: Option<u32>,
     /// Active per the allocator as of the last refresh of the runtime's lists.
     pub(super) active: bool,
     /// Parked, and its egress packet ring is still polled in case it left frames there.
@@ -68,6 +72,10 @@ pub(super) struct TenantCounters {
     pub(super) kicks_run_queue: u64,
     /// Cores taken from its idle-class kthreads by waking the taker on top of them.
     pub(super) taken_in_place: u64,
+    /// Bare TCP ACKs left on its rings without asking for a core, and how many times such
+    /// ACKs waited out `ack_wait_us` and asked for one.
+    pub(super) acks_left_waiting: u64,
+    pub(super) ack_waits_expired: u64,
 }
 
 /// How long this runtime's kthreads took to give up a core when asked: from the preemption
@@ -137,6 +145,11 @@ pub(super) struct Tenant {
     pub(super) tx_poll: Vec<u16>,
     /// A core was requested for a frame since the last pass or wake-up.
     pub(super) core_requested: bool,
+    /// Its last kthread parked saying that bare TCP ACKs may wait (`flags::ACKS_CAN_WAIT`),
+    /// and no kthread has run since.
+    pub(super) acks_can_wait: bool,
+    /// When the oldest bare ACK still waiting on its rings arrived.
+    pub(super) acks_waiting_since: Option<u64>,
     /// Declared before `mapping`, so the views into the region are dropped first.
     pub(super) kthreads: Vec<Kthread>,
     pub(super) region: Region<'static>,
@@ -146,6 +159,19 @@ pub(super) struct Tenant {
 impl Tenant {
     pub(super) fn label(&self) -> String {
         format!("{} ({:?}, pid {})", self.id, self.name, self.pid)
+    }
+
+    /// Turns the bare ACKs left waiting on its rings into frames that ask for a core like any
+    /// other (unread frames count), and stops letting new ones wait: a kthread of it runs
+    /// again, or they waited long enough. Returns whether any were waiting.
+    pub(super) fn stop_acks_waiting(&mut self) -> bool {
+        self.acks_can_wait = false;
+        for kt in &mut self.kthreads {
+            if let Some(position) = kt.waiting_ack_position.take() {
+                kt.last_rx_position = position;
+            }
+        }
+        self.acks_waiting_since.take().is_some()
     }
 }
 

@@ -117,6 +117,9 @@ pub struct GlobalStats {
     /// The `share_quantum_us` setting.
     #[serde(default)]
     pub share_quantum_us: u64,
+    /// The `ack_wait_us` setting.
+    #[serde(default)]
+    pub ack_wait_us: u64,
     /// Per managed core, how its grants were delivered (empty with `handover = "remote"`).
     #[serde(default)]
     pub handoff: Vec<super::HandoffStats>,
@@ -182,6 +185,13 @@ pub struct RuntimeStats {
     /// Cores taken from its kthreads by waking the taker on top of them (`idle_class`).
     #[serde(default)]
     pub taken_in_place: u64,
+    /// Bare TCP ACKs left on its rings without asking for a core, as it allowed when it
+    /// parked (`ack_wait_us`).
+    #[serde(default)]
+    pub acks_left_waiting: u64,
+    /// Times such ACKs waited `ack_wait_us` and a core was asked for them.
+    #[serde(default)]
+    pub ack_waits_expired: u64,
     pub demotions: u64,
     pub stale_commands: u64,
     /// Its kthreads that are active now (those frames are steered to).
@@ -299,6 +309,7 @@ impl Daemon {
             handover: self.config.handover.name().to_owned(),
             cede_grace_us: self.config.cede_grace_us,
             share_quantum_us: self.config.share_quantum_us,
+            ack_wait_us: self.config.ack_wait_us,
             handoff: self.driver.handoff_stats(),
             timer_wakeups: c.timer_wakeups,
             kicks: c.kicks,
@@ -339,6 +350,8 @@ impl Daemon {
                     kicks_timer: r.counters.kicks_timer,
                     kicks_run_queue: r.counters.kicks_run_queue,
                     taken_in_place: r.counters.taken_in_place,
+                    acks_left_waiting: r.counters.acks_left_waiting,
+                    ack_waits_expired: r.counters.ack_waits_expired,
                     demotions: r.counters.demotions,
                     stale_commands: r.counters.stale_commands,
                     active_kthreads: r.active.clone(),

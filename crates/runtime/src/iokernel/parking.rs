@@ -31,12 +31,17 @@ impl IokKthread {
     ///
     /// # Safety
     /// As for [`IokKthread::send`].
-    pub unsafe fn send_park(&self, preempted: bool, left_work: bool) {
+    pub unsafe fn send_park(&self, preempted: bool, left_work: bool, acks_can_wait: bool) {
         let slot = if preempted {
             let f = if left_work { flags::HAS_WORK } else { 0 };
             Slot::new(Command::Yielded, f, 0, 0)
         } else {
-            Slot::value(Command::Park, 0)
+            let f = if acks_can_wait {
+                flags::ACKS_CAN_WAIT
+            } else {
+                0
+            };
+            Slot::new(Command::Park, f, 0, 0)
         };
         self.preempt_requested.store(false, Ordering::Release);
         // SAFETY: forwarded.

@@ -525,15 +525,19 @@ fn iok_park(k: &'static Kthread, preempted: bool) {
     }
     rt.idle.count_parked(true);
     rt.idle.stop_spinning();
+    let mut acks_can_wait = false;
     if last {
+        let now = timer::now_ns();
         // A runtime gone quiet leaves its final counters for iokerneld's statistics.
-        iok.reported.maybe_publish(rt, timer::now_ns(), true);
+        iok.reported.maybe_publish(rt, now, true);
         // SAFETY: our own command ring, scheduler context.
         unsafe { crate::iokernel::send_timer_deadline(kio, rt.earliest_timer()) };
+        // Nothing runs until the next grant, so this holds until then.
+        acks_can_wait = rt.net.as_ref().is_none_or(|n| n.tcp.acks_can_wait(now));
     }
     let grants = kio.grants.load(Ordering::Acquire);
     // SAFETY: as above.
-    unsafe { kio.send_park(preempted, work_left) };
+    unsafe { kio.send_park(preempted, work_left, acks_can_wait) };
     // Run again only with a grant (or to shut down). A ring of the wake word that arrives without one
     // would otherwise put this kthread on a core iokerneld has given to someone else, where
     // Linux time-slices the two.

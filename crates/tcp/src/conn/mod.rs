@@ -882,4 +882,30 @@ impl Connection {
     pub fn bytes_in_flight(&self) -> u32 {
         self.snd_max - self.snd_una
     }
+
+    /// Whether a segment from the peer that carries only an acknowledgment (no data, no SYN,
+    /// FIN or RST) could change what this connection does before its next timer: `false`
+    /// lets the host hold such segments until the connection runs for another reason.
+    ///
+    /// An ACK matters while a handshake or a FIN awaits one, while data waits to be sent (the
+    /// ACK opens the window, or clocks out the next segments), and while more than one
+    /// segment is in flight (duplicate ACKs drive fast retransmit). With at most one segment
+    /// in flight and nothing else to send, a bare ACK only frees that segment and stops the
+    /// retransmission timer; a late one is found before the timer fires, since the timer's
+    /// wake-up reads what arrived first. A keepalive probe waits for its answer only through
+    /// its own timer, too.
+    pub fn needs_prompt_acks(&self) -> bool {
+        match self.state {
+            State::Established | State::CloseWait => {}
+            State::Closed | State::FinWait2 | State::TimeWait => return false,
+            State::SynSent
+            | State::SynReceived
+            | State::FinWait1
+            | State::Closing
+            | State::LastAck => return true,
+        }
+        let data_end = self.buf_seq + self.sbuf.len() as u32;
+        let unsent = data_end - self.snd_max;
+        unsent > 0 || self.fin_queued || self.bytes_in_flight() > self.send_mss
+    }
 }

@@ -2249,3 +2249,48 @@ fn an_ack_behind_a_closed_window_carries_an_acceptable_sequence_number() {
         assert_ack(a, ISS + 1 + 2000, IRS + 1 + 1000);
     }
 }
+
+#[test]
+fn bare_acks_matter_only_to_handshakes_closes_and_more_than_one_segment_in_flight() {
+    let cfg = config();
+    let c = Connection::connect(&cfg, ends(), ISS, T0);
+    assert!(c.needs_prompt_acks(), "SYN-SENT waits for the SYN-ACK");
+    let mut c = server(&cfg);
+    assert!(!c.needs_prompt_acks(), "established and idle");
+    // A reply of one segment: its ACK only stops the retransmission timer.
+    assert_eq!(c.send(T0 + 2 * MS, b"reply"), Ok(5));
+    one(&mut c, T0 + 2 * MS);
+    assert!(!c.needs_prompt_acks(), "one segment in flight");
+    feed(&mut c, T0 + 3 * MS, &Seg::new(IRS + 1, ISS + 6, ACK));
+    // Two segments in flight: duplicate ACKs would drive fast retransmit.
+    c.set_nodelay(true);
+    assert_eq!(c.send(T0 + 4 * MS, &pattern(1500)), Ok(1500));
+    assert_eq!(drain(&mut c, T0 + 4 * MS).len(), 2);
+    assert!(c.needs_prompt_acks(), "1,500 bytes in flight, MSS 1,000");
+    feed(&mut c, T0 + 5 * MS, &Seg::new(IRS + 1, ISS + 1506, ACK));
+    assert!(!c.needs_prompt_acks(), "all acknowledged");
+    // Data the window holds back waits for an ACK to open it.
+    feed(
+        &mut c,
+        T0 + 6 * MS,
+        &Seg::new(IRS + 1, ISS + 1506, ACK).window(0),
+    );
+    assert_eq!(c.send(T0 + 6 * MS, b"held"), Ok(4));
+    drain(&mut c, T0 + 6 * MS);
+    assert!(c.needs_prompt_acks(), "unsent data behind a zero window");
+    feed(&mut c, T0 + 7 * MS, &Seg::new(IRS + 1, ISS + 1506, ACK));
+    drain(&mut c, T0 + 7 * MS);
+    feed(&mut c, T0 + 8 * MS, &Seg::new(IRS + 1, ISS + 1510, ACK));
+    assert!(!c.needs_prompt_acks());
+    // Our FIN waits for its ACK.
+    c.close(T0 + 9 * MS);
+    drain(&mut c, T0 + 9 * MS);
+    assert_eq!(c.state(), State::FinWait1);
+    assert!(c.needs_prompt_acks(), "FIN-WAIT-1");
+    feed(&mut c, T0 + 10 * MS, &Seg::new(IRS + 1, ISS + 1511, ACK));
+    assert_eq!(c.state(), State::FinWait2);
+    assert!(
+        !c.needs_prompt_acks(),
+        "FIN-WAIT-2 waits for the peer's FIN, not an ACK"
+    );
+}

@@ -67,6 +67,9 @@ pub(crate) struct Owned {
     /// The engine's stats when the counters were last reported to iokerneld (see
     /// `TcpLayer::report_counters`).
     pub reported: ConnStats,
+    /// Counted in the layer's connections that need bare ACKs promptly
+    /// (`Connection::needs_prompt_acks`, as of the last engine call).
+    pub needs_prompt_acks: bool,
 }
 
 /// One connection.
@@ -105,6 +108,7 @@ impl ConnCell {
                 tx_blocked: false,
                 neighbour: None,
                 reported: ConnStats::default(),
+                needs_prompt_acks: false,
             }),
             readers: WaitQueue::new(),
             writers: WaitQueue::new(),
@@ -257,6 +261,12 @@ impl<'a> Held<'a> {
             self.closed();
         } else {
             self.arm(now);
+        }
+        let o = self.owned_state();
+        let needs = o.in_table && o.conn.needs_prompt_acks();
+        if needs != o.needs_prompt_acks {
+            o.needs_prompt_acks = needs;
+            stack.tcp.count_needing_prompt_acks(needs);
         }
     }
 

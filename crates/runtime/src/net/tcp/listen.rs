@@ -67,4 +67,9 @@ impl ListenerCell {
     pub fn counters(&self) -> TcpCounters {
         self.state.lock().engine.counters().clone()
     }
+
+    /// `Listener::needs_prompt_acks`.
+    pub fn needs_prompt_acks(&self, now: u64) -> bool {
+        self.state.lock().engine.needs_prompt_acks(now)
+    }
 }

@@ -160,6 +160,8 @@ pub(crate) struct TcpLayer {
     secret: [u8; 16],
     shards: Box<[SpinLock<FlowMap<Arc<ConnCell>>>]>,
     live: AtomicUsize,
+    /// Connections for which a bare ACK may not wait (see `TcpLayer::acks_can_wait`).
+    needing_prompt_acks: AtomicUsize,
     listeners: SpinLock<HashMap<u16, Arc<ListenerCell>>>,
     counters: LayerCounters,
     /// Stats of closed connections.
@@ -193,6 +195,7 @@ impl TcpLayer {
                 .map(|_| SpinLock::new(FlowMap::default()))
                 .collect(),
             live: AtomicUsize::new(0),
+            needing_prompt_acks: AtomicUsize::new(0),
             listeners: SpinLock::new(HashMap::new()),
             counters: LayerCounters::default(),
             retired_conns: SpinLock::new(ConnStats::default()),
@@ -806,6 +809,28 @@ impl TcpLayer {
             listeners: self.listeners.lock().len() as u64,
             pending_overflow: 0,
             live: Vec::new(),
+        }
+    }
+
+    /// Whether every bare ACK that arrives now may wait until the runtime runs for another
+    /// reason (a segment with data, a timer): no connection needs one promptly
+    /// (`Connection::needs_prompt_acks`) and no listener has a SYN cookie out. Told to
+    /// iokerneld when the runtime parks, so that a request/response server is not woken once
+    /// more per request by its client's ACK of the reply.
+    pub fn acks_can_wait(&self, now: u64) -> bool {
+        if self.needing_prompt_acks.load(Relaxed) != 0 {
+            return false;
+        }
+        let listeners = self.listeners.lock();
+        !listeners.values().any(|l| l.needs_prompt_acks(now))
+    }
+
+    /// A connection started or stopped needing bare ACKs promptly.
+    pub(super) fn count_needing_prompt_acks(&self, needs: bool) {
+        if needs {
+            self.needing_prompt_acks.fetch_add(1, Relaxed);
+        } else {
+            self.needing_prompt_acks.fetch_sub(1, Relaxed);
         }
     }
 

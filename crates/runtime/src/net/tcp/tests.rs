@@ -389,3 +389,49 @@ fn idle_connection_memory() {
         cell + arc + entry + engine_heap
     );
 }
+
+#[test]
+fn bare_acks_may_wait_only_while_no_connection_or_listener_needs_one() {
+    let (s, cap) = stack_without_time_wait();
+    assert!(s.tcp.acks_can_wait(T0), "nothing open");
+    let l = s.tcp.listen(Ipv4Addr::UNSPECIFIED, OUR_IP, 80, 8).unwrap();
+    // A SYN answered: the handshake's last ACK must not wait.
+    let mut peer = Peer::connect(40000, 80, T0);
+    peer.send(&s, T0);
+    assert!(!s.tcp.acks_can_wait(T0), "SYN-RECEIVED");
+    peer.absorb(&cap.take(), T0);
+    peer.send(&s, T0);
+    assert!(s.tcp.acks_can_wait(T0), "established and idle");
+    let conn = l.state.lock().queue.pop_front().unwrap();
+    // Two segments in flight: duplicate ACKs would drive fast retransmit.
+    let mut held = Held::enter(&s, &conn);
+    held.conn().set_nodelay(true);
+    held.conn().send(T0, &[7u8; 3000]).unwrap();
+    held.after(corral_tcp::Events::NONE, T0);
+    drop(held);
+    assert!(!s.tcp.acks_can_wait(T0), "data in flight");
+    peer.absorb(&cap.take(), T0);
+    peer.send(&s, T0);
+    assert!(s.tcp.acks_can_wait(T0), "all acknowledged");
+    // Closing: our FIN waits for its ACK, then the connection leaves the table.
+    let mut held = Held::enter(&s, &conn);
+    held.conn().close(T0);
+    held.after(corral_tcp::Events::NONE, T0);
+    drop(held);
+    assert!(!s.tcp.acks_can_wait(T0), "FIN-WAIT-1");
+    peer.absorb(&cap.take(), T0);
+    peer.conn.close(T0);
+    peer.send(&s, T0);
+    assert_eq!(s.stats().tcp.connections, 0);
+    assert!(s.tcp.acks_can_wait(T0), "closed and gone");
+    // A SYN cookie out: a bare ACK may complete a handshake.
+    let settings = TcpSettings {
+        syn_backlog: 0,
+        ..TcpSettings::default()
+    };
+    let (s, _cap) = stack_with(settings);
+    let _l = s.tcp.listen(Ipv4Addr::UNSPECIFIED, OUR_IP, 80, 8).unwrap();
+    Peer::connect(40001, 80, T0).send(&s, T0);
+    assert_eq!(s.stats().tcp.counters.syn_cookies_sent, 1);
+    assert!(!s.tcp.acks_can_wait(T0 + 1_000_000_000), "a cookie is out");
+}
