@@ -175,12 +175,12 @@ impl CoreDriver {
         }
     }
 
-    /// The time, never earlier than a time already handed to the allocator.
     /// How long a bare TCP ACK may wait on the ring of a runtime that said it can.
     pub(super) fn ack_wait_ns(&self) -> u64 {
         self.ack_wait_ns
     }
 
+    /// The time, never earlier than a time already handed to the allocator.
     pub(super) fn now(&mut self) -> u64 {
         self.clock = self.clock.max(now_ns());
         self.clock

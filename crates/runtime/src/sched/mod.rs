@@ -532,7 +532,9 @@ fn iok_park(k: &'static Kthread, preempted: bool) {
         iok.reported.maybe_publish(rt, now, true);
         // SAFETY: our own command ring, scheduler context.
         unsafe { crate::iokernel::send_timer_deadline(kio, rt.earliest_timer()) };
-        // Nothing runs until the next grant, so this holds until then.
+        // Until the next grant only the parked kthreads' ring drains run TCP, for frames that
+        // asked for a core themselves (a grant follows) or bare ACKs (which only settle
+        // what they acknowledge), so this holds until iokerneld is told again.
         acks_can_wait = rt.net.as_ref().is_none_or(|n| n.tcp.acks_can_wait(now));
     }
     let grants = kio.grants.load(Ordering::Acquire);
