@@ -125,8 +125,11 @@ pub struct Args {
     pub cede_grace_us: u64,
 
     /// How iokerneld takes the core back from the Corral batch job [default: asked for the
-    /// Monte Carlo job, which cedes at a preemption point within microseconds and no
-    /// interrupt; idle-class for a `--batch-cmd` program, which has no preemption points, so
+    /// Monte Carlo job in the spin sweeps, which cedes at a preemption point within
+    /// microseconds and no interrupt, and the taker is woken on its own CPU (the lowest
+    /// median); idle-class in the key-value experiment, where each request is a hand-over and
+    /// a batch kthread that is never parked keeps more of the core (measured in
+    /// docs/benchmarks.md), and for a `--batch-cmd` program, which has no preemption points, so
     /// that a hand-over is one wake-up rather than a signal, a park and a wake-up].
     #[arg(long, value_enum)]
     pub batch_preemption: Option<BatchPreemption>,
@@ -477,13 +480,13 @@ impl Args {
             spin_before_park_us: self.spin_before_park_us,
             handover: self.handover,
             cede_grace_us: self.cede_grace_us,
-            batch_preemption: self
-                .batch_preemption
-                .unwrap_or(if self.batch_cmd.is_some() {
+            batch_preemption: self.batch_preemption.unwrap_or(
+                if self.batch_cmd.is_some() || self.experiment == Experiment::Kv {
                     BatchPreemption::IdleClass
                 } else {
                     BatchPreemption::Asked
-                }),
+                },
+            ),
             intervals: self.intervals.clone(),
             window_ms: self.window_ms,
             burst_base: self.burst_base,
@@ -635,6 +638,9 @@ mod tests {
             vec![System::Corral, System::Linux, System::Dedicated]
         );
         assert_eq!(p.handover, None);
+        assert_eq!(p.batch_preemption, BatchPreemption::Asked);
+        let xz = plan(&["--batch-cmd", "xz -T2 -c /dev/urandom"]).unwrap();
+        assert_eq!(xz.batch_preemption, BatchPreemption::IdleClass);
         assert_eq!(p.loads.len(), 9);
         assert!((p.rate(0.1) - 10_000.0).abs() < 1e-6);
         assert!((p.rate(0.9) - 90_000.0).abs() < 1e-6);
@@ -664,6 +670,9 @@ mod tests {
             vec![System::Corral, System::Linux, System::Dedicated]
         );
         assert_eq!(p.kv.rates, KV_RATES);
+        assert_eq!(p.batch_preemption, BatchPreemption::IdleClass);
+        let asked = plan(&["--experiment", "kv", "--batch-preemption", "asked"]).unwrap();
+        assert_eq!(asked.batch_preemption, BatchPreemption::Asked);
         assert_eq!(p.kv.corral_addr.to_string(), "10.99.0.2:11211");
         assert_eq!(p.kv.key_size.to_string(), "fixed:30");
         assert_eq!(p.kv.value_size.to_string(), "fixed:200");
