@@ -30,13 +30,11 @@ pub const DEFAULT_CEDE_GRACE_US: u64 = 0;
 /// The share quantum by default: 1 ms
 /// ([`corral_policy::policies::shenango::DEFAULT_SHARE_QUANTUM`] says why).
 pub const DEFAULT_SHARE_QUANTUM_US: u64 = 1000;
-/// The longest share quantum accepted: one second.
-pub const MAX_SHARE_QUANTUM_US: u64 = 1_000_000;
 pub const DEFAULT_HELPER_SPIN_MAX_US: u64 = 1000;
 /// How long a bare TCP ACK may wait on the ring of a runtime that said it can, by default.
 pub const DEFAULT_ACK_WAIT_US: u64 = 2000;
-/// The longest `ack_wait_us` accepted: one second.
-pub const MAX_ACK_WAIT_US: u64 = 1_000_000;
+/// The longest grace period, share quantum or ACK wait accepted: one second.
+pub const MAX_SETTING_DELAY_US: u64 = 1_000_000;
 pub const DEFAULT_LOG_LEVEL: &str = "info";
 pub const DEFAULT_TAP_NAME: &str = "corral0";
 pub const DEFAULT_HOST_IP: &str = "10.99.0.1/24";
@@ -586,6 +584,29 @@ fn non_negative(key: &'static str, value: i64) -> Result<u64, ConfigError> {
     u64::try_from(value).map_err(|_| invalid(key, value, "must not be negative"))
 }
 
+/// A delay in microseconds from the flag, else the file, else `default`: 0 (off) up to
+/// [`MAX_SETTING_DELAY_US`].
+fn up_to_a_second(
+    key: &'static str,
+    flag: Option<u64>,
+    file: Option<i64>,
+    default: u64,
+) -> Result<u64, ConfigError> {
+    let value = match (flag, file) {
+        (Some(v), _) => v,
+        (None, Some(v)) => non_negative(key, v)?,
+        (None, None) => default,
+    };
+    if value > MAX_SETTING_DELAY_US {
+        return Err(invalid(
+            key,
+            value,
+            format!("must be at most {MAX_SETTING_DELAY_US} (one second)"),
+        ));
+    }
+    Ok(value)
+}
+
 fn positive_us(key: &'static str, value: u64) -> Result<u64, ConfigError> {
     // An hour is far past any sensible interval and keeps nanosecond arithmetic from
     // overflowing.
@@ -763,42 +784,24 @@ impl Config {
                 "expected local or remote",
             )
         })?;
-        let cede_grace_us = match (args.cede_grace_us, file.cede_grace_us) {
-            (Some(v), _) => v,
-            (None, Some(v)) => non_negative("cede_grace_us", v)?,
-            (None, None) => DEFAULT_CEDE_GRACE_US,
-        };
-        if cede_grace_us > 1_000_000 {
-            return Err(invalid(
-                "cede_grace_us",
-                cede_grace_us,
-                "must be at most 1000000 (one second)",
-            ));
-        }
-        let share_quantum_us = match (args.share_quantum_us, file.share_quantum_us) {
-            (Some(v), _) => v,
-            (None, Some(v)) => non_negative("share_quantum_us", v)?,
-            (None, None) => DEFAULT_SHARE_QUANTUM_US,
-        };
-        if share_quantum_us > MAX_SHARE_QUANTUM_US {
-            return Err(invalid(
-                "share_quantum_us",
-                share_quantum_us,
-                format!("must be at most {MAX_SHARE_QUANTUM_US} (one second)"),
-            ));
-        }
-        let ack_wait_us = match (args.ack_wait_us, file.ack_wait_us) {
-            (Some(v), _) => v,
-            (None, Some(v)) => non_negative("ack_wait_us", v)?,
-            (None, None) => DEFAULT_ACK_WAIT_US,
-        };
-        if ack_wait_us > MAX_ACK_WAIT_US {
-            return Err(invalid(
-                "ack_wait_us",
-                ack_wait_us,
-                format!("must be at most {MAX_ACK_WAIT_US} (one second)"),
-            ));
-        }
+        let cede_grace_us = up_to_a_second(
+            "cede_grace_us",
+            args.cede_grace_us,
+            file.cede_grace_us,
+            DEFAULT_CEDE_GRACE_US,
+        )?;
+        let share_quantum_us = up_to_a_second(
+            "share_quantum_us",
+            args.share_quantum_us,
+            file.share_quantum_us,
+            DEFAULT_SHARE_QUANTUM_US,
+        )?;
+        let ack_wait_us = up_to_a_second(
+            "ack_wait_us",
+            args.ack_wait_us,
+            file.ack_wait_us,
+            DEFAULT_ACK_WAIT_US,
+        )?;
         let helper_spin_max_us = number(
             "helper_spin_max_us",
             args.helper_spin_max_us,

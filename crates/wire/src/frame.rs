@@ -134,6 +134,9 @@ pub struct Classification {
     pub src_mac: MacAddr,
     /// Protocol class and steering key.
     pub class: FrameClass,
+    /// A TCP segment that carries only an acknowledgment: ACK set, no SYN, FIN, RST or URG,
+    /// and no payload (options such as timestamps and SACK blocks may be present).
+    pub bare_tcp_ack: bool,
 }
 
 /// Classifies `frame` for steering in one pass.
@@ -145,6 +148,7 @@ pub struct Classification {
 #[inline]
 pub fn classify(frame: &[u8]) -> Result<Classification, DropReason> {
     let eth = EthernetFrame::parse(frame)?;
+    let mut bare_tcp_ack = false;
     let class = match eth.ethertype() {
         EtherType::ARP => FrameClass::Arp(ArpPacket::parse(eth.payload())?),
         EtherType::IPV4 => {
@@ -161,6 +165,7 @@ pub fn classify(frame: &[u8]) -> Result<Classification, DropReason> {
                             src: ip.src(),
                             dst: ip.dst(),
                         },
+                        bare_tcp_ack: false,
                     });
                 }
                 _ => return Err(DropReason::UnsupportedProtocol),
@@ -168,6 +173,7 @@ pub fn classify(frame: &[u8]) -> Result<Classification, DropReason> {
             if l4.len() < fixed_len {
                 return Err(DropReason::Truncated);
             }
+            bare_tcp_ack = protocol == PROTO_TCP && is_bare_ack(l4);
             FrameClass::Flow(FiveTuple {
                 src_ip: ip.src(),
                 dst_ip: ip.dst(),
@@ -182,26 +188,13 @@ pub fn classify(frame: &[u8]) -> Result<Classification, DropReason> {
         dst_mac: eth.dst(),
         src_mac: eth.src(),
         class,
+        bare_tcp_ack,
     })
 }
 
-/// Whether `frame` is an IPv4 TCP segment that carries only an acknowledgment: ACK set, no
-/// SYN, FIN, RST or URG, and no payload. Options (timestamps, SACK blocks) may be present.
-/// Checks no checksum; `false` for anything it cannot read.
-pub fn is_bare_tcp_ack(frame: &[u8]) -> bool {
-    let Ok(eth) = EthernetFrame::parse(frame) else {
-        return false;
-    };
-    if eth.ethertype() != EtherType::IPV4 {
-        return false;
-    }
-    let Ok(ip) = Ipv4Packet::parse(eth.payload()) else {
-        return false;
-    };
-    let l4 = ip.payload();
-    if ip.protocol() != PROTO_TCP || l4.len() < tcp::MIN_HEADER_LEN {
-        return false;
-    }
+/// Whether the TCP segment `l4` (at least its fixed header, as `classify` checked) carries
+/// only an acknowledgment.
+fn is_bare_ack(l4: &[u8]) -> bool {
     let header_len = usize::from(l4[12] >> 4) * 4;
     let flags = l4[13];
     let others = tcp::TcpFlags::SYN | tcp::TcpFlags::FIN | tcp::TcpFlags::RST | tcp::TcpFlags::URG;
@@ -488,6 +481,7 @@ mod tests {
 
     #[test]
     fn only_segments_with_nothing_but_an_acknowledgment_are_bare_acks() {
+        let is_bare_tcp_ack = |frame: &[u8]| classify(frame).is_ok_and(|c| c.bare_tcp_ack);
         let frame = |flags: TcpFlags, payload: &[u8], sack: bool| {
             let mut buf = [0u8; 128];
             let mut h = TcpHeader {

@@ -48,7 +48,7 @@ pub use error::{BuildError, DropReason};
 pub use ethernet::{EtherType, EthernetFrame, EthernetHeader, MacAddr, ParseMacAddrError};
 pub use frame::{
     Classification, FiveTuple, FrameClass, Ipv4FrameSpec, Packet, ParsedFrame, classify,
-    is_bare_tcp_ack, parse_frame,
+    parse_frame,
 };
 pub use icmp::{EchoKind, IcmpEcho, IcmpEchoHeader};
 pub use ipv4::{Ipv4Header, Ipv4Packet};

@@ -585,7 +585,7 @@ fn deliver(
     delivery: Delivery<'_>,
     slot: usize,
     frame: &[u8],
-    class: &FrameClass,
+    class: &Classification,
     reserve: Reserve,
 ) -> bool {
     let Delivery {
@@ -603,7 +603,7 @@ fn deliver(
         0 => 0,
         1 => usize::from(rt.active[0]),
         n => {
-            let hash = match class {
+            let hash = match &class.class {
                 FrameClass::Flow(flow) => rss.hash_flow(flow),
                 FrameClass::Icmp { src, dst } => rss.hash_ipv4(*src, *dst),
                 FrameClass::Arp(_) => 0,
@@ -662,7 +662,7 @@ fn deliver(
     rt.net_counters.rx_bytes += len as u64;
     global.rx_packets += 1;
     global.rx_bytes += len as u64;
-    if rt.active.is_empty() && may_wait(rt.acks_can_wait, kt, frame, driver.ack_wait_ns()) {
+    if rt.active.is_empty() && class.bare_tcp_ack && may_wait(rt.acks_can_wait, kt, driver) {
         // Read when the runtime next runs, or once it has waited `ack_wait_us`.
         kt.waiting_ack_position = Some(kt.ingress.position());
         rt.acks_waiting_since.get_or_insert(now);
@@ -680,18 +680,15 @@ fn deliver(
     true
 }
 
-/// Whether `frame`, just pushed to `kt`'s ring, may wait there without a core being asked
-/// for: the runtime said it can wait for bare ACKs, this is one, and the ring stays at most
+/// Whether a bare TCP ACK just pushed to `kt`'s ring may wait there without a core being
+/// asked for: the runtime said it can wait for them, waiting is on, and the ring stays at most
 /// half full (the rest is for what does ask for a core).
-fn may_wait(acks_can_wait: bool, kt: &Kthread, frame: &[u8], ack_wait_ns: u64) -> bool {
+fn may_wait(acks_can_wait: bool, kt: &Kthread, driver: &CoreDriver) -> bool {
     let unread = kt
         .ingress
         .position()
         .wrapping_sub(kt.positions.ingress_consumed());
-    acks_can_wait
-        && ack_wait_ns > 0
-        && unread <= kt.ingress.capacity() / 2
-        && corral_wire::is_bare_tcp_ack(frame)
+    acks_can_wait && driver.ack_wait_ns() > 0 && unread <= kt.ingress.capacity() / 2
 }
 
 /// Where a checked frame from a runtime goes.
@@ -948,7 +945,7 @@ impl Switch {
                                     global: &mut sw.counters,
                                     now,
                                 };
-                                if deliver(delivery, to, frame, &class.class, reserve) {
+                                if deliver(delivery, to, frame, &class, reserve) {
                                     Ok((len, true))
                                 } else {
                                     Err(None)
@@ -1027,10 +1024,12 @@ fn receive(tables: &Tables, to: Delivery<'_>, frame: &[u8], reserve: Reserve) {
     }
     if frame[0] & 1 != 0 {
         match classify(frame) {
-            Ok(Classification {
-                class: class @ FrameClass::Arp(arp),
-                ..
-            }) if arp.op == ArpOp::Request => {
+            Ok(
+                class @ Classification {
+                    class: FrameClass::Arp(arp),
+                    ..
+                },
+            ) if arp.op == ArpOp::Request => {
                 match tables.ips.get(&ip_key(arp.target_ip.octets())) {
                     Some(&slot) => {
                         deliver(to, slot, frame, &class, reserve);
@@ -1048,7 +1047,7 @@ fn receive(tables: &Tables, to: Delivery<'_>, frame: &[u8], reserve: Reserve) {
     };
     match classify(frame) {
         Ok(c) => {
-            deliver(to, slot, frame, &c.class, reserve);
+            deliver(to, slot, frame, &c, reserve);
         }
         Err(why) => {
             to.global.rx_parse_drops[why.index()] += 1;

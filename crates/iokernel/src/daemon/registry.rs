@@ -163,15 +163,15 @@ impl Tenant {
 
     /// Turns the bare ACKs left waiting on its rings into frames that ask for a core like any
     /// other (unread frames count), and stops letting new ones wait: a kthread of it runs
-    /// again, or they waited long enough. Returns whether any were waiting.
-    pub(super) fn stop_acks_waiting(&mut self) -> bool {
+    /// again, or they waited long enough.
+    pub(super) fn stop_acks_waiting(&mut self) {
         self.acks_can_wait = false;
         for kt in &mut self.kthreads {
             if let Some(position) = kt.waiting_ack_position.take() {
                 kt.last_rx_position = position;
             }
         }
-        self.acks_waiting_since.take().is_some()
+        self.acks_waiting_since = None;
     }
 }
 
