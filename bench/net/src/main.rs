@@ -69,6 +69,9 @@ pub struct Args {
     /// between two Corral runtimes, each against its frame-rate ceiling.
     #[arg(long)]
     tcp_bulk: Option<f64>,
+    /// Which paths `--tcp-bulk` measures.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [BulkPath::Tap, BulkPath::Local])]
+    bulk_paths: Vec<BulkPath>,
     /// Memory per idle established TCP connection instead, server side, over `--samples`
     /// connections.
     #[arg(long)]
@@ -81,6 +84,15 @@ pub struct Args {
     /// iokerneld's `--share-quantum-us` (default: iokerneld's).
     #[arg(long)]
     share_quantum_us: Option<u64>,
+}
+
+/// A path that `--tcp-bulk` measures.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum BulkPath {
+    /// A Linux sender through the TAP device (and, for scale, Linux to Linux over veth).
+    Tap,
+    /// One Corral runtime to another through iokerneld's local switch.
+    Local,
 }
 
 /// Percentiles in microseconds: p50, p99, p99.9.
@@ -210,21 +222,28 @@ fn rates(args: &Args, binary: &std::path::Path, seconds: f64) {
 /// through each path (UDP datagrams of a full frame's payload, counted at a Corral receiver:
 /// the best of a ladder of paced rates, each a quarter of `seconds`), times the MSS.
 fn tcp_bulk(args: &Args, binary: &std::path::Path, seconds: f64) {
-    let mb = |bytes_per_s: f64| bytes_per_s / 1e6;
-    let (linux, corral) = tcp::bulk_linux_sender(args, binary, seconds);
-    let tap_frames: Vec<f64> = (0..args.reps)
-        .map(|_| udp::tap_ceiling(args, binary, FULL_UDP_PAYLOAD, seconds / 4.0).0)
-        .collect();
-    let local = tcp::bulk_between_runtimes(args, binary, seconds);
-    let local_frames: Vec<f64> = (0..args.reps)
-        .map(|_| udp::local_ceiling(args, binary, FULL_UDP_PAYLOAD, seconds / 4.0).0)
-        .collect();
-    let tap_ceiling = median(tap_frames.clone()) * MSS;
-    let local_ceiling = median(local_frames.clone()) * MSS;
     println!(
         "TCP bulk throughput, {seconds} s x {} reps; MB/s = 10^6 bytes of payload per second",
         args.reps
     );
+    if args.bulk_paths.contains(&BulkPath::Tap) {
+        tcp_bulk_tap(args, binary, seconds);
+    }
+    if args.bulk_paths.contains(&BulkPath::Local) {
+        tcp_bulk_local(args, binary, seconds);
+    }
+}
+
+fn mb(bytes_per_s: f64) -> f64 {
+    bytes_per_s / 1e6
+}
+
+fn tcp_bulk_tap(args: &Args, binary: &std::path::Path, seconds: f64) {
+    let (linux, corral) = tcp::bulk_linux_sender(args, binary, seconds);
+    let tap_frames: Vec<f64> = (0..args.reps)
+        .map(|_| udp::tap_ceiling(args, binary, FULL_UDP_PAYLOAD, seconds / 4.0).0)
+        .collect();
+    let tap_ceiling = median(tap_frames.clone()) * MSS;
     println!(
         "Linux sender -> Linux sink over veth:          {:>8.1} MB/s  runs {:.1?}",
         mb(median(linux.clone())),
@@ -242,6 +261,24 @@ fn tcp_bulk(args: &Args, binary: &std::path::Path, seconds: f64) {
         mb(tap_ceiling),
         median(corral.clone()) / tap_ceiling
     );
+}
+
+/// Between two runtimes each TCP run is followed at once by a ceiling run, so that a pair sees
+/// the same state of the host; the ratio is reported per pair as well as of the medians.
+fn tcp_bulk_local(args: &Args, binary: &std::path::Path, seconds: f64) {
+    let (local, local_frames): (Vec<f64>, Vec<f64>) = (0..args.reps)
+        .map(|_| {
+            let tcp = tcp::bulk_between_runtimes(args, binary, seconds);
+            let frames = udp::local_ceiling(args, binary, FULL_UDP_PAYLOAD, seconds / 4.0).0;
+            (tcp, frames)
+        })
+        .unzip();
+    let local_ceiling = median(local_frames.clone()) * MSS;
+    let pair_ratios: Vec<f64> = local
+        .iter()
+        .zip(&local_frames)
+        .map(|(tcp, frames)| tcp / (frames * MSS))
+        .collect();
     println!(
         "Corral runtime -> local switch -> Corral sink: {:>8.1} MB/s  runs {:.1?}",
         mb(median(local.clone())),
@@ -249,9 +286,10 @@ fn tcp_bulk(args: &Args, binary: &std::path::Path, seconds: f64) {
     );
     println!(
         "  local ceiling: {:.0} full-size frames/s x {MSS} B = {:.1} MB/s (runs {local_frames:.0?}); \
-         ratio {:.2}x",
+         ratio {:.2}x (pairs {pair_ratios:.2?}, median {:.2}x)",
         median(local_frames.clone()),
         mb(local_ceiling),
-        median(local.clone()) / local_ceiling
+        median(local.clone()) / local_ceiling,
+        median(pair_ratios.clone()),
     );
 }

@@ -50,6 +50,11 @@ pub struct TcpConfig {
     pub syn_retransmits: u32,
     /// Longest delay of an ACK (RFC 9293 §3.8.6.3); every second full segment is acked at once.
     pub delayed_ack: Nanos,
+    /// Most full-sized segments one ACK may cover within a receive batch (segments given to
+    /// [`Connection::on_segment_in_batch`](crate::Connection::on_segment_in_batch)): a batch is
+    /// acknowledged at its end, as a receiver does after coalescing segments, rather than every
+    /// second segment. 2 acknowledges every second segment in batches too.
+    pub ack_stretch: u32,
     /// Time spent in TIME-WAIT (2 MSL).
     pub time_wait: Nanos,
     /// Keepalive, off by default as RFC 9293 requires.
@@ -78,6 +83,7 @@ impl Default for TcpConfig {
             max_retransmits: 15,
             syn_retransmits: 6,
             delayed_ack: MS / 2,
+            ack_stretch: 16,
             time_wait: 60 * S,
             keepalive: None,
             nodelay: false,
@@ -159,6 +165,9 @@ impl TcpConfig {
         if self.delayed_ack > 500 * MS {
             return bad("delayed_ack", "must be at most 500 ms (RFC 9293 §3.8.6.3)");
         }
+        if !(2..=64).contains(&self.ack_stretch) {
+            return bad("ack_stretch", "must be within 2..=64");
+        }
         if self.time_wait > 600 * S {
             return bad("time_wait", "must be at most 600 s");
         }
@@ -186,7 +195,9 @@ mod tests {
     #[test]
     fn rejects_out_of_range_settings() {
         type Breaker = fn(&mut TcpConfig);
-        let cases: [(&str, Breaker); 6] = [
+        let cases: [(&str, Breaker); 8] = [
+            ("ack_stretch", |c| c.ack_stretch = 1),
+            ("ack_stretch", |c| c.ack_stretch = 65),
             ("mss", |c| c.mss = 10),
             ("recv_buffer", |c| c.recv_buffer = 100),
             ("recv_buffer", |c| {

@@ -4,6 +4,7 @@
 use core::net::Ipv4Addr;
 
 use crate::arp::ArpPacket;
+use crate::checksum::Checksum;
 use crate::error::{BuildError, DropReason, need};
 use crate::ethernet::{self, EtherType, EthernetFrame, EthernetHeader, MacAddr};
 use crate::icmp::{self, IcmpEcho, IcmpEchoHeader};
@@ -260,16 +261,10 @@ impl Ipv4FrameSpec {
         ports: UdpHeader,
         payload_len: usize,
     ) -> Result<usize, BuildError> {
-        let l4_len = ports
-            .emit(
-                l4_part(buf, udp::HEADER_LEN.saturating_add(payload_len))?,
-                payload_len,
-                self.src_ip,
-                self.dst_ip,
-            )
-            .map_err(|e| offset_error(e, L4_OFFSET))?;
-        self.emit_l2_l3(buf, PROTO_UDP, l4_len)?;
-        Ok(L4_OFFSET + l4_len)
+        let payload = buf
+            .get(UDP_PAYLOAD_OFFSET..UDP_PAYLOAD_OFFSET.saturating_add(payload_len))
+            .map_or(Checksum::new(), |p| Checksum::new().add_bytes(p));
+        self.write_udp_summed(buf, ports, payload_len, payload)
     }
 
     /// Builds a UDP frame around a copy of `payload`; returns the frame length.
@@ -281,7 +276,31 @@ impl Ipv4FrameSpec {
     ) -> Result<usize, BuildError> {
         need(buf, UDP_PAYLOAD_OFFSET + payload.len())?;
         buf[UDP_PAYLOAD_OFFSET..UDP_PAYLOAD_OFFSET + payload.len()].copy_from_slice(payload);
-        self.write_udp(buf, ports, payload.len())
+        // Summed from the source, which the copy just brought into the cache: reading the copy
+        // back would wait for its stores to reach a buffer another CPU last held.
+        let sum = Checksum::new().add_bytes(payload);
+        self.write_udp_summed(buf, ports, payload.len(), sum)
+    }
+
+    /// As [`Ipv4FrameSpec::write_udp`], given the payload's checksum sum.
+    fn write_udp_summed(
+        &self,
+        buf: &mut [u8],
+        ports: UdpHeader,
+        payload_len: usize,
+        payload: Checksum,
+    ) -> Result<usize, BuildError> {
+        let l4_len = ports
+            .emit_summed(
+                l4_part(buf, udp::HEADER_LEN.saturating_add(payload_len))?,
+                payload_len,
+                payload,
+                self.src_ip,
+                self.dst_ip,
+            )
+            .map_err(|e| offset_error(e, L4_OFFSET))?;
+        self.emit_l2_l3(buf, PROTO_UDP, l4_len)?;
+        Ok(L4_OFFSET + l4_len)
     }
 
     /// Completes a TCP frame whose payload is already at

@@ -6,7 +6,7 @@
 use core::fmt;
 use core::net::Ipv4Addr;
 
-use crate::checksum::pseudo_header;
+use crate::checksum::{Checksum, pseudo_header};
 use crate::error::{BuildError, DropReason, need};
 use crate::ipv4::{Ipv4Header, PROTO_TCP};
 
@@ -545,6 +545,25 @@ impl TcpHeader {
         dst: Ipv4Addr,
     ) -> Result<usize, BuildError> {
         let hl = self.header_len();
+        let payload = seg
+            .get(hl..hl + payload_len)
+            .map_or(Checksum::new(), |p| Checksum::new().add_bytes(p));
+        self.emit_summed(seg, payload_len, payload, src, dst)
+    }
+
+    /// As [`TcpHeader::emit`], given the payload's sum (`Checksum::new().add_bytes(payload)`),
+    /// for a sender that summed the payload where it copied it from: reading the copy back
+    /// would wait for the stores to reach a buffer another CPU last held.
+    #[inline]
+    pub fn emit_summed(
+        &self,
+        seg: &mut [u8],
+        payload_len: usize,
+        payload: Checksum,
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+    ) -> Result<usize, BuildError> {
+        let hl = self.header_len();
         let max = Ipv4Header::MAX_PAYLOAD - hl;
         if payload_len > max {
             return Err(BuildError::PayloadTooLarge {
@@ -566,7 +585,8 @@ impl TcpHeader {
         s[18..20].copy_from_slice(&self.urgent.to_be_bytes());
         self.options.write(&mut s[MIN_HEADER_LEN..hl]);
         let c = pseudo_header(src, dst, PROTO_TCP, len as u16)
-            .add_bytes(s)
+            .add_bytes(&s[..hl])
+            .add_sum(payload)
             .finish();
         s[16..18].copy_from_slice(&c.to_be_bytes());
         Ok(len)

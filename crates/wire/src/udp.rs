@@ -2,7 +2,7 @@
 
 use core::net::Ipv4Addr;
 
-use crate::checksum::pseudo_header;
+use crate::checksum::{Checksum, pseudo_header};
 use crate::error::{BuildError, DropReason, need};
 use crate::ipv4::{Ipv4Header, PROTO_UDP};
 
@@ -110,6 +110,22 @@ impl UdpHeader {
         src: Ipv4Addr,
         dst: Ipv4Addr,
     ) -> Result<usize, BuildError> {
+        let payload = seg
+            .get(HEADER_LEN..HEADER_LEN + payload_len)
+            .map_or(Checksum::new(), |p| Checksum::new().add_bytes(p));
+        self.emit_summed(seg, payload_len, payload, src, dst)
+    }
+
+    /// As [`UdpHeader::emit`], given the payload's sum (`Checksum::new().add_bytes(payload)`),
+    /// for a sender that summed the payload where it copied it from.
+    pub fn emit_summed(
+        &self,
+        seg: &mut [u8],
+        payload_len: usize,
+        payload: Checksum,
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+    ) -> Result<usize, BuildError> {
         if payload_len > Self::MAX_PAYLOAD {
             return Err(BuildError::PayloadTooLarge {
                 len: payload_len,
@@ -124,7 +140,8 @@ impl UdpHeader {
         d[4..6].copy_from_slice(&(len as u16).to_be_bytes());
         d[6..8].fill(0);
         let c = match pseudo_header(src, dst, PROTO_UDP, len as u16)
-            .add_bytes(d)
+            .add_bytes(&d[..HEADER_LEN])
+            .add_sum(payload)
             .finish()
         {
             0 => 0xffff,

@@ -85,7 +85,8 @@ pub(crate) fn steal_ingress(k: &Kthread) -> bool {
 }
 
 /// Pops everything on kthread `owner`'s ingress ring. Commands concern `owner`; packets are
-/// processed here, on the calling kthread. Returns how many slots were popped.
+/// processed here, on the calling kthread, as one receive batch. Returns how many slots were
+/// popped.
 ///
 /// # Safety
 /// The caller holds `owner`'s `ingress_lock` and runs with preemption disabled.
@@ -114,6 +115,11 @@ unsafe fn drain_locked(rt: &Shared, owner: usize, now: u64) -> usize {
             // ignored rather than trusted.
             _ => {}
         }
+    }
+    if popped > 0
+        && let Some(net) = &rt.net
+    {
+        net.end_receive_batch(crate::timer::now_ns());
     }
     popped
 }

@@ -152,7 +152,7 @@ pub(super) fn rx_packet(rt: &Shared, slot: Slot, now: u64) {
         // SAFETY: `offset` is one of our receive buffers, and iokerneld handed it back with
         // this RxPacket: it is ours until we post it again below.
         let frame = unsafe { &pool.buffer(offset)[..len] };
-        net.receive(frame, now);
+        net.receive_in_batch(frame, now);
     } else {
         net.count(StackDrop::BadDescriptor);
     }

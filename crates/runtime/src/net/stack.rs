@@ -369,11 +369,27 @@ impl NetStack {
     /// Processes one received frame. Never blocks; everything it cannot use is counted.
     /// Returns the name of the counter a drop went to, `None` if the frame was used.
     pub fn receive(&self, frame: &[u8], now: u64) -> Option<&'static str> {
+        self.receive_frame(frame, now, false)
+    }
+
+    /// As [`NetStack::receive`], for one frame of a receive batch: the frames a kthread takes
+    /// off an ingress ring in one pass. TCP owes the batch's ACKs to its end, which the caller
+    /// marks with [`NetStack::end_receive_batch`].
+    pub fn receive_in_batch(&self, frame: &[u8], now: u64) -> Option<&'static str> {
+        self.receive_frame(frame, now, true)
+    }
+
+    /// A receive batch ended: sends the ACKs it owes.
+    pub fn end_receive_batch(&self, now: u64) {
+        self.tcp.end_receive_batch(self, now);
+    }
+
+    fn receive_frame(&self, frame: &[u8], now: u64, in_batch: bool) -> Option<&'static str> {
         bump(&self.counters.rx_packets);
         self.counters
             .rx_bytes
             .fetch_add(frame.len() as u64, Relaxed);
-        match self.receive_inner(frame, now) {
+        match self.receive_inner(frame, now, in_batch) {
             Ok(()) => None,
             Err(Rejected::Wire(r)) => {
                 match r {
@@ -391,7 +407,7 @@ impl NetStack {
         }
     }
 
-    fn receive_inner(&self, frame: &[u8], now: u64) -> Result<(), Rejected> {
+    fn receive_inner(&self, frame: &[u8], now: u64, in_batch: bool) -> Result<(), Rejected> {
         let parsed = parse_frame(frame)?;
         let eth = parsed.eth;
         let dst_mac = eth.dst();
@@ -430,7 +446,8 @@ impl NetStack {
             Packet::Udp { udp, .. } => self.udp_input(&ip, &udp),
             Packet::Tcp { .. } if is_broadcast_ip => Err(StackDrop::NotOurIp.into()),
             Packet::Tcp { .. } => {
-                self.tcp.input(self, ip.src(), ip.dst(), ip.payload(), now);
+                let l4 = ip.payload();
+                self.tcp.input(self, ip.src(), ip.dst(), l4, now, in_batch);
                 Ok(())
             }
             Packet::Arp(_) => unreachable!("handled above"),

@@ -27,6 +27,33 @@ pub(super) const CHALLENGE_ACKS_PER_SECOND: u32 = 100;
 const PAWS_IDLE: Nanos = (1 << 30) * TIMESTAMP_TICK;
 
 impl Connection {
+    /// One segment of a receive batch (the segments a receiver takes off its queue in one
+    /// pass), otherwise as [`Connection::on_segment`]. An ACK that only the every-second-segment
+    /// rule asks for is owed to the batch's end instead, up to `ack_stretch` full segments:
+    /// the caller then calls [`Connection::end_receive_batch`] and transmits. Anything else that
+    /// needs an ACK (a hole, a FIN, a window update, out-of-order data) still gets it at once,
+    /// and the delayed-ACK timer bounds an owed ACK whose batch end never comes.
+    pub fn on_segment_in_batch(&mut self, now: Nanos, seg: &TcpSegment<'_>) -> Events {
+        self.in_receive_batch = true;
+        let events = self.on_segment(now, seg);
+        self.in_receive_batch = false;
+        events
+    }
+
+    /// Whether a receive batch deferred an ACK that is still owed.
+    pub fn ack_owed_by_batch(&self) -> bool {
+        self.ack_owed_by_batch
+    }
+
+    /// The receive batch ended: an ACK it deferred is due now (the next `poll_transmit` sends
+    /// it).
+    pub fn end_receive_batch(&mut self) {
+        if self.ack_owed_by_batch {
+            self.ack_owed_by_batch = false;
+            self.ack_now = true;
+        }
+    }
+
     /// A segment for this connection arrived (its checksum already verified).
     pub fn on_segment(&mut self, now: Nanos, seg: &TcpSegment<'_>) -> Events {
         self.stats.segments_in += 1;
@@ -641,7 +668,8 @@ impl Connection {
     }
 
     /// Delayed ACK policy (RFC 9293 §3.8.6.3, RFC 5681 §4.2): every second full-sized segment
-    /// is acknowledged at once, anything else within `delayed_ack`.
+    /// is acknowledged at once (within a receive batch, at the batch's end, at most every
+    /// `ack_stretch` segments), anything else within `delayed_ack`.
     fn schedule_ack(&mut self, now: Nanos, len: usize) {
         if self.config.delayed_ack == 0 {
             self.ack_now = true;
@@ -650,8 +678,12 @@ impl Connection {
         if len as u32 >= self.data_mss().min(self.rcv_mss()) {
             self.full_segments_unacked += 1;
             if self.full_segments_unacked >= 2 {
-                self.ack_now = true;
-                return;
+                if self.in_receive_batch && self.full_segments_unacked < self.config.ack_stretch {
+                    self.ack_owed_by_batch = true;
+                } else {
+                    self.ack_now = true;
+                    return;
+                }
             }
         }
         if self.delack_deadline.is_none() {

@@ -279,6 +279,10 @@ pub struct Connection {
     ack_now: bool,
     delack_deadline: Option<Nanos>,
     full_segments_unacked: u32,
+    /// An ACK a receive batch deferred to its end (`on_segment_in_batch`).
+    ack_owed_by_batch: bool,
+    /// Set while `on_segment_in_batch` runs.
+    in_receive_batch: bool,
 
     // Control segments owed.
     rst_owed: Option<RstOwed>,
@@ -394,6 +398,8 @@ impl Connection {
             ack_now: false,
             delack_deadline: None,
             full_segments_unacked: 0,
+            ack_owed_by_batch: false,
+            in_receive_batch: false,
             rst_owed: None,
             challenge_window_start: now,
             challenges_in_window: 0,
@@ -561,6 +567,7 @@ impl Connection {
         self.keepalive_deadline = None;
         self.close_deadline = None;
         self.ack_now = false;
+        self.ack_owed_by_batch = false;
         self.probe_owed = false;
         self.sbuf.release();
         Events::CLOSED

@@ -70,11 +70,19 @@ impl Connection {
             // acknowledges nothing, so a delayed ACK still owed stays owed.
             self.probe_owed = false;
             let opts = self.segment_options(now, true);
-            let owed = (self.delack_deadline, self.full_segments_unacked);
+            let owed = (
+                self.delack_deadline,
+                self.full_segments_unacked,
+                self.ack_owed_by_batch,
+            );
             let sent = self
                 .emit(now, out, self.snd_una + u32::MAX, TcpFlags::ACK, 0, 0, opts)
                 .map(|(n, _)| n);
-            (self.delack_deadline, self.full_segments_unacked) = owed;
+            (
+                self.delack_deadline,
+                self.full_segments_unacked,
+                self.ack_owed_by_batch,
+            ) = owed;
             return sent;
         }
         None
@@ -356,9 +364,15 @@ impl Connection {
         };
         let hl = h.header_len();
         let len = len.min(out.len().checked_sub(hl)?);
-        self.sbuf.peek(offset, &mut out[hl..hl + len]);
+        let payload = self.sbuf.peek_summed(offset, &mut out[hl..hl + len]);
         let n = h
-            .emit(out, len, *self.ends.local.ip(), *self.ends.remote.ip())
+            .emit_summed(
+                out,
+                len,
+                payload,
+                *self.ends.local.ip(),
+                *self.ends.remote.ip(),
+            )
             .ok()?;
         self.stats.segments_out += 1;
         self.stats.bytes_out += len as u64;
@@ -367,6 +381,7 @@ impl Connection {
             self.ack_now = false;
             self.delack_deadline = None;
             self.full_segments_unacked = 0;
+            self.ack_owed_by_batch = false;
             self.last_ack_sent = self.rcv_nxt;
             if !syn {
                 let edge = self.rcv_nxt + (u32::from(window) << self.rcv_wscale);

@@ -1,6 +1,8 @@
 //! A byte ring that grows on demand up to a fixed bound, so an idle connection holds little and
 //! a busy one stops allocating once it reached its bound.
 
+use corral_wire::checksum::Checksum;
+
 /// Smallest allocation, so that a short exchange does not grow the ring several times.
 const MIN_ALLOC: usize = 2048;
 
@@ -90,18 +92,31 @@ impl ByteRing {
         n
     }
 
-    /// Copies committed bytes `offset..offset + out.len()` into `out`.
-    pub(super) fn peek(&self, offset: usize, out: &mut [u8]) {
-        debug_assert!(offset + out.len() <= self.len);
-        if out.is_empty() {
-            return;
+    /// Committed bytes `offset..offset + n`, as the run up to the ring's end and the rest.
+    fn runs(&self, offset: usize, n: usize) -> (&[u8], &[u8]) {
+        debug_assert!(offset + n <= self.len);
+        if n == 0 {
+            return (&[], &[]);
         }
         let cap = self.buf.len();
         let start = (self.head + offset) % cap;
-        let first = out.len().min(cap - start);
-        let n = out.len();
-        out[..first].copy_from_slice(&self.buf[start..start + first]);
-        out[first..].copy_from_slice(&self.buf[..n - first]);
+        let first = n.min(cap - start);
+        (&self.buf[start..start + first], &self.buf[..n - first])
+    }
+
+    /// Copies committed bytes `offset..offset + out.len()` into `out`.
+    pub(super) fn peek(&self, offset: usize, out: &mut [u8]) {
+        let (a, b) = self.runs(offset, out.len());
+        out[..a.len()].copy_from_slice(a);
+        out[a.len()..].copy_from_slice(b);
+    }
+
+    /// As [`ByteRing::peek`], and returns the bytes' Internet checksum sum, taken from the
+    /// ring while the copy has it in the cache.
+    pub(super) fn peek_summed(&self, offset: usize, out: &mut [u8]) -> Checksum {
+        self.peek(offset, out);
+        let (a, b) = self.runs(offset, out.len());
+        Checksum::new().add_bytes(a).add_bytes(b)
     }
 
     /// Drops `n` committed bytes from the head.

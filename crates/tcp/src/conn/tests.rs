@@ -1278,6 +1278,91 @@ fn delayed_acks() {
     assert_eq!((s.ack, &s.payload[..]), (IRS + 2004, &b"r"[..]));
 }
 
+fn feed_in_batch(c: &mut Connection, now: Nanos, seg: &Seg) -> Events {
+    let bytes = seg.build();
+    let parsed = TcpSegment::parse(&bytes, REMOTE_IP, LOCAL_IP).unwrap();
+    c.on_segment_in_batch(now, &parsed)
+}
+
+/// Feeds `n` full segments from the first byte on as one batch's, checking that none is
+/// acknowledged on its own.
+fn batch_without_acks(c: &mut Connection, now: Nanos, n: u32) {
+    let full = vec![3u8; 1000];
+    for i in 0..n {
+        let seg = Seg::new(IRS + 1 + i * 1000, ISS + 1, ACK).data(&full);
+        feed_in_batch(c, now, &seg);
+        none(c, now);
+    }
+}
+
+#[test]
+fn a_receive_batch_is_acknowledged_once_at_its_end() {
+    let cfg = TcpConfig {
+        delayed_ack: 40 * MS,
+        ..config()
+    };
+    let mut c = client(&cfg);
+    let t = T0 + 5 * MS;
+    batch_without_acks(&mut c, t, 6);
+    assert!(c.ack_owed_by_batch());
+    // The delayed-ACK timer still bounds an owed ACK.
+    assert_eq!(c.next_deadline(), Some(t + 40 * MS));
+    c.end_receive_batch();
+    assert!(!c.ack_owed_by_batch());
+    assert_ack(&one(&mut c, t), ISS + 1, IRS + 6001);
+    assert_eq!(c.next_deadline(), None);
+    // A batch with nothing owed ends with nothing to send.
+    c.end_receive_batch();
+    none(&mut c, t);
+    // Had the batch's end never come, the timer sends the owed ACK.
+    let full = vec![3u8; 1000];
+    for i in 0..2 {
+        feed_in_batch(
+            &mut c,
+            t + MS,
+            &Seg::new(IRS + 6001 + i * 1000, ISS + 1, ACK).data(&full),
+        );
+    }
+    none(&mut c, t + MS);
+    c.on_timer(t + 41 * MS);
+    assert_ack(&one(&mut c, t + 41 * MS), ISS + 1, IRS + 8001);
+    assert!(!c.ack_owed_by_batch());
+}
+
+#[test]
+fn a_receive_batch_acks_at_the_stretch_limit_and_at_once_for_a_hole() {
+    let cfg = TcpConfig {
+        delayed_ack: 40 * MS,
+        ack_stretch: 4,
+        ..config()
+    };
+    let mut c = client(&cfg);
+    let t = T0 + 5 * MS;
+    let full = vec![5u8; 1000];
+    batch_without_acks(&mut c, t, 3);
+    // The fourth full segment reaches `ack_stretch`: acknowledged at once, nothing owed.
+    feed_in_batch(&mut c, t, &Seg::new(IRS + 3001, ISS + 1, ACK).data(&full));
+    assert_ack(&one(&mut c, t), ISS + 1, IRS + 4001);
+    assert!(!c.ack_owed_by_batch());
+    // Out-of-order data in a batch is acknowledged at once (a duplicate ACK for the sender's
+    // fast retransmit), not at the batch's end.
+    feed_in_batch(&mut c, t, &Seg::new(IRS + 5001, ISS + 1, ACK).data(&full));
+    assert_ack(&one(&mut c, t), ISS + 1, IRS + 4001);
+    // So is the segment that fills the hole.
+    feed_in_batch(&mut c, t, &Seg::new(IRS + 4001, ISS + 1, ACK).data(&full));
+    assert_ack(&one(&mut c, t), ISS + 1, IRS + 6001);
+    // With a stretch of 2, a batch acknowledges every second segment, as outside one.
+    let cfg = TcpConfig {
+        ack_stretch: 2,
+        ..cfg
+    };
+    let mut c = client(&cfg);
+    feed_in_batch(&mut c, t, &Seg::new(IRS + 1, ISS + 1, ACK).data(&full));
+    none(&mut c, t);
+    feed_in_batch(&mut c, t, &Seg::new(IRS + 1001, ISS + 1, ACK).data(&full));
+    assert_ack(&one(&mut c, t), ISS + 1, IRS + 2001);
+}
+
 #[test]
 fn nagle_holds_small_segments_while_one_is_unacknowledged() {
     let cfg = TcpConfig {
@@ -1590,7 +1675,14 @@ mod pair {
                     let seg = TcpSegment::parse(&bytes, LOCAL_IP, REMOTE_IP).unwrap();
                     match server.as_mut() {
                         Some(s) => {
-                            s.on_segment(now, &seg);
+                            // The server takes segments in receive batches: those that
+                            // arrive within 20 µs of each other.
+                            s.on_segment_in_batch(now, &seg);
+                            let batch_goes_on =
+                                link.queue.iter().any(|p| p.2 && p.0 <= now + 20 * US);
+                            if !batch_goes_on {
+                                s.end_receive_batch();
+                            }
                         }
                         None if seg.flags() == SYN => {
                             server = Some(Connection::accept_syn(

@@ -19,6 +19,15 @@
 //!
 //! Copying happens only under contention; the uncontended path takes the gate twice and
 //! copies nothing.
+//!
+//! # ACKs per receive batch
+//!
+//! Segments taken off an ingress ring in one pass form a receive batch
+//! (`NetStack::receive_in_batch`). The engine then owes the ACK that every second full segment
+//! asks for to the batch's end ([`Connection::on_segment_in_batch`]); a connection that owes
+//! one goes on the layer's list when its owner releases it, and the pass ends by sending those
+//! ACKs (`TcpLayer::end_receive_batch`), one per connection instead of one per two segments.
+//! Any other release of the connection (an application call, a timer) sends an owed ACK too.
 
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -83,6 +92,8 @@ pub(crate) struct ConnCell {
     armed: AtomicU64,
     /// On the layer's list of connections whose stats changed since they were last reported.
     unreported: AtomicBool,
+    /// On the layer's list of connections that owe their receive batch an ACK.
+    owes_batch_ack: AtomicBool,
 }
 
 // SAFETY: `owned` is only touched by the owner, which the gate makes unique (see `enter`).
@@ -114,6 +125,7 @@ impl ConnCell {
             writers: WaitQueue::new(),
             armed: AtomicU64::new(u64::MAX),
             unreported: AtomicBool::new(false),
+            owes_batch_ack: AtomicBool::new(false),
         }
     }
 
@@ -138,6 +150,17 @@ impl ConnCell {
         buf.extend_from_slice(segment);
         g.pending.push_back(buf);
         false
+    }
+
+    /// Becomes the owner if nobody is. Preemption must be disabled.
+    fn try_own(&self) -> bool {
+        let mut g = self.gate.lock();
+        !std::mem::replace(&mut g.busy, true)
+    }
+
+    /// Takes the connection off the list of those owing an ACK to a receive batch.
+    pub fn clear_owes_batch_ack(&self) {
+        self.owes_batch_ack.store(false, Relaxed);
     }
 
     /// Waits for ownership (short: owners never block). Preemption must be disabled.
@@ -192,6 +215,8 @@ pub(crate) struct Held<'a> {
     pub cell: &'a Arc<ConnCell>,
     wake: Events,
     released: bool,
+    /// Taken by the receive path for a segment of a receive batch.
+    in_receive_batch: bool,
 }
 
 impl<'a> Held<'a> {
@@ -204,18 +229,38 @@ impl<'a> Held<'a> {
             cell,
             wake: Events::NONE,
             released: false,
+            in_receive_batch: false,
+        }
+    }
+
+    /// Ownership if nobody else has it, for a receive batch's end: an owner may be up this
+    /// kthread's own stack (a transmission that drained the ingress ring), so it must not wait.
+    pub fn try_enter(stack: &'a NetStack, cell: &'a Arc<ConnCell>) -> Option<Held<'a>> {
+        crate::preempt::disable();
+        if cell.try_own() {
+            Some(Held {
+                stack,
+                cell,
+                wake: Events::NONE,
+                released: false,
+                in_receive_batch: false,
+            })
+        } else {
+            crate::preempt::enable();
+            None
         }
     }
 
     /// Ownership already taken with [`ConnCell::own_or_queue`] (preemption is disabled by the
-    /// receive path's caller or here).
-    pub fn owned(stack: &'a NetStack, cell: &'a Arc<ConnCell>) -> Held<'a> {
+    /// receive path's caller or here); `in_receive_batch` for a segment of a receive batch.
+    pub fn owned(stack: &'a NetStack, cell: &'a Arc<ConnCell>, in_receive_batch: bool) -> Held<'a> {
         crate::preempt::disable();
         Held {
             stack,
             cell,
             wake: Events::NONE,
             released: false,
+            in_receive_batch,
         }
     }
 
@@ -329,9 +374,24 @@ impl<'a> Held<'a> {
         if seg.flags().contains(corral_wire::TcpFlags::RST) {
             self.stack.tcp.count_reset_received();
         }
-        let ev = self.conn().on_segment(now, &seg);
+        let in_batch = self.in_receive_batch;
+        let conn = self.conn();
+        let ev = if in_batch {
+            conn.on_segment_in_batch(now, &seg)
+        } else {
+            conn.on_segment(now, &seg)
+        };
         self.after(ev, now);
         true
+    }
+
+    /// Sends the ACK a receive batch left owed, if any.
+    pub fn end_receive_batch(&mut self, now: u64) {
+        let conn = self.conn();
+        if conn.ack_owed_by_batch() {
+            conn.end_receive_batch();
+            self.after(Events::NONE, now);
+        }
     }
 
     /// Adds what the connection's stats grew by since they were last reported to `growth`,
@@ -384,6 +444,15 @@ impl<'a> Held<'a> {
                 self.stack.tcp.to_listener(self.stack, ends, &bytes, now);
             }
             done = Some(bytes);
+        }
+        if self.conn().ack_owed_by_batch() {
+            if self.in_receive_batch {
+                if !self.cell.owes_batch_ack.swap(true, Relaxed) {
+                    self.stack.tcp.note_owes_batch_ack(self.cell);
+                }
+            } else {
+                self.end_receive_batch(timer::now_ns());
+            }
         }
         let w = self.wake;
         let all = Events(Events::ERROR.0 | Events::CLOSED.0);

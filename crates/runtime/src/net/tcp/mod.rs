@@ -170,6 +170,9 @@ pub(crate) struct TcpLayer {
     retired_listeners: SpinLock<TcpCounters>,
     /// Connections whose stats changed since the counters were last reported to iokerneld.
     unreported: SpinLock<Vec<Arc<ConnCell>>>,
+    /// Connections that owe a receive batch its ACK (see `conn`), and whether there are any.
+    owe_batch_acks: SpinLock<Vec<Arc<ConnCell>>>,
+    batch_acks_owed: AtomicBool,
     /// The sum over every connection, closed ones included, of its stats as last reported.
     reported_conns: SpinLock<ConnStats>,
     loopback: SpinLock<Loopback>,
@@ -201,6 +204,8 @@ impl TcpLayer {
             retired_conns: SpinLock::new(ConnStats::default()),
             retired_listeners: SpinLock::new(TcpCounters::default()),
             unreported: SpinLock::new(Vec::new()),
+            owe_batch_acks: SpinLock::new(Vec::new()),
+            batch_acks_owed: AtomicBool::new(false),
             reported_conns: SpinLock::new(ConnStats::default()),
             loopback: SpinLock::new(Loopback {
                 frames: VecDeque::new(),
@@ -385,7 +390,16 @@ impl TcpLayer {
     // Receive
 
     /// A verified segment arrived from `src` to `dst` (our address); `l4` is its bytes.
-    pub fn input(&self, stack: &NetStack, src: Ipv4Addr, dst: Ipv4Addr, l4: &[u8], now: u64) {
+    /// `in_batch`: one of a receive batch, which ends with [`TcpLayer::end_receive_batch`].
+    pub fn input(
+        &self,
+        stack: &NetStack,
+        src: Ipv4Addr,
+        dst: Ipv4Addr,
+        l4: &[u8],
+        now: u64,
+        in_batch: bool,
+    ) {
         let Ok(seg) = TcpSegment::parse_unverified(l4) else {
             return;
         };
@@ -396,7 +410,7 @@ impl TcpLayer {
         match self.lookup(&ends) {
             Some(cell) => {
                 if cell.own_or_queue(l4) {
-                    let mut held = Held::owned(stack, &cell);
+                    let mut held = Held::owned(stack, &cell, in_batch);
                     let kept = held.segment(l4, now);
                     held.release();
                     if !kept {
@@ -837,6 +851,35 @@ impl TcpLayer {
     /// Notes that a connection's stats changed (once until the next report).
     pub(super) fn note_unreported(&self, cell: &Arc<ConnCell>) {
         self.unreported.lock().push(cell.clone());
+    }
+
+    /// Notes that a connection owes a receive batch its ACK (once until the batch ends).
+    pub(super) fn note_owes_batch_ack(&self, cell: &Arc<ConnCell>) {
+        self.owe_batch_acks.lock().push(cell.clone());
+        self.batch_acks_owed.store(true, Relaxed);
+    }
+
+    /// A receive batch ended: sends the ACKs its segments left owed.
+    pub fn end_receive_batch(&self, stack: &NetStack, now: u64) {
+        if !self.batch_acks_owed.load(Relaxed) {
+            return;
+        }
+        let owed = {
+            let mut list = self.owe_batch_acks.lock();
+            self.batch_acks_owed.store(false, Relaxed);
+            std::mem::take(&mut *list)
+        };
+        for cell in owed {
+            cell.clear_owes_batch_ack();
+            // Owned elsewhere, it is skipped: a release outside a batch sends the ACK, one
+            // inside lists the connection again; should that release have looked just before
+            // the list was taken, the delayed-ACK timer sends it.
+            if let Some(mut held) = Held::try_enter(stack, &cell) {
+                held.end_receive_batch(now);
+                held.release();
+            }
+        }
+        self.flush_loopback(stack);
     }
 
     /// What is counted outside connections: the layer's own counters and drops, and the

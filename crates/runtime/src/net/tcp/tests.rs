@@ -297,6 +297,52 @@ fn segments_for_an_owned_connection_wait_and_keep_their_order() {
 }
 
 #[test]
+fn a_receive_batch_gets_its_acks_at_its_end() {
+    let (s, cap) = stack_with(TcpSettings::default());
+    let l = s.tcp.listen(Ipv4Addr::UNSPECIFIED, OUR_IP, 80, 8).unwrap();
+    let mut peer = handshake(&s, &cap, 40000, 80);
+    let conn = l.state.lock().queue.pop_front().unwrap();
+    cap.take();
+    let data = vec![0x42u8; 10 * 1460];
+    peer.conn.send(T0, &data).unwrap();
+    let frames = peer.frames(&s, T0);
+    assert_eq!(frames.len(), 10, "the peer's initial window");
+    let (first, second) = frames.split_at(6);
+    for f in first {
+        assert_eq!(s.receive_in_batch(f, T0), None);
+    }
+    assert!(cap.take().is_empty(), "no ACK before the batch ends");
+    s.end_receive_batch(T0);
+    let acks = cap.take();
+    assert_eq!(
+        peer.absorb(&acks, T0),
+        [TcpFlags::ACK],
+        "one ACK for the batch"
+    );
+    // Four full segments (1448 bytes: the MSS less the timestamps) still unacknowledged.
+    assert_eq!(peer.conn.bytes_in_flight(), 4 * 1448);
+    // A batch whose end finds the connection owned elsewhere (an application call): the
+    // owner's release sends the ACK.
+    for f in second {
+        assert_eq!(s.receive_in_batch(f, T0), None);
+    }
+    let held = Held::enter(&s, &conn);
+    s.end_receive_batch(T0);
+    assert!(cap.take().is_empty(), "the owner has the connection");
+    held.release();
+    assert_eq!(peer.absorb(&cap.take(), T0), [TcpFlags::ACK]);
+    assert_eq!(peer.conn.bytes_in_flight(), 0);
+    // Outside a batch, every second segment is acknowledged at once, as before.
+    peer.conn.send(T0, &data[..4 * 1460]).unwrap();
+    let frames = peer.frames(&s, T0);
+    assert!(frames.len() >= 4);
+    for f in &frames {
+        assert_eq!(s.receive(f, T0), None);
+    }
+    assert_eq!(cap.take().len(), frames.len() / 2);
+}
+
+#[test]
 fn a_closed_connection_leaves_the_table() {
     let (s, cap) = stack_without_time_wait();
     let l = s.tcp.listen(Ipv4Addr::UNSPECIFIED, OUR_IP, 80, 8).unwrap();
