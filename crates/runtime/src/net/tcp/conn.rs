@@ -385,6 +385,21 @@ impl<'a> Held<'a> {
         true
     }
 
+    /// Before ownership is given up: an ACK owed to a receive batch is listed for the batch's
+    /// end if this is the receive path, else sent now.
+    fn settle_owed_ack(&mut self) {
+        if !self.conn().ack_owed_by_batch() {
+            return;
+        }
+        if self.in_receive_batch {
+            if !self.cell.owes_batch_ack.swap(true, Relaxed) {
+                self.stack.tcp.note_owes_batch_ack(self.cell);
+            }
+        } else {
+            self.end_receive_batch(timer::now_ns());
+        }
+    }
+
     /// Sends the ACK a receive batch left owed, if any.
     pub fn end_receive_batch(&mut self, now: u64) {
         let conn = self.conn();
@@ -437,22 +452,18 @@ impl<'a> Held<'a> {
         }
         self.released = true;
         let mut done = None;
-        while let Some(bytes) = self.cell.next_pending(done.take()) {
+        loop {
+            // Still the owner here: `next_pending` gives ownership up when it finds nothing.
+            self.settle_owed_ack();
+            let Some(bytes) = self.cell.next_pending(done.take()) else {
+                break;
+            };
             let now = timer::now_ns();
             if !self.segment(&bytes, now) {
                 let ends = self.cell.ends;
                 self.stack.tcp.to_listener(self.stack, ends, &bytes, now);
             }
             done = Some(bytes);
-        }
-        if self.conn().ack_owed_by_batch() {
-            if self.in_receive_batch {
-                if !self.cell.owes_batch_ack.swap(true, Relaxed) {
-                    self.stack.tcp.note_owes_batch_ack(self.cell);
-                }
-            } else {
-                self.end_receive_batch(timer::now_ns());
-            }
         }
         let w = self.wake;
         let all = Events(Events::ERROR.0 | Events::CLOSED.0);

@@ -14,6 +14,7 @@ pub const TCP_BUFFER_ENV: &str = "CORRAL_TCP_BUFFER";
 pub const TCP_RTO_MIN_US_ENV: &str = "CORRAL_TCP_RTO_MIN_US";
 pub const TCP_TIME_WAIT_MS_ENV: &str = "CORRAL_TCP_TIME_WAIT_MS";
 pub const TCP_NODELAY_ENV: &str = "CORRAL_TCP_NODELAY";
+pub const TCP_ACK_STRETCH_ENV: &str = "CORRAL_TCP_ACK_STRETCH";
 
 /// TCP settings of one runtime.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -121,6 +122,9 @@ impl TcpSettings {
         if let Some(v) = var(TCP_NODELAY_ENV) {
             self.tcp.nodelay = flag(TCP_NODELAY_ENV, &v)?;
         }
+        if let Some(v) = var(TCP_ACK_STRETCH_ENV) {
+            self.tcp.ack_stretch = num(TCP_ACK_STRETCH_ENV, &v)?;
+        }
         self.validate()
     }
 }
@@ -137,12 +141,14 @@ mod tests {
             TCP_MAX_CONNECTIONS_ENV => Some("100".to_string()),
             TCP_SYN_COOKIES_ENV => Some("0".to_string()),
             TCP_TIME_WAIT_MS_ENV => Some("5".to_string()),
+            TCP_ACK_STRETCH_ENV => Some("2".to_string()),
             _ => None,
         };
         s.apply_env(env).unwrap();
         assert_eq!(s.max_connections, 100);
         assert!(!s.syn_cookies);
         assert_eq!(s.tcp.time_wait, 5_000_000);
+        assert_eq!(s.tcp.ack_stretch, 2);
     }
 
     #[test]
@@ -162,5 +168,11 @@ mod tests {
             .apply_env(|k| (k == TCP_BUFFER_ENV).then(|| "10".to_string()))
             .unwrap_err();
         assert_eq!(e.key, "net.tcp.tcp");
+        let mut s = TcpSettings::default();
+        let e = s
+            .apply_env(|k| (k == TCP_ACK_STRETCH_ENV).then(|| "1".to_string()))
+            .unwrap_err();
+        assert_eq!(e.key, "net.tcp.tcp");
+        assert!(e.to_string().contains("ack_stretch"), "{e}");
     }
 }
