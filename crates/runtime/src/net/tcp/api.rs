@@ -74,7 +74,8 @@ fn wait(
             };
             match held.leave_enqueued(enqueue) {
                 Ok(()) => return true,
-                // Segments arrived meanwhile: process them (releasing) and check again.
+                // Segments arrived meanwhile, or an ACK is owed: process them and send it
+                // (releasing), and check again.
                 Err(held) => held.release(),
             }
         }

@@ -419,13 +419,17 @@ impl<'a> Held<'a> {
     }
 
     /// For a uthread about to block: runs `enqueue` (which puts it on one of the connection's
-    /// wait queues) and gives ownership up in one step, unless segments are pending; then it
-    /// returns false and the caller releases (processing them) and checks again. Processing
-    /// anything after enqueueing could wake the caller itself before it has switched away, which
-    /// the scheduler does not allow on its own kthread. The caller must have made no engine call
-    /// through this `Held` (nothing to send or wake).
+    /// wait queues) and gives ownership up in one step, unless segments are pending or an ACK
+    /// is owed to a receive batch (whose end may have found the connection owned by this
+    /// call); then it returns false and the caller releases (processing them, sending the ACK)
+    /// and checks again. Processing anything after enqueueing could wake the caller itself
+    /// before it has switched away, which the scheduler does not allow on its own kthread. The
+    /// caller must have made no engine call through this `Held` (nothing to send or wake).
     pub fn leave_enqueued(mut self, enqueue: impl FnOnce()) -> Result<(), Held<'a>> {
         debug_assert!(self.wake.is_empty(), "an engine call was made");
+        if self.conn().ack_owed_by_batch() {
+            return Err(self);
+        }
         {
             let mut g = self.cell.gate.lock();
             if !g.pending.is_empty() {

@@ -339,6 +339,21 @@ fn a_receive_batch_gets_its_acks_at_its_end() {
     held.release();
     assert_eq!(peer.absorb(&cap.take(), T0), [TcpFlags::ACK]);
     assert_eq!(peer.conn.bytes_in_flight(), 0);
+    // The same when the owner is a reader about to block: it may not give ownership up with
+    // the ACK still owed.
+    peer.conn.send(T0, &data[..2 * 1460]).unwrap();
+    for f in peer.frames(&s, T0) {
+        assert_eq!(s.receive_in_batch(&f, T0), None);
+    }
+    let held = Held::enter(&s, &conn);
+    s.end_receive_batch(T0);
+    assert!(cap.take().is_empty(), "the reader has the connection");
+    let held = held
+        .leave_enqueued(|| panic!("enqueued with an ACK owed"))
+        .expect_err("the reader releases instead");
+    held.release();
+    assert_eq!(peer.absorb(&cap.take(), T0), [TcpFlags::ACK]);
+    assert_eq!(peer.conn.bytes_in_flight(), 0);
     // Outside a batch, every second segment is acknowledged at once, as before.
     peer.conn.send(T0, &data[..4 * 1460]).unwrap();
     let frames = peer.frames(&s, T0);
