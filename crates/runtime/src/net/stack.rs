@@ -446,8 +446,8 @@ impl NetStack {
             Packet::Udp { udp, .. } => self.udp_input(&ip, &udp),
             Packet::Tcp { .. } if is_broadcast_ip => Err(StackDrop::NotOurIp.into()),
             Packet::Tcp { .. } => {
-                let l4 = ip.payload();
-                self.tcp.input(self, ip.src(), ip.dst(), l4, now, in_batch);
+                self.tcp
+                    .input(self, ip.src(), ip.dst(), ip.payload(), now, in_batch);
                 Ok(())
             }
             Packet::Arp(_) => unreachable!("handled above"),

@@ -104,18 +104,19 @@ impl ByteRing {
         (&self.buf[start..start + first], &self.buf[..n - first])
     }
 
-    /// Copies committed bytes `offset..offset + out.len()` into `out`.
-    pub(super) fn peek(&self, offset: usize, out: &mut [u8]) {
+    /// Copies committed bytes `offset..offset + out.len()` into `out`; returns the two runs
+    /// copied.
+    pub(super) fn peek(&self, offset: usize, out: &mut [u8]) -> (&[u8], &[u8]) {
         let (a, b) = self.runs(offset, out.len());
         out[..a.len()].copy_from_slice(a);
         out[a.len()..].copy_from_slice(b);
+        (a, b)
     }
 
     /// As [`ByteRing::peek`], and returns the bytes' Internet checksum sum, taken from the
     /// ring while the copy has it in the cache.
     pub(super) fn peek_summed(&self, offset: usize, out: &mut [u8]) -> Checksum {
-        self.peek(offset, out);
-        let (a, b) = self.runs(offset, out.len());
+        let (a, b) = self.peek(offset, out);
         Checksum::new().add_bytes(a).add_bytes(b)
     }
 
