@@ -39,14 +39,20 @@ fn signal_kthread(tid: i32) {
 }
 
 /// Keeps its state in registers: eight f64 lanes and an integer LCG, with no calls. Every
-/// 4096 iterations it publishes its progress and counts how often the other uthread moved
-/// since its last look, which on a single kthread can only happen if it was preempted.
+/// 4096 iterations it publishes its progress (`base` + the iteration) and counts in
+/// `interleavings` each time the other uthread moved since its last look, which on a single
+/// kthread can only happen if it was preempted.
 #[inline(never)]
-fn register_heavy(iterations: u64, mine: &AtomicU64, other: &AtomicU64) -> (u64, [f64; 8], u64) {
+fn register_heavy(
+    iterations: u64,
+    base: u64,
+    mine: &AtomicU64,
+    other: &AtomicU64,
+    interleavings: &AtomicU64,
+) -> (u64, [f64; 8]) {
     let mut lanes = [1.0f64, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0];
     let mut lcg = 0x1234_5678u64;
     let mut other_seen = other.load(Ordering::Relaxed);
-    let mut interleavings = 0;
     for i in 0..iterations {
         for (j, lane) in lanes.iter_mut().enumerate() {
             *lane = *lane * 1.000_000_1 + (i as f64) * 1e-9 - (j as f64) * 1e-10;
@@ -55,24 +61,15 @@ fn register_heavy(iterations: u64, mine: &AtomicU64, other: &AtomicU64) -> (u64,
             .wrapping_mul(6_364_136_223_846_793_005)
             .wrapping_add(i | 1);
         if i % 4096 == 0 {
-            mine.store(i, Ordering::Relaxed);
+            mine.store(base + i, Ordering::Relaxed);
             let now = other.load(Ordering::Relaxed);
             if now != other_seen {
-                interleavings += 1;
+                interleavings.fetch_add(1, Ordering::Relaxed);
                 other_seen = now;
             }
         }
     }
-    (lcg, lanes, interleavings)
-}
-
-/// Stops a signalling thread when dropped, even if the test fails first.
-struct StopOnDrop(Arc<AtomicBool>);
-
-impl Drop for StopOnDrop {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::Relaxed);
-    }
+    (lcg, lanes)
 }
 
 #[test]
@@ -104,92 +101,150 @@ fn a_spinning_uthread_is_preempted_so_another_can_run() {
 
 #[test]
 fn preempted_uthreads_keep_all_their_registers() {
-    const ITERS: u64 = 30_000_000;
-    let reference = register_heavy(ITERS, &AtomicU64::new(0), &AtomicU64::new(0));
+    // Rounds of register-heavy work, each checked against a run nobody interrupted, until the
+    // two uthreads have interleaved (each one preempted mid-round) this often.
+    const ROUND: u64 = 2_000_000;
+    const INTERLEAVINGS: u64 = 1000;
+    // Only against a hang: a quiet machine gets there in well under a second.
+    const LIMIT: Duration = Duration::from_secs(60);
+    let nobody = AtomicU64::new(0);
+    let reference = register_heavy(ROUND, 0, &nobody, &nobody, &AtomicU64::new(0));
 
     let rt = Runtime::new(Config::default().kthreads(1).preemption(true)).unwrap();
     let progress: Arc<Vec<AtomicU64>> = Arc::new((0..2).map(|_| AtomicU64::new(0)).collect());
+    let interleavings = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
     let handles: Vec<_> = (0..2)
         .map(|me| {
-            let progress = progress.clone();
-            rt.spawn(move || register_heavy(ITERS, &progress[me], &progress[1 - me]))
+            let (progress, interleavings) = (progress.clone(), interleavings.clone());
+            rt.spawn(move || {
+                let mut rounds = 0u64;
+                while interleavings.load(Ordering::Relaxed) < INTERLEAVINGS
+                    && start.elapsed() < LIMIT
+                {
+                    let got = register_heavy(
+                        ROUND,
+                        rounds * ROUND,
+                        &progress[me],
+                        &progress[1 - me],
+                        &interleavings,
+                    );
+                    assert_eq!(got.0, reference.0, "integer state corrupted by preemption");
+                    assert_eq!(
+                        got.1.map(f64::to_bits),
+                        reference.1.map(f64::to_bits),
+                        "vector/FP state corrupted"
+                    );
+                    rounds += 1;
+                }
+                rounds
+            })
         })
         .collect();
-    let stop = Arc::new(AtomicBool::new(false));
-    let _stop_signals = StopOnDrop(stop.clone());
-    let signaller = start_signaller(&rt, stop.clone(), Duration::from_micros(100));
-    let start = Instant::now();
+    let signaller = Signaller::start(&rt, Duration::from_micros(100));
     while !handles.iter().all(|h| h.is_finished()) {
-        assert!(
-            start.elapsed() < Duration::from_secs(120),
-            "computation never finished"
-        );
         std::thread::sleep(Duration::from_millis(1));
     }
-    stop.store(true, Ordering::Relaxed);
-    let signals = signaller.join().unwrap();
-    let mut interleavings = 0;
-    for h in handles {
-        let got = h.join().unwrap();
-        assert_eq!(got.0, reference.0, "integer state corrupted by preemption");
-        assert_eq!(
-            got.1.map(f64::to_bits),
-            reference.1.map(f64::to_bits),
-            "vector/FP state corrupted"
-        );
-        interleavings += got.2;
-    }
-    assert!(signals > 100, "only {signals} signals sent");
+    let signals = signaller.finish();
+    let rounds: u64 = handles.into_iter().map(|h| h.join().unwrap()).sum();
+    let interleavings = interleavings.load(Ordering::Relaxed);
     assert!(
-        interleavings > 10,
-        "the two uthreads interleaved only {interleavings} times"
+        interleavings >= INTERLEAVINGS,
+        "the two uthreads interleaved only {interleavings} times in {LIMIT:?} \
+         ({rounds} rounds, {signals} signals sent)"
+    );
+    // Each interleaving is a preemption, and only the signals sent here preempt.
+    assert!(
+        signals >= interleavings,
+        "{interleavings} interleavings from {signals} signals"
     );
 }
 
-fn start_signaller(
-    rt: &Runtime,
+/// A thread that signals every kthread of a runtime, back to back or every `period`, counting
+/// what it sent, until stopped (or dropped, so that a failed test does not leave it running).
+struct Signaller {
     stop: Arc<AtomicBool>,
-    period: Duration,
-) -> std::thread::JoinHandle<u64> {
-    let tids: Vec<i32> = (0..rt.config().kthreads)
-        .map(|i| {
-            loop {
-                let t = rt.kthread_tids()[i];
-                if t != 0 {
-                    break t;
+    sent: Arc<AtomicU64>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Signaller {
+    fn start(rt: &Runtime, period: Duration) -> Signaller {
+        let tids: Vec<i32> = (0..rt.config().kthreads)
+            .map(|i| {
+                loop {
+                    let t = rt.kthread_tids()[i];
+                    if t != 0 {
+                        break t;
+                    }
+                    std::thread::yield_now();
                 }
-                std::thread::yield_now();
-            }
-        })
-        .collect();
-    std::thread::spawn(move || {
-        let mut n = 0;
-        while !stop.load(Ordering::Relaxed) {
-            for &t in &tids {
-                signal_kthread(t);
-                n += 1;
-            }
-            if !period.is_zero() {
-                std::thread::sleep(period);
-            }
+            })
+            .collect();
+        let stop = Arc::new(AtomicBool::new(false));
+        let sent = Arc::new(AtomicU64::new(0));
+        let thread = {
+            let (stop, sent) = (stop.clone(), sent.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    for &t in &tids {
+                        signal_kthread(t);
+                        sent.fetch_add(1, Ordering::Relaxed);
+                    }
+                    if !period.is_zero() {
+                        std::thread::sleep(period);
+                    }
+                }
+            })
+        };
+        Signaller {
+            stop,
+            sent,
+            thread: Some(thread),
         }
-        n
-    })
+    }
+
+    /// Signals sent so far.
+    fn sent(&self) -> u64 {
+        self.sent.load(Ordering::Relaxed)
+    }
+
+    /// Stops the thread; returns how many signals it sent.
+    fn finish(mut self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            thread.join().unwrap();
+        }
+        self.sent()
+    }
+}
+
+impl Drop for Signaller {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
 }
 
 #[test]
 fn a_storm_of_preemption_signals_is_survived() {
     // Signals back to back: a handler must never nest another switch (and frame) on the stack.
+    // The storm lasts until this many signals have been sent and every uthread has been
+    // through this many rounds of yields, sleeps and checks under it.
+    const SIGNALS: u64 = 1_000_000;
+    const ROUNDS: u64 = 10_000;
+    // Only against a hang: a quiet machine gets there in about a second.
+    const LIMIT: Duration = Duration::from_secs(60);
     let rt = Runtime::new(Config::default().kthreads(2).preemption(true)).unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let _stop_signals = StopOnDrop(stop.clone());
-    let signaller = start_signaller(&rt, stop.clone(), Duration::ZERO);
+    let signaller = Signaller::start(&rt, Duration::ZERO);
+    let start = Instant::now();
     let hs: Vec<_> = (0..6)
         .map(|_| {
-            rt.spawn(|| {
-                let t = Instant::now();
-                let mut yields = 0u64;
-                while t.elapsed() < Duration::from_secs(2) {
+            let sent = signaller.sent.clone();
+            rt.spawn(move || {
+                let mut rounds = 0u64;
+                while (rounds < ROUNDS || sent.load(Ordering::Relaxed) < SIGNALS)
+                    && start.elapsed() < LIMIT
+                {
                     corral::yield_now();
                     corral::sleep(Duration::from_micros(1));
                     // Being moved between kthreads mid-check must not make a uthread look
@@ -204,30 +259,27 @@ fn a_storm_of_preemption_signals_is_survived() {
                             "preemption counter unbalanced"
                         );
                     }
-                    yields += 1;
+                    rounds += 1;
                 }
-                yields
+                rounds
             })
         })
         .collect();
-    let yields: u64 = hs
+    let rounds: Vec<u64> = hs
         .into_iter()
         .map(|h| h.join().expect("no panic under signals"))
-        .sum();
-    stop.store(true, Ordering::Relaxed);
-    let signals = signaller.join().unwrap();
+        .collect();
+    let signals = signaller.finish();
     assert!(
-        yields > 0 && signals > 1000,
-        "yields {yields}, signals {signals}"
+        signals >= SIGNALS && rounds.iter().all(|&r| r >= ROUNDS),
+        "in {LIMIT:?}: {signals} signals, rounds per uthread {rounds:?}"
     );
 }
 
 #[test]
 fn each_kthread_keeps_its_own_alternate_signal_stack() {
     let rt = Runtime::new(Config::default().kthreads(2).preemption(true)).unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let _stop_signals = StopOnDrop(stop.clone());
-    let signaller = start_signaller(&rt, stop.clone(), Duration::from_micros(50));
+    let signaller = Signaller::start(&rt, Duration::from_micros(50));
     let hs: Vec<_> = (0..8)
         .map(|_| {
             rt.spawn(|| {
@@ -250,8 +302,7 @@ fn each_kthread_keeps_its_own_alternate_signal_stack() {
         })
         .collect();
     let mut all: Vec<(usize, usize)> = hs.into_iter().flat_map(|h| h.join().unwrap()).collect();
-    stop.store(true, Ordering::Relaxed);
-    signaller.join().unwrap();
+    signaller.finish();
     all.sort_unstable();
     all.dedup();
     let mut stacks: Vec<usize> = all.iter().map(|x| x.1).collect();
