@@ -27,6 +27,7 @@ command -v pigz >/dev/null || need+=(pigz)
 command -v memcached >/dev/null || need+=(memcached)
 command -v memccapable >/dev/null || need+=(libmemcached-tools)
 /usr/bin/python3 -c 'import pymemcache' 2>/dev/null || need+=(python3-pymemcache)
+/usr/bin/python3 -c 'import prometheus_client' 2>/dev/null || need+=(python3-prometheus-client)
 
 if [ ${#need[@]} -gt 0 ]; then
   echo "setup: installing ${need[*]}"

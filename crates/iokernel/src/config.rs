@@ -156,6 +156,12 @@ pub struct SettingArgs {
     #[arg(long = "faults", value_name = "DIRECTION:KEY=VALUE,...")]
     pub faults: Vec<String>,
 
+    /// `metrics_listen`: also serve the statistics in the Prometheus text format over HTTP at
+    /// `/metrics` on this address and port, such as 127.0.0.1:9464, from a thread of its own
+    /// (the loop only answers its statistics requests, as for `iokerneld stats`) [default: off].
+    #[arg(long, value_name = "ADDRESS:PORT")]
+    pub metrics_listen: Option<String>,
+
     /// Root of the sysfs CPU tree (for tests).
     #[arg(long, value_name = "DIR", hide = true)]
     pub sysfs_root: Option<PathBuf>,
@@ -191,6 +197,7 @@ pub struct FileConfig {
     pub nic: Option<String>,
     pub tap_name: Option<String>,
     pub host_ip: Option<String>,
+    pub metrics_listen: Option<String>,
     /// `[faults.DIRECTION]` tables of fault settings, checked by [`Config::merge`].
     pub faults: Option<BTreeMap<String, BTreeMap<String, toml::Value>>>,
 }
@@ -321,6 +328,8 @@ pub struct Config {
     pub log_file: Option<PathBuf>,
     pub nic: NicConfig,
     pub faults: FaultsConfig,
+    /// Where to serve the Prometheus metrics over HTTP; `None`: nowhere.
+    pub metrics_listen: Option<std::net::SocketAddr>,
     pub sysfs_root: PathBuf,
 }
 
@@ -830,6 +839,17 @@ impl Config {
         let log_file = args.log_file.clone().or_else(|| file.log_file.clone());
         let nic = nic_config(file, args)?;
         let faults = faults_config(file, args)?;
+        let metrics_listen = match args
+            .metrics_listen
+            .as_ref()
+            .or(file.metrics_listen.as_ref())
+        {
+            Some(text) => Some(
+                parse_listen_address(text)
+                    .map_err(|reason| invalid("metrics_listen", format!("{text:?}"), reason))?,
+            ),
+            None => None,
+        };
 
         Ok(Config {
             core,
@@ -849,9 +869,22 @@ impl Config {
             log_file,
             nic,
             faults,
+            metrics_listen,
             sysfs_root,
         })
     }
+}
+
+/// An IP address and port to listen on: no host names (they would need a resolver at start)
+/// and no port 0 (a port picked at random could not be scraped).
+fn parse_listen_address(text: &str) -> Result<std::net::SocketAddr, String> {
+    let address: std::net::SocketAddr = text.trim().parse().map_err(|_| {
+        "expected an IP address and port, such as 127.0.0.1:9464 or [::1]:9464".to_owned()
+    })?;
+    if address.port() == 0 {
+        return Err("port 0 would pick a port at random; name the port to serve on".into());
+    }
+    Ok(address)
 }
 
 fn nic_config(file: &FileConfig, args: &SettingArgs) -> Result<NicConfig, ConfigError> {
@@ -1382,5 +1415,35 @@ mod tests {
             err.starts_with("invalid host_ip = \"10.1.2.255/24\""),
             "{err}"
         );
+    }
+
+    #[test]
+    fn metrics_listen_takes_an_address_and_port_from_the_flag_or_the_file() {
+        let sys = fake_sysfs("0-1", 2);
+        let config = Config::merge(&FileConfig::default(), &args(sys.path())).unwrap();
+        assert_eq!(config.metrics_listen, None);
+        let file = parse_file("metrics_listen = \"127.0.0.1:9464\"\n").unwrap();
+        let config = Config::merge(&file, &args(sys.path())).unwrap();
+        assert_eq!(
+            config.metrics_listen,
+            Some("127.0.0.1:9464".parse().unwrap())
+        );
+        let mut flags = args(sys.path());
+        flags.metrics_listen = Some("[::1]:9500".into());
+        let config = Config::merge(&file, &flags).unwrap();
+        assert_eq!(config.metrics_listen, Some("[::1]:9500".parse().unwrap()));
+        for (text, expected) in [
+            ("localhost:9464", "expected an IP address and port"),
+            ("127.0.0.1", "expected an IP address and port"),
+            ("127.0.0.1:99999", "expected an IP address and port"),
+            ("127.0.0.1:0", "port 0"),
+        ] {
+            flags.metrics_listen = Some(text.into());
+            let err = Config::merge(&file, &flags).unwrap_err().to_string();
+            assert!(
+                err.starts_with(&format!("invalid metrics_listen = {text:?}: {expected}")),
+                "{text}: {err}"
+            );
+        }
     }
 }

@@ -1,15 +1,19 @@
 //! `iokerneld`: the Corral daemon that hands the managed cores to runtimes.
 //!
-//! `iokerneld [settings]` runs the daemon pinned to its own core until SIGINT or SIGTERM;
-//! `iokerneld stats` prints a running daemon's statistics; `iokerneld gen` plays a run of a
-//! running daemon's traffic generator (`nic = "gen"`) and prints its results. `iokerneld --help`
-//! lists every setting.
+//! `iokerneld [settings]` runs the daemon pinned to its own core until SIGINT or SIGTERM (and,
+//! with `--metrics-listen`, serves its statistics to Prometheus); `iokerneld stats` prints a
+//! running daemon's statistics, as JSON or in the Prometheus text format; `iokerneld gen` plays
+//! a run of a running daemon's traffic generator (`nic = "gen"`) and prints its results.
+//! `iokerneld --help` lists every setting.
 
-use std::path::PathBuf;
+mod exposition;
+mod metrics_server;
+
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
 use corral_abi::control::{Reply, Request};
 use corral_gen::{GenArgs, GenBackend};
 use corral_iokernel::config::{self, Config, NicConfig, SettingArgs};
@@ -36,11 +40,15 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Connect to a running iokerneld, ask for its statistics and print them as JSON.
+    /// Connect to a running iokerneld, ask for its statistics and print them.
     Stats {
         /// Control socket to connect to [default: the `socket` setting].
         #[arg(long, value_name = "PATH")]
         socket: Option<PathBuf>,
+        /// `json` (the statistics as the daemon sends them, indented) or `prometheus` (the
+        /// Prometheus text exposition format, as `--metrics-listen` serves it).
+        #[arg(long, value_enum, default_value_t = StatsFormat::Json)]
+        format: StatsFormat,
     },
     /// Play an open-loop run of a running iokerneld's traffic generator (`nic = "gen"`)
     /// against a UDP service of one of its runtimes, wait for it to end, and print the results:
@@ -48,10 +56,16 @@ pub enum Command {
     Gen(GenArgs),
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum StatsFormat {
+    Json,
+    Prometheus,
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Some(Command::Stats { socket }) => stats(socket, &cli.settings),
+        Some(Command::Stats { socket, format }) => stats(socket, format, &cli.settings),
         Some(Command::Gen(args)) => {
             corral_gen::play::play(&args, client_socket(args.socket.clone(), &cli.settings))
         }
@@ -79,43 +93,56 @@ fn client_socket(socket: Option<PathBuf>, settings: &SettingArgs) -> Result<Path
     }
 }
 
-fn stats(socket: Option<PathBuf>, settings: &SettingArgs) -> ExitCode {
-    let socket = match client_socket(socket, settings) {
-        Ok(path) => path,
-        Err(code) => return code,
-    };
-    let reply = control::connect(&socket).and_then(|conn| {
+/// Asks the daemon on `socket` for its statistics; the JSON text, or why there is none.
+fn request_stats(socket: &Path, timeout: Duration) -> Result<String, String> {
+    let reply = control::connect(socket).and_then(|conn| {
         control::request_on(
             std::os::fd::AsFd::as_fd(&conn),
             &Request::Stats.encode(),
             &[],
-            Duration::from_secs(5),
+            timeout,
         )
     });
     match reply {
-        Ok(Reply::Stats { json }) => match serde_json::from_str::<serde_json::Value>(&json) {
-            Ok(value) => {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&value).unwrap_or(json.clone())
-                );
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("iokerneld stats: the daemon sent invalid JSON ({e}): {json}");
-                ExitCode::FAILURE
-            }
-        },
-        Ok(Reply::Error { message }) => {
-            eprintln!("iokerneld stats: refused: {message}");
-            ExitCode::FAILURE
+        Ok(Reply::Stats { json }) => Ok(json),
+        Ok(Reply::Error { message }) => Err(format!("refused: {message}")),
+        Ok(other) => Err(format!("unexpected reply {other:?}")),
+        Err(e) => Err(format!("{}: {e}", socket.display())),
+    }
+}
+
+fn stats(socket: Option<PathBuf>, format: StatsFormat, settings: &SettingArgs) -> ExitCode {
+    let socket = match client_socket(socket, settings) {
+        Ok(path) => path,
+        Err(code) => return code,
+    };
+    let json = match request_stats(&socket, Duration::from_secs(5)) {
+        Ok(json) => json,
+        Err(e) => {
+            eprintln!("iokerneld stats: {e}");
+            return ExitCode::FAILURE;
         }
-        Ok(other) => {
-            eprintln!("iokerneld stats: unexpected reply {other:?}");
-            ExitCode::FAILURE
+    };
+    let text = match format {
+        StatsFormat::Json => serde_json::from_str::<serde_json::Value>(&json)
+            .map(|value| serde_json::to_string_pretty(&value).unwrap_or(json.clone())),
+        StatsFormat::Prometheus => serde_json::from_str::<corral_iokernel::daemon::Stats>(&json)
+            .map(|stats| exposition::render(&stats).trim_end().to_owned()),
+    };
+    match text {
+        Ok(text) => {
+            use std::io::Write as _;
+            match writeln!(std::io::stdout().lock(), "{text}") {
+                // A reader that stopped early (`| head`) wanted no more.
+                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+                    eprintln!("iokerneld stats: cannot write the statistics: {e}");
+                    ExitCode::FAILURE
+                }
+                _ => ExitCode::SUCCESS,
+            }
         }
         Err(e) => {
-            eprintln!("iokerneld stats: {}: {e}", socket.display());
+            eprintln!("iokerneld stats: the daemon sent invalid statistics ({e}): {json}");
             ExitCode::FAILURE
         }
     }
@@ -163,6 +190,11 @@ fn start(config: Config) -> Result<(), String> {
     };
     let alloc =
         corral_policy::build(&config.policy, topology, &settings).map_err(|e| e.to_string())?;
+    // Before the control socket, so that an address that cannot be had stops iokerneld before
+    // anything else is set up, and a daemon that takes registrations also serves its metrics.
+    if let Some(address) = config.metrics_listen {
+        start_metrics(address, &config)?;
+    }
     let listener = control::listen(&config.socket)
         .map_err(|e| format!("cannot listen on {}: {e}", config.socket.display()))?;
     info!(
@@ -198,6 +230,39 @@ fn start(config: Config) -> Result<(), String> {
     if let Err(e) = std::fs::remove_file(&socket) {
         error!("cannot remove {}: {e}", socket.display());
     }
+    Ok(())
+}
+
+/// Serves the metrics on `address` from a thread of their own, off iokerneld's CPU: on the
+/// spare CPUs if there are any, else on the managed cores under `SCHED_IDLE`, where it runs only
+/// when a core has nothing else to do (iokerneld's own CPU is never idle: the loop spins).
+fn start_metrics(address: std::net::SocketAddr, config: &Config) -> Result<(), String> {
+    let listener = metrics_server::bind(address)?;
+    let address = listener
+        .local_addr()
+        .map_err(|e| format!("cannot read the metrics address: {e}"))?;
+    let placement = if config.spare_cpus.is_empty() {
+        metrics_server::Placement {
+            cpus: config.managed_cores.clone(),
+            idle: true,
+        }
+    } else {
+        metrics_server::Placement {
+            cpus: config.spare_cpus.clone(),
+            idle: false,
+        }
+    };
+    let place = format!(
+        "CPUs {}{}",
+        format_cpu_list(&placement.cpus),
+        if placement.idle {
+            " under SCHED_IDLE"
+        } else {
+            ""
+        }
+    );
+    metrics_server::spawn(listener, config.socket.clone(), placement)?;
+    info!("metrics: serving http://{address}/metrics from {place}");
     Ok(())
 }
 
