@@ -271,6 +271,12 @@ pub struct Args {
     #[arg(long, default_value = "/usr/bin/memcached")]
     pub memcached: PathBuf,
 
+    /// Draw the plots of an earlier run again and measure nothing: from DIR/results.json (any
+    /// experiment) or, without it, from a sweep's DIR/results.csv (titled with --service, which
+    /// the CSV does not record); into --out [default: DIR].
+    #[arg(long, value_name = "DIR")]
+    pub replot: Option<PathBuf>,
+
     /// TrueType font for the plots' text.
     #[arg(
         long,

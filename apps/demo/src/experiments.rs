@@ -6,14 +6,15 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use corral_loadgen::queueing;
-use corral_loadgen::{Arrivals, ScheduleConfig};
+use corral_loadgen::{Arrivals, ScheduleConfig, ServiceDist};
 use serde_json::json;
 
 use crate::batch::Clock;
+use crate::charts;
 use crate::cli::{Args, Experiment, Plan};
 use crate::error::{Error, Result};
-use crate::plot::{self, Chart, Line};
-use crate::report::{self, fmt_pct, fmt_us, tail_p999_ns};
+use crate::plot;
+use crate::report::{self, fmt_pct, fmt_us};
 use crate::results::{BatchAlone, BoundPoint, Burst, CpuSteal, Point, System, SystemRun};
 use crate::systems::{Bins, Corral, Env, Linux};
 use crate::{machine, procs};
@@ -62,6 +63,9 @@ fn kernel() -> String {
 /// Runs the experiment the arguments ask for; everything it starts is stopped before it
 /// returns, on every path.
 pub fn run(args: &Args) -> Result<()> {
+    if let Some(dir) = &args.replot {
+        return replot(args, dir);
+    }
     let wall = Instant::now();
     let plan = args.plan().map_err(Error::Failed)?;
     let needs_iokerneld =
@@ -255,6 +259,23 @@ pub fn run(args: &Args) -> Result<()> {
         say(format!("  {}", f.display()));
     }
     say(format!("  {} (each process's output)", env.logs.display()));
+    Ok(())
+}
+
+/// `--replot DIR`: the plots of an earlier run, drawn again from its results.
+fn replot(args: &Args, dir: &Path) -> Result<()> {
+    plot::load_font(&args.font)?;
+    let out = args.out.as_deref().unwrap_or(dir);
+    std::fs::create_dir_all(out)
+        .map_err(|e| Error::msg(format!("cannot create {}: {e}", out.display())))?;
+    let files = crate::replot::replot(dir, out, &args.service)?;
+    say(format!(
+        "plots of {} drawn again from its results:",
+        dir.display()
+    ));
+    for f in &files {
+        say(format!("  {}", f.display()));
+    }
     Ok(())
 }
 
@@ -701,7 +722,7 @@ fn sweep(env: &Env, record: &mut serde_json::Value) -> Result<Written> {
     text.push_str(&report::render_checks(&checks));
 
     let csv = report::sweep_csv(&rows);
-    let plots = sweep_plots(env, &runs, &bounds)?;
+    let plots = sweep_plots(&env.out, &p.service, &p.loads, &runs, &bounds)?;
     record["systems"] = json!(runs);
     record["bounds"] = json!(bounds);
     record["rows"] = json!(rows);
@@ -709,118 +730,60 @@ fn sweep(env: &Env, record: &mut serde_json::Value) -> Result<Written> {
     Ok((text, csv, plots))
 }
 
-fn us_points(run: &SystemRun, f: impl Fn(&Point) -> Option<u64>) -> Vec<(f64, f64)> {
-    run.points
+/// The bound's p99.9 at each load, as the plots take it.
+pub(crate) fn bound_p999(bounds: &[BoundPoint]) -> Vec<charts::BoundP999> {
+    bounds
         .iter()
-        .filter_map(|p| f(p).map(|ns| (p.load, ns as f64 / 1e3)))
+        .map(|b| charts::BoundP999 {
+            load: b.load,
+            p999_us: b.p999_ns as f64 / 1e3,
+        })
         .collect()
 }
 
-fn x_range(loads: &[f64]) -> (f64, f64) {
-    let hi = loads.iter().copied().fold(0.0, f64::max);
-    (0.0, (hi + 0.1).max(1.0))
+/// Writes the sweep's `latency` and `batch` plots into `out`.
+pub(crate) fn sweep_plots(
+    out: &Path,
+    service: &ServiceDist,
+    loads: &[f64],
+    runs: &[SystemRun],
+    bounds: &[BoundPoint],
+) -> Result<Vec<PathBuf>> {
+    let systems: Vec<charts::Series> = runs.iter().map(charts::Series::of_run).collect();
+    charts::save_sweep(
+        out,
+        &report::service_label(service),
+        loads,
+        &systems,
+        &bound_p999(bounds),
+    )
 }
 
-fn sweep_plots(env: &Env, runs: &[SystemRun], bounds: &[BoundPoint]) -> Result<Vec<PathBuf>> {
-    let p = &env.plan;
-    let mut lat = Vec::new();
-    let mut batch = Vec::new();
-    for r in runs {
-        let color = match r.system {
-            System::Corral => plot::BLUE,
-            System::Linux => plot::ORANGE,
-            System::Dedicated => plot::GREEN,
-        };
-        // Points whose tail is unbounded by losses are left out of the p99.9 line rather than
-        // drawn at a finite value.
-        lat.push(Line::new(
-            format!("{} p99.9", r.system),
-            color,
-            us_points(r, |pt| tail_p999_ns(&pt.summary)),
-        ));
-        let unbounded: Vec<f64> = r
-            .points
-            .iter()
-            .filter(|pt| tail_p999_ns(&pt.summary).is_none())
-            .map(|pt| pt.load)
-            .collect();
-        if !unbounded.is_empty() {
-            lat.push(Line::ceiling(
-                format!("{} p99.9 unbounded (>0.1% lost)", r.system),
-                color,
-                unbounded,
-            ));
-        }
-        lat.push(
-            Line::new(
-                format!("{} p50", r.system),
-                color,
-                us_points(r, |pt| {
-                    (pt.summary.matched > 0).then_some(pt.summary.latency.p50_ns)
-                }),
-            )
-            .dashed(),
-        );
-        if r.system != System::Dedicated {
-            batch.push(Line::new(
-                format!("{} batch", r.system),
-                color,
-                r.points
-                    .iter()
-                    .filter_map(|pt| pt.batch_fraction.map(|f| (pt.load, f)))
-                    .collect(),
-            ));
-        }
-    }
-    let bound_pts: Vec<(f64, f64)> = bounds
+/// Writes the interval sweep's `intervals` and `intervals-batch` plots into `out`.
+pub(crate) fn intervals_plots(
+    out: &Path,
+    service: &ServiceDist,
+    loads: &[f64],
+    runs: &[SystemRun],
+    bounds: &[BoundPoint],
+) -> Result<Vec<PathBuf>> {
+    let series: Vec<charts::Series> = runs
         .iter()
-        .map(|b| (b.load, b.p999_ns as f64 / 1e3))
+        .enumerate()
+        .map(|(i, r)| charts::Series {
+            name: charts::interval_name(r.interval_us.unwrap_or(0)),
+            color: plot::PALETTE[i % plot::PALETTE.len()],
+            ..charts::Series::of_run(r)
+        })
         .collect();
-    lat.push(Line::new("bound p99.9", plot::GREY, bound_pts.clone()));
-    lat.push(
-        Line::new(
-            "2x bound",
-            plot::GREY,
-            bound_pts.iter().map(|&(x, y)| (x, 2.0 * y)).collect(),
-        )
-        .dashed()
-        .no_markers(),
+    let [latency, batch] = charts::intervals(
+        &report::service_label(service),
+        charts::load_range(loads),
+        &series,
+        &bound_p999(bounds),
     );
-    batch.push(
-        Line::new("ideal: 1 - load", plot::GREY, vec![(0.0, 1.0), (1.0, 0.0)])
-            .dashed()
-            .no_markers(),
-    );
-    let xr = x_range(&p.loads);
-    let mut files = plot::save(
-        &env.out,
-        "latency",
-        &[Chart {
-            title: format!(
-                "Spin server latency ({} service), batch job co-located",
-                report::service_label(&p.service)
-            ),
-            x_label: "offered load (fraction of one core)".into(),
-            y_label: "latency (us, log)".into(),
-            log_y: true,
-            x_range: xr,
-            y_range: None,
-            lines: lat,
-        }],
-    )?;
-    files.extend(plot::save(
-        &env.out,
-        "batch",
-        &[Chart {
-            title: "Batch throughput while the server runs".into(),
-            x_label: "offered load (fraction of one core)".into(),
-            y_label: "batch units/s (fraction of batch alone)".into(),
-            log_y: false,
-            x_range: xr,
-            y_range: Some((0.0, 1.1)),
-            lines: batch,
-        }],
-    )?);
+    let mut files = plot::save(out, "intervals", &[latency])?;
+    files.extend(plot::save(out, "intervals-batch", &[batch])?);
     Ok(files)
 }
 
@@ -841,75 +804,7 @@ fn intervals(env: &Env, record: &mut serde_json::Value) -> Result<Written> {
     text.push_str(&warnings_text(&runs));
     text.push_str(&interference_text(&runs));
     let csv = report::intervals_csv(&runs, &bounds);
-    let mut lines: Vec<Line> = runs
-        .iter()
-        .enumerate()
-        .map(|(i, r)| {
-            Line::new(
-                format!(
-                    "p99.9, interval {}",
-                    report::interval_label(r.interval_us.unwrap_or(0))
-                ),
-                plot::PALETTE[i % plot::PALETTE.len()],
-                us_points(r, |pt| tail_p999_ns(&pt.summary)),
-            )
-        })
-        .collect();
-    lines.push(Line::new(
-        "bound p99.9",
-        plot::GREY,
-        bounds
-            .iter()
-            .map(|b| (b.load, b.p999_ns as f64 / 1e3))
-            .collect(),
-    ));
-    let batch_lines: Vec<Line> = runs
-        .iter()
-        .enumerate()
-        .map(|(i, r)| {
-            Line::new(
-                format!(
-                    "interval {}",
-                    report::interval_label(r.interval_us.unwrap_or(0))
-                ),
-                plot::PALETTE[i % plot::PALETTE.len()],
-                r.points
-                    .iter()
-                    .filter_map(|pt| pt.batch_fraction.map(|f| (pt.load, f)))
-                    .collect(),
-            )
-        })
-        .collect();
-    let xr = x_range(&p.loads);
-    let mut plots = plot::save(
-        &env.out,
-        "intervals",
-        &[Chart {
-            title: format!(
-                "Corral p99.9 by core allocation interval ({} service)",
-                report::service_label(&p.service)
-            ),
-            x_label: "offered load (fraction of one core)".into(),
-            y_label: "p99.9 latency (us, log)".into(),
-            log_y: true,
-            x_range: xr,
-            y_range: None,
-            lines,
-        }],
-    )?;
-    plots.extend(plot::save(
-        &env.out,
-        "intervals-batch",
-        &[Chart {
-            title: "Batch throughput by core allocation interval".into(),
-            x_label: "offered load (fraction of one core)".into(),
-            y_label: "batch units/s (fraction of batch alone)".into(),
-            log_y: false,
-            x_range: xr,
-            y_range: Some((0.0, 1.1)),
-            lines: batch_lines,
-        }],
-    )?);
+    let plots = intervals_plots(&env.out, &p.service, &p.loads, &runs, &bounds)?;
     record["systems"] = json!(runs);
     record["bounds"] = json!(bounds);
     Ok((text, csv, plots))
@@ -1030,97 +925,21 @@ fn burst(env: &Env, record: &mut serde_json::Value) -> Result<Written> {
     ));
     text.push_str(&warnings_text(std::slice::from_ref(&run)));
     let csv = report::burst_csv(&b);
-    let plots = burst_plots(env, &b, check.steady_p999_ns)?;
+    let plots = burst_plots(&env.out, &b)?;
     record["systems"] = json!([run]);
     record["burst"] = json!(b);
     record["burst_check"] = json!(check);
     Ok((text, csv, plots))
 }
 
-fn burst_plots(env: &Env, b: &Burst, steady: Option<u64>) -> Result<Vec<PathBuf>> {
-    let secs = 3.0 * b.phase_secs;
-    let to_s = |ms: f64| ms / 1e3;
-    let mut lat = vec![
-        Line::new(
-            "p99.9 per window",
-            plot::BLUE,
-            b.burst
-                .windows
-                .iter()
-                .filter(|w| w.matched > 0)
-                .map(|w| (to_s(w.start_ms), w.latency.p999_ns as f64 / 1e3))
-                .collect(),
-        )
-        .no_markers(),
-    ];
-    if let Some(s) = steady {
-        let s = s as f64 / 1e3;
-        lat.push(
-            Line::new(
-                "steady p99.9 at the high rate",
-                plot::GREY,
-                vec![(0.0, s), (secs, s)],
-            )
-            .no_markers(),
-        );
-        lat.push(
-            Line::new(
-                "2x steady",
-                plot::RED,
-                vec![(0.0, 2.0 * s), (secs, 2.0 * s)],
-            )
-            .dashed()
-            .no_markers(),
-        );
-    }
-    let window_s = b.window_ms / 1e3;
-    let rate = vec![
-        Line::new(
-            "offered",
-            plot::GREY,
-            b.burst
-                .windows
-                .iter()
-                .map(|w| (to_s(w.start_ms), report::burst_rate_at(b, w.start_ms) / 1e3))
-                .collect(),
-        )
-        .no_markers(),
-        Line::new(
-            "answered",
-            plot::GREEN,
-            b.burst
-                .windows
-                .iter()
-                .map(|w| (to_s(w.start_ms), w.matched as f64 / window_s / 1e3))
-                .collect(),
-        )
-        .no_markers(),
-    ];
-    plot::save(
-        &env.out,
-        "burst",
-        &[
-            Chart {
-                title: format!(
-                    "Corral: p99.9 per {} ms window through a load step",
-                    b.window_ms
-                ),
-                x_label: "time (s)".into(),
-                y_label: "p99.9 latency (us, log)".into(),
-                log_y: true,
-                x_range: (0.0, secs),
-                y_range: None,
-                lines: lat,
-            },
-            Chart {
-                title: "Offered and answered rate".into(),
-                x_label: "time (s)".into(),
-                y_label: "thousand requests/s".into(),
-                log_y: false,
-                x_range: (0.0, secs),
-                y_range: None,
-                lines: rate,
-            },
-        ],
-    )
+/// Writes the burst experiment's `burst` plot into `out`.
+pub(crate) fn burst_plots(out: &Path, b: &Burst) -> Result<Vec<PathBuf>> {
+    let steady = report::check_burst(b).steady_p999_ns;
+    let panels = charts::burst(
+        b.window_ms,
+        3.0 * b.phase_secs,
+        &charts::burst_windows(b),
+        steady.map(|ns| ns as f64 / 1e3),
+    );
+    plot::save(out, "burst", &panels)
 }

@@ -25,14 +25,14 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use corral_loadgen::Summary;
-use plotters::style::RGBColor;
 use serde_json::{Value, json};
 
 use crate::batch::BatchReader;
+use crate::charts;
 use crate::error::{Error, Result};
 use crate::experiments;
 use crate::kvreport::{self, fmt_rate};
-use crate::plot::{self, Chart, Line};
+use crate::plot;
 use crate::procs::{self, Proc, Spec};
 use crate::report::fmt_us;
 use crate::results::{BatchAlone, Demotions, KvPoint, KvSystemRun, System};
@@ -888,93 +888,19 @@ fn run_system(env: &Env, system: System) -> Result<KvSystemRun> {
     })
 }
 
-/// The line `kv` draws for one system in a panel: `f` of each point, against offered
-/// thousands of requests per second.
-fn line_of(
-    run: &KvSystemRun,
-    name: &str,
-    color: RGBColor,
-    f: impl Fn(&KvPoint) -> Option<f64>,
-) -> Line {
-    let pts = std::iter::once(&run.unloaded)
-        .chain(&run.points)
-        .filter_map(|p| f(p).map(|y| (p.rate_rps / 1e3, y)))
-        .collect();
-    Line::new(format!("{} {name}", run.system), color, pts)
-}
-
-fn color_of(system: System) -> RGBColor {
-    match system {
-        System::Corral => plot::BLUE,
-        System::Linux => plot::ORANGE,
-        System::Dedicated => plot::GREEN,
-    }
-}
-
-fn kv_plots(env: &Env, runs: &[KvSystemRun]) -> Result<Vec<PathBuf>> {
+/// Writes the key-value experiment's `kv` plot into `out`; `unloaded_rate` is the rate of the
+/// light point every system starts with.
+pub(crate) fn kv_plots(
+    out: &std::path::Path,
+    unloaded_rate: f64,
+    runs: &[KvSystemRun],
+) -> Result<Vec<PathBuf>> {
     let max_krps = runs
         .iter()
         .flat_map(|r| r.points.iter().map(|p| p.rate_rps / 1e3))
-        .fold(env.plan.kv.unloaded_rate / 1e3, f64::max);
-    let x_range = (0.0, max_krps * 1.05);
-    let x_label = "offered load (thousand requests/s)".to_owned();
-    let mut latency = Vec::new();
-    let mut achieved = Vec::new();
-    let mut batch = Vec::new();
-    for r in runs {
-        let color = color_of(r.system);
-        latency.push(line_of(r, "p99", color, |p| {
-            kvreport::p99_bounded_ns(&p.summary).map(|ns| ns as f64 / 1e3)
-        }));
-        latency.push(
-            line_of(r, "p50", color, |p| {
-                Some(p.summary.latency.p50_ns as f64 / 1e3)
-            })
-            .dashed(),
-        );
-        achieved.push(line_of(r, "achieved", color, |p| {
-            Some(p.summary.achieved_rps / 1e3)
-        }));
-        if r.system != System::Dedicated {
-            batch.push(line_of(r, "batch share", color, |p| p.batch_fraction));
-        }
-    }
-    let batch_top = runs
-        .iter()
-        .flat_map(|r| std::iter::once(&r.unloaded).chain(&r.points))
-        .filter_map(|p| p.batch_fraction)
-        .fold(1.1_f64, |top, f| top.max(f * 1.05));
-    let panels = [
-        Chart {
-            title: "memcached over TCP: latency (p99 solid, p50 dashed)".into(),
-            x_label: x_label.clone(),
-            y_label: "latency (us)".into(),
-            log_y: true,
-            x_range,
-            y_range: None,
-            lines: latency,
-        },
-        Chart {
-            title: "Achieved throughput".into(),
-            x_label: x_label.clone(),
-            y_label: "thousand requests/s".into(),
-            log_y: false,
-            x_range,
-            y_range: None,
-            lines: achieved,
-        },
-        Chart {
-            title: "Batch job's share of its throughput alone".into(),
-            x_label,
-            y_label: "fraction of alone".into(),
-            log_y: false,
-            x_range,
-            // A batch job disturbed while measured alone can show more than its whole share.
-            y_range: Some((0.0, batch_top)),
-            lines: batch,
-        },
-    ];
-    plot::save(&env.out, "kv", &panels)
+        .fold(unloaded_rate / 1e3, f64::max);
+    let systems: Vec<charts::Series> = runs.iter().map(charts::Series::of_kv_run).collect();
+    plot::save(out, "kv", &charts::kv(&systems, max_krps))
 }
 
 /// The key-value experiment: each system in turn, then the analysis, table, CSV and plots.
@@ -1057,7 +983,7 @@ pub fn sweep(env: &Env, record: &mut Value) -> Result<experiments::Written> {
     text.push_str(&kvreport::render_targets(&throughput, &colocation));
 
     let csv = kvreport::kv_csv(&runs);
-    let plots = kv_plots(env, &runs)?;
+    let plots = kv_plots(&env.out, p.kv.unloaded_rate, &runs)?;
     record["systems"] = json!(runs);
     record["ceilings"] = json!(ceilings);
     record["checks"] = json!({"throughput": throughput, "colocation": colocation});

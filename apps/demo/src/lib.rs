@@ -9,6 +9,7 @@
 //! every number it reports comes from their output.
 
 pub mod batch;
+pub mod charts;
 pub mod cli;
 pub mod error;
 pub mod experiments;
@@ -17,6 +18,7 @@ pub mod kvreport;
 pub mod machine;
 pub mod plot;
 pub mod procs;
+pub mod replot;
 pub mod report;
 pub mod results;
 pub mod systems;
