@@ -31,8 +31,17 @@ cargo build --quiet --profile ci -p corral-testclient --bin corral-abi-client
 # The demo's batch-command test runs corral-run, which needs its shim next to it, where only
 # `cargo build` puts the cdylib.
 cargo build --quiet --profile ci -p corral-run
-cargo test --profile ci --workspace --lib --bins --tests --examples 2>&1 | tee target/test-output.txt
+# --no-fail-fast: a failing target must not hide the targets after it; the status is kept and
+# returned after the closing line, which counts every target that ran.
+status=0
+cargo test --profile ci --no-fail-fast --workspace --lib --bins --tests --examples 2>&1 |
+  tee target/test-output.txt || status=$?
 
 # One closing line for the whole suite.
-awk '/^test result:/ { p += $4; f += $6 } END { printf "all tests: %d passed, %d failed\n", p, f }' \
-  target/test-output.txt
+# A target that crashed prints no result line; each failed target without a failed test in its
+# result line counts as one failure, so a crash can never make the line read clean.
+awk '/^test result:/ { p += $4; f += $6; if ($6 > 0) withfailures++ }
+     /^error: test failed, to rerun pass/ { failedtargets++ }
+     END { crashed = failedtargets - withfailures; if (crashed > 0) f += crashed
+           printf "suite: %d passed, %d failed\n", p, f }' target/test-output.txt
+exit "$status"

@@ -266,8 +266,11 @@ fn helper_main(
             counters
                 .spin_limit_ns
                 .store(budget.limit_ns(), Ordering::Relaxed);
-            sys::futex_wake_shared(target);
+            // Counted before the wake: the woken kthread preempts this idle-class thread at
+            // once, and a count made after it would wait for the helper's next slice, which on
+            // a busy core may come long after the wake.
             counters.local_wakes.fetch_add(1, Ordering::Relaxed);
+            sys::futex_wake_shared(target);
             // Back here when the core is idle again.
             idle_since = now_ns();
             occupied_since = None;
@@ -297,8 +300,8 @@ fn helper_main(
                     Err(Some(target)) => {
                         // A grant just as the budget ran out: the gap ends now.
                         budget.record_gap(now_ns().saturating_sub(idle_since));
-                        sys::futex_wake_shared(target);
                         counters.local_wakes.fetch_add(1, Ordering::Relaxed);
+                        sys::futex_wake_shared(target);
                     }
                     Err(None) => return,
                     Ok(wakeups) => {
