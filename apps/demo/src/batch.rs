@@ -455,15 +455,26 @@ mod tests {
         assert!(is_zombie(
             "1234 (a (Z) name) Z 77 1 1 0 -1 4194304 0 0 0 0 0 0 0 0 20 0 1 0"
         ));
-        // A shell whose child burns CPU: the child's time counts while it runs.
+        // A shell whose child burns CPU until told to stop: the child's time counts while it
+        // runs. It is stopped once two samples were taken and the last counts some of its time
+        // (a clock tick's worth at least), however fast or slow the machine gets there.
+        let dir = tempfile::tempdir().unwrap();
+        let stop = dir.path().join("stop");
         let mut sh = std::process::Command::new("sh")
-            .args([
-                "-c",
-                "i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done & wait",
-            ])
+            .args(["-c", "while [ ! -e \"$1\" ]; do :; done & wait", "sh"])
+            .arg(&stop)
             .spawn()
             .unwrap();
         let reader = BatchReader::cpu_time(sh.id(), Duration::from_millis(20), Clock::start());
+        let end = Instant::now() + Duration::from_secs(60);
+        while !reader.with(|f| f.samples.len() >= 2 && f.samples.last().unwrap().units > 0) {
+            if Instant::now() >= end {
+                std::fs::write(&stop, b"").unwrap();
+                panic!("the child's CPU time never showed: {:?}", reader.samples());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::fs::write(&stop, b"").unwrap();
         sh.wait().unwrap();
         let end = Instant::now() + Duration::from_secs(5);
         while !reader.with(|f| f.closed) && Instant::now() < end {

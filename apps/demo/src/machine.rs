@@ -191,18 +191,43 @@ mod tests {
 
     #[test]
     fn our_own_work_is_not_foreign() {
-        let a = snapshot().unwrap();
-        // Burn about 100 ms of CPU in this process.
-        let start = Instant::now();
-        let mut x = 0u64;
-        while start.elapsed().as_millis() < 100 {
-            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+        /// This thread's CPU time.
+        fn thread_cpu() -> std::time::Duration {
+            let mut ts = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            // SAFETY: clock_gettime writes one timespec to a valid pointer.
+            let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+            assert_eq!(rc, 0);
+            std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
         }
+        // SAFETY: sysconf has no preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+        let a = snapshot().unwrap();
+        // Burn 200 ms of CPU in this process: CPU time, however long a busy machine takes to
+        // give it.
+        let start = thread_cpu();
+        let wall = Instant::now();
+        let mut x = 0u64;
+        while thread_cpu() - start < std::time::Duration::from_millis(200) {
+            assert!(wall.elapsed().as_secs() < 60, "no 200 ms of CPU in 60 s");
+            for _ in 0..10_000 {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+            }
+        }
+        let burnt = (thread_cpu() - start).as_secs_f64() * hz;
         let b = snapshot().unwrap();
         let foreign = foreign_cpus(&a, &b).unwrap();
-        // Our own CPU-bound burn is not counted: whatever the other processes do, they fill
-        // at most the other CPUs (plus a tick of rounding at each end).
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
-        assert!((0.0..=cpus - 0.5).contains(&foreign), "{foreign}");
+        // Whatever the other processes did meanwhile, the machine's busy time less our burn is
+        // all that can be theirs (with a clock tick of rounding at each end).
+        let secs = b.at.duration_since(a.at).as_secs_f64();
+        let others_at_most = ((b.total - a.total) as f64 - burnt + 2.0).max(0.0);
+        assert!(
+            foreign * secs * hz <= others_at_most,
+            "foreign {foreign} CPUs over {secs} s ({} ticks), our burn {burnt} ticks, busy {} ticks",
+            foreign * secs * hz,
+            b.total - a.total
+        );
     }
 }
