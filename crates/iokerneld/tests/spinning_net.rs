@@ -155,16 +155,21 @@ fn udp_echo_and_timers_keep_going_while_every_uthread_spins() {
         .expect("bind the echo server")
     });
     // A uthread that sleeps again and again: armed before the spinners take over, each of its
-    // timers must still fire.
+    // timers must still fire. Only the sleeps it wakes from once a spinner holds the runtime's
+    // one core count: from then on it runs only if iokerneld kicks that spinner's kthread,
+    // however slowly the spinners came up.
     let slept = Arc::new(AtomicU64::new(0));
     let armed = Arc::new(AtomicBool::new(false));
+    let spinning = Arc::new(AtomicBool::new(false));
     let sleeper = {
-        let (slept, armed) = (slept.clone(), armed.clone());
+        let (slept, armed, spinning) = (slept.clone(), armed.clone(), spinning.clone());
         rt.spawn(move || {
             armed.store(true, Ordering::SeqCst);
-            for _ in 0..SLEEPS {
+            while slept.load(Ordering::SeqCst) < SLEEPS {
                 corral::sleep(Duration::from_millis(10));
-                slept.fetch_add(1, Ordering::SeqCst);
+                if spinning.load(Ordering::SeqCst) {
+                    slept.fetch_add(1, Ordering::SeqCst);
+                }
             }
         })
     };
@@ -172,6 +177,7 @@ fn udp_echo_and_timers_keep_going_while_every_uthread_spins() {
         armed.load(Ordering::SeqCst)
     });
     let spinners = Spinners::start(&rt);
+    spinning.store(true, Ordering::SeqCst);
 
     let deadline = Instant::now() + Duration::from_secs(30);
     while slept.load(Ordering::SeqCst) < SLEEPS {
