@@ -341,38 +341,189 @@ fn two_corral_runtimes_talk_through_the_local_switch() {
     assert_eq!(server.net_stats().unwrap().tcp.counters.passive_opens, 1);
 }
 
-/// `rounds` request/response exchanges of 64 bytes from a runtime named `client` to the echo
-/// server at `server_ip`, each followed by `pause`; returns iokerneld's statistics of the
-/// runtime named `server` afterwards.
-fn request_response_rounds(
-    daemon: &Daemon,
-    server: &str,
-    server_ip: Ipv4Addr,
-    client: &str,
+/// iokerneld's counters of the server runtime, by name.
+type Counters = std::collections::BTreeMap<&'static str, u64>;
+
+/// How a request/response round left the server: what iokerneld counted for it during the
+/// round, and what it held once both sides had settled.
+struct Round {
+    /// Increase of the server's counters over the round.
+    delta: Counters,
+    /// Segments the client sent that the server's TCP has not read (its ACK of the reply, left
+    /// on the server's ring).
+    unread: u64,
+    /// The server kthread's earliest timer once it parked, if it kept one.
+    server_timer: Option<u64>,
+}
+
+/// iokerneld's counters of the server that the rounds follow.
+const ROUND_COUNTERS: [&str; 5] = [
+    "grants",
+    "timer_wakeups",
+    "acks_left_waiting",
+    "ack_waits_expired",
+    "preemptions_suffered",
+];
+
+/// 64-byte request/response rounds from a runtime named `client` to the echo server, one at a
+/// time. After each, both runtimes are left to settle before the next: the client's delayed
+/// ACK of the reply has gone out, the client holds no timer and has parked, and so has the
+/// server. What the server does between requests then depends on nothing but the two stacks
+/// and iokerneld, however slowly the machine runs them.
+///
+/// The server is watched only from outside: its kthread's state, and iokerneld's statistics
+/// with what it reported when it last parked. Asking a runtime for its statistics from another
+/// thread reaches into its connections, which can leave one retrying a send on its next run:
+/// only the client, whose timers the test is not about, is asked.
+struct RoundTrips<'a> {
+    daemon: &'a Daemon,
+    server: &'a Runtime,
+    server_name: &'a str,
+    client: Runtime,
+    stream: Option<TcpStream>,
     rounds: u64,
-    pause: Duration,
-) -> serde_json::Value {
-    let client = daemon.runtime(client, 3);
-    client.block_on(move || {
-        let mut c = TcpStream::connect((server_ip, PORT)).expect("connect runtime to runtime");
-        c.set_nodelay(true).unwrap();
-        let mut reply = [0u8; 64];
-        for round in 0..rounds {
-            let request = [round as u8; 64];
-            c.write_all(&request).unwrap();
-            c.read_exact(&mut reply).unwrap();
-            assert_eq!(reply, request);
-            corral::sleep(pause);
+    /// The server's counters when the last round (or the handshake) settled.
+    settled: Counters,
+}
+
+/// Only against a hang: each round settles within milliseconds (or iokerneld's ACK wait).
+const SETTLE_LIMIT: Duration = Duration::from_secs(60);
+
+impl<'a> RoundTrips<'a> {
+    fn connect(
+        daemon: &'a Daemon,
+        (server, server_name, server_ip): (&'a Runtime, &'a str, Ipv4Addr),
+        client: &str,
+    ) -> RoundTrips<'a> {
+        let client = daemon.runtime(client, 3);
+        let stream = client.block_on(move || {
+            let c = TcpStream::connect((server_ip, PORT)).expect("connect runtime to runtime");
+            c.set_nodelay(true).unwrap();
+            c
+        });
+        let mut trips = RoundTrips {
+            daemon,
+            server,
+            server_name,
+            client,
+            stream: Some(stream),
+            rounds: 0,
+            settled: Counters::new(),
+        };
+        // The handshake settles as a round does (the server's ACK wait may hold the last ACK).
+        (_, trips.settled, _) = trips.settle(|_, _| true);
+        trips
+    }
+
+    /// The server's counters, and the segments the client sent that the server had not read
+    /// when it last parked.
+    fn observe(&self) -> (Counters, u64) {
+        let sent = self
+            .client
+            .net_stats()
+            .unwrap()
+            .tcp
+            .counters
+            .conns
+            .segments_out;
+        let stats: serde_json::Value = self.daemon.iokerneld.stats();
+        let server = stats["runtimes"]
+            .as_array()
+            .and_then(|rs| rs.iter().find(|r| r["name"] == self.server_name))
+            .unwrap_or_else(|| panic!("{} not in {stats:#}", self.server_name));
+        let read = server["reported"]["tcp.segments_in"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no reported tcp.segments_in in {server:#}"));
+        let unread = sent.saturating_sub(read);
+        let counters = ROUND_COUNTERS
+            .iter()
+            .map(|&key| (key, server[key].as_u64().unwrap()))
+            .collect();
+        (counters, unread)
+    }
+
+    /// Waits until the client has sent everything it will (its delayed ACK included: it holds
+    /// no timer) and parked, the server has parked, and `settled(unread, counters)` holds;
+    /// returns the unread count, the server's counters and its earliest timer then.
+    fn settle(&self, settled: impl Fn(u64, &Counters) -> bool) -> (u64, Counters, Option<u64>) {
+        let start = std::time::Instant::now();
+        loop {
+            let parked = || {
+                let (c, s) = (
+                    self.client.iokernel_kthread_stats()[0],
+                    self.server.iokernel_kthread_stats()[0],
+                );
+                (c.parked && c.next_timer_ns.is_none() && s.parked).then_some((c.grants, s))
+            };
+            if let Some((client_grants, server)) = parked() {
+                let (counters, unread) = self.observe();
+                // The server did not run meanwhile, so what it reported when it parked is
+                // current; nor did the client, which sent everything counted.
+                if let Some((again, server_again)) = parked()
+                    && again == client_grants
+                    && server_again.grants == server.grants
+                    && settled(unread, &counters)
+                {
+                    return (unread, counters, server_again.next_timer_ns);
+                }
+            }
+            assert!(
+                start.elapsed() < SETTLE_LIMIT,
+                "round {} did not settle within {SETTLE_LIMIT:?}: client {:?}, server {:?}, \
+                 iokerneld's view {:?}",
+                self.rounds,
+                self.client.iokernel_kthread_stats(),
+                self.server.iokernel_kthread_stats(),
+                self.observe()
+            );
+            std::thread::sleep(Duration::from_millis(1));
         }
-    });
-    let stats: serde_json::Value = daemon.iokerneld.stats();
-    stats["runtimes"]
-        .as_array()
-        .expect("runtimes array")
-        .iter()
-        .find(|r| r["name"] == server)
-        .cloned()
-        .unwrap_or_else(|| panic!("{server} not in {stats:#}"))
+    }
+
+    /// One round; it is over once `settled(unread, counters)` holds with both sides parked.
+    fn round(&mut self, settled: impl Fn(u64, &Counters) -> bool) -> Round {
+        // From where the last round settled, so that nothing between rounds goes uncounted.
+        let before = self.settled.clone();
+        let round = self.rounds as u8;
+        let stream = self.stream.take().expect("the connection");
+        self.stream = Some(self.client.block_on(move || {
+            let request = [round; 64];
+            (&stream).write_all(&request).unwrap();
+            let mut reply = [0u8; 64];
+            (&stream).read_exact(&mut reply).unwrap();
+            assert_eq!(reply, request);
+            stream
+        }));
+        self.rounds += 1;
+        let (unread, after, server_timer) =
+            self.settle(|unread, counters| settled(unread, &delta(&before, counters)));
+        self.settled = after.clone();
+        Round {
+            delta: delta(&before, &after),
+            unread,
+            server_timer,
+        }
+    }
+}
+
+fn delta(before: &Counters, after: &Counters) -> Counters {
+    after.iter().map(|(&k, &v)| (k, v - before[k])).collect()
+}
+
+/// A server runtime whose retransmission timer cannot come due in these tests: a live one
+/// would wake it for as long as the client's ACK takes, which is a matter of machine speed.
+fn patient_server(daemon: &Daemon, name: &str) -> Runtime {
+    let mut tcp = corral::net::TcpSettings::default();
+    tcp.tcp.rto_min = 60_000_000_000;
+    tcp.tcp.rto_initial = tcp.tcp.rto_min;
+    tcp.tcp.rto_max = tcp.tcp.rto_min;
+    Runtime::new(
+        Config::default()
+            .kthreads(1)
+            .iokernel(IokernelSettings::new(&daemon.iokerneld.socket, name))
+            .net(NetConfig::new(daemon.ip(2), 24).tcp(tcp)),
+    )
+    .expect("start a networked runtime under iokerneld")
 }
 
 /// A request/response connection leaves timers behind in the server that its replies and the
@@ -381,23 +532,53 @@ fn request_response_rounds(
 /// iokerneld and be woken on a core for it after every request.
 #[test]
 fn a_parked_server_is_not_woken_for_timers_its_replies_made_pointless() {
-    const ROUNDS: u64 = 200;
+    // Rounds in which the server parked as soon as it had replied and the client's ACK then
+    // waited for it on its ring until iokerneld's ACK wait (2 ms) ran out: the state the test
+    // is about, where nothing but that wait may give it a core.
+    const WAITED: u64 = 100;
+    // Nearly every round is one; a loaded machine spoils a few (see below).
+    const MAX_ROUNDS: u64 = 2 * WAITED;
     let _serial = serial();
     let daemon = Daemon::start(5);
-    let server_ip = daemon.ip(2);
-    let server = daemon.runtime("rrserver", 2);
-    start_echo(&server, server_ip);
-    // Long enough for the server to park, and for every timer it armed to come due.
-    let pause = Duration::from_millis(6);
-    let runtime =
-        request_response_rounds(&daemon, "rrserver", server_ip, "rrclient", ROUNDS, pause);
-    let count = |key: &str| runtime[key].as_u64().unwrap();
-    // Each request (and each ACK of a reply) wakes the server; a timer should not.
-    assert!(count("grants") >= ROUNDS, "{runtime:#}");
-    assert!(count("timer_wakeups") < ROUNDS / 10, "{runtime:#}");
-    // The ACKs came 0.5 ms after the replies (the client's delayed ACK) and no request within
-    // iokerneld's ACK wait (2 ms): each waited that long, then got the server a core.
-    assert!(count("ack_waits_expired") >= ROUNDS / 2, "{runtime:#}");
+    let server = patient_server(&daemon, "rrserver");
+    start_echo(&server, daemon.ip(2));
+    let mut trips = RoundTrips::connect(&daemon, (&server, "rrserver", daemon.ip(2)), "rrclient");
+    let mut waited = 0;
+    while waited < WAITED {
+        assert!(
+            trips.rounds < MAX_ROUNDS,
+            "in only {waited} of {} rounds did the client's ACK wait on the server's ring \
+             until the wait ran out",
+            trips.rounds
+        );
+        // Settled once the server has read the client's ACK.
+        let r = trips.round(|unread, _| unread == 0);
+        let n = trips.rounds;
+        // The request found the server parked and got it a core.
+        assert!(r.delta["grants"] >= 1, "round {n}: {:?}", r.delta);
+        // Once it parked with everything read and answered, every timer it had was pointless.
+        assert_eq!(
+            r.server_timer.map(|t| t as i64 - now_ns() as i64),
+            None,
+            "round {n}: the server parked keeping a timer (due in so many ns) after its reply \
+             was acknowledged; {:?}; {:?}",
+            r.delta,
+            server.iokernel_kthread_stats()
+        );
+        if r.delta["preemptions_suffered"] > 0 {
+            // Its core was taken mid-round (on a loaded machine), maybe before it replied: a
+            // timer it held then, such as the delayed ACK of the request, was still live.
+            continue;
+        }
+        // It parked only on its own, having replied: the reply carried the delayed ACK, and
+        // the client's ACK stopped the retransmission timer long before that could come due.
+        assert_eq!(r.delta["timer_wakeups"], 0, "round {n}: {:?}", r.delta);
+        if r.delta["acks_left_waiting"] > 0 && r.delta["ack_waits_expired"] > 0 {
+            waited += 1;
+        }
+    }
+    let tcp = server.net_stats().unwrap().tcp.counters;
+    assert_eq!(tcp.conns.rto_retransmits, 0, "{tcp:?}");
 }
 
 /// The client's ACK of each reply arrives after the server parked; none of the server's
@@ -406,22 +587,45 @@ fn a_parked_server_is_not_woken_for_timers_its_replies_made_pointless() {
 /// next request: one grant per request, not two.
 #[test]
 fn a_parked_server_is_not_woken_for_the_acks_of_its_replies() {
-    const ROUNDS: u64 = 200;
+    // Rounds whose request found the ACK of the round before still waiting, read it, and
+    // got the server the one core it took: one grant, for the request.
+    const BROUGHT_IN: u64 = 100;
+    // Nearly every round is one; a loaded machine spoils a few (an ACK that came before the
+    // server had parked, a core taken mid-round).
+    const MAX_ROUNDS: u64 = 2 * BROUGHT_IN;
     let _serial = serial();
-    let daemon = Daemon::start_with(6, &["--ack-wait-us", "3000"]);
-    let server_ip = daemon.ip(2);
-    let server = daemon.runtime("ackserver", 2);
-    start_echo(&server, server_ip);
-    // Past the client's delayed ACK (0.5 ms), so that the ACK goes out bare, and within the
-    // server's ACK wait (3 ms), so that the next request brings it in.
-    let pause = Duration::from_millis(1);
-    let runtime =
-        request_response_rounds(&daemon, "ackserver", server_ip, "ackclient", ROUNDS, pause);
-    let count = |key: &str| runtime[key].as_u64().unwrap();
-    assert!(count("acks_left_waiting") >= ROUNDS / 2, "{runtime:#}");
-    // The handshake, the requests, and a few ACKs that came before the server parked.
-    assert!(count("grants") < ROUNDS * 3 / 2, "{runtime:#}");
-    // What the waiting ACKs acknowledged was read in the end: nothing was retransmitted.
+    // The longest ACK wait, so that it does not run out between a round and the next.
+    let daemon = Daemon::start_with(6, &["--ack-wait-us", "1000000"]);
+    let server = patient_server(&daemon, "ackserver");
+    start_echo(&server, daemon.ip(2));
+    let mut trips = RoundTrips::connect(&daemon, (&server, "ackserver", daemon.ip(2)), "ackclient");
+    let mut waiting = false;
+    let mut brought_in = 0;
+    while brought_in < BROUGHT_IN {
+        assert!(
+            trips.rounds < MAX_ROUNDS,
+            "in only {brought_in} of {} rounds did the request bring in a waiting ACK with \
+             one grant",
+            trips.rounds
+        );
+        // Settled once the client's ACK was read, or left waiting on the server's ring.
+        let r = trips.round(|unread, delta| unread == 0 || delta["acks_left_waiting"] > 0);
+        let n = trips.rounds;
+        // Whatever ACK the round before left waiting was read: at most this round's is not.
+        assert!(r.unread <= 1, "round {n}: {} segments unread", r.unread);
+        let was_waiting = std::mem::replace(&mut waiting, r.unread == 1);
+        if r.delta["preemptions_suffered"] > 0 {
+            // Its core was taken mid-round (on a loaded machine): it got one back for the work
+            // or the live timer it still had.
+            continue;
+        }
+        // It parked only on its own, having replied, and its retransmission timer cannot come
+        // due.
+        assert_eq!(r.delta["timer_wakeups"], 0, "round {n}: {:?}", r.delta);
+        if was_waiting && r.delta["grants"] == 1 {
+            brought_in += 1;
+        }
+    }
     let tcp = server.net_stats().unwrap().tcp.counters;
     assert_eq!(tcp.conns.rto_retransmits, 0, "{tcp:?}");
 }
