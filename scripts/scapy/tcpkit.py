@@ -12,6 +12,7 @@ import json
 import queue
 import random
 import sys
+import threading
 import time
 
 from scapy.all import ARP, IP, TCP, AsyncSniffer, Ether, Raw, conf, sendp
@@ -25,9 +26,14 @@ class Kit:
         self.target_ip, self.target_mac = target_ip, target_mac
         self.inbox = queue.Queue()
         self.sock = conf.L2socket(iface=iface)
-        self.sniffer = AsyncSniffer(iface=iface, store=False, prn=self._seen)
+        # Nothing is sent before the sniffer's socket is open, or the answers could be missed:
+        # a fixed pause would be too short on a slow machine.
+        listening = threading.Event()
+        self.sniffer = AsyncSniffer(iface=iface, store=False, prn=self._seen,
+                                    started_callback=listening.set)
         self.sniffer.start()
-        time.sleep(0.3)
+        if not listening.wait(60):
+            fail("the sniffer on %s did not start within 60 s" % iface)
         self.send_raw(Ether(src=fake_mac, dst="ff:ff:ff:ff:ff:ff")
                       / ARP(op=1, hwsrc=fake_mac, psrc=fake_ip, pdst=target_ip))
         time.sleep(0.2)
