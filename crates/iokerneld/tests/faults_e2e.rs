@@ -210,22 +210,52 @@ fn start_receiver(rt: &Runtime, ip: Ipv4Addr, len: usize, into: Arc<Received>) {
     });
 }
 
-/// Sends `count` datagrams of `len` bytes from Linux to `to`, a few at a time, then markers
-/// until one arrives; returns how many markers were sent.
+/// Datagrams in flight at most: sent, and neither received nor counted as dropped. Few enough
+/// that no queue on the way (the TAP device, the runtime's posted buffers and socket queue,
+/// Linux's receive buffer) overflows, however slowly the receiver runs: what is lost is lost
+/// to the faults.
+const WINDOW: u64 = 32;
+
+/// Only against a stall: datagrams in flight are accounted for within milliseconds.
+const STALL_LIMIT: Duration = Duration::from_secs(20);
+
+/// Waits until fewer than [`WINDOW`] of the `sent` datagrams are unaccounted for.
+/// `accounted(fresh)` counts those received or counted as dropped; with `fresh` false it may
+/// reuse counts it read from iokerneld's statistics before (they only grow).
+fn wait_for_window(sent: u64, mut accounted: impl FnMut(bool) -> u64) {
+    let start = Instant::now();
+    let mut fresh = false;
+    loop {
+        let n = accounted(fresh);
+        if sent < n + WINDOW {
+            return;
+        }
+        assert!(
+            start.elapsed() < STALL_LIMIT,
+            "only {n} of {sent} datagrams received or counted as dropped after {STALL_LIMIT:?}"
+        );
+        if fresh {
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        fresh = true;
+    }
+}
+
+/// Sends `count` datagrams of `len` bytes from Linux to `to`, at most [`WINDOW`] of them in
+/// flight by `accounted` (see [`wait_for_window`]), then markers until one arrives; returns
+/// how many markers were sent.
 fn send_from_linux(
     daemon: &Daemon,
     to: SocketAddrV4,
     count: u64,
     len: usize,
     rx: &Received,
+    mut accounted: impl FnMut(bool) -> u64,
 ) -> u64 {
     let socket = LinuxUdp::bind((daemon.host(), 0)).unwrap();
     for seq in 0..count {
+        wait_for_window(seq, &mut accounted);
         socket.send_to(&payload(seq, len), to).unwrap();
-        if seq % 16 == 15 {
-            // Paced, so that nothing is lost to full queues rather than to the faults.
-            std::thread::sleep(Duration::from_micros(500));
-        }
     }
     let start = Instant::now();
     let mut markers = 0;
@@ -305,7 +335,21 @@ fn rx_loss_drops_about_half_of_a_burst_and_counts_it() {
     daemon.pin_neighbour(2);
     let rx = Received::new(SENT);
     start_receiver(&rt, ip, 64, rx.clone());
-    let markers = send_from_linux(&daemon, SocketAddrV4::new(ip, PORT), SENT, 64, &rx);
+    // Accounted for: received, or dropped by the injector.
+    let mut dropped = 0;
+    let markers = send_from_linux(
+        &daemon,
+        SocketAddrV4::new(ip, PORT),
+        SENT,
+        64,
+        &rx,
+        |fresh| {
+            if fresh {
+                dropped = daemon.faults("rx").counters.dropped;
+            }
+            rx.total() + dropped
+        },
+    );
 
     let got = rx.total();
     assert_eq!(got, rx.distinct(), "a datagram arrived twice");
@@ -346,7 +390,10 @@ fn rx_duplication_delivers_every_datagram_twice() {
     daemon.pin_neighbour(2);
     let rx = Received::new(SENT);
     start_receiver(&rt, ip, 100, rx.clone());
-    send_from_linux(&daemon, SocketAddrV4::new(ip, PORT), SENT, 100, &rx);
+    // Accounted for: both copies received.
+    send_from_linux(&daemon, SocketAddrV4::new(ip, PORT), SENT, 100, &rx, |_| {
+        rx.total() / 2
+    });
 
     let twice = rx
         .copies
@@ -370,7 +417,24 @@ fn rx_corruption_is_caught_by_checksums_and_counted() {
     daemon.pin_neighbour(2);
     let rx = Received::new(SENT);
     start_receiver(&rt, ip, 200, rx.clone());
-    send_from_linux(&daemon, SocketAddrV4::new(ip, PORT), SENT, 200, &rx);
+    // Accounted for: received intact or not, or dropped by iokerneld's parse or the runtime.
+    let mut parse_drops = 0;
+    send_from_linux(
+        &daemon,
+        SocketAddrV4::new(ip, PORT),
+        SENT,
+        200,
+        &rx,
+        |fresh| {
+            if fresh {
+                parse_drops = iokerneld_parse_drops(&daemon.iokerneld.stats());
+            }
+            rx.total()
+                + rx.foreign.load(Ordering::Relaxed)
+                + rt.net_stats().unwrap().total_drops()
+                + parse_drops
+        },
+    );
 
     // Nothing corrupt reached the socket: every datagram it got is one that was sent.
     assert_eq!(rx.foreign.load(Ordering::Relaxed), 0);
@@ -410,6 +474,8 @@ fn tx_duplication_reaches_linux_twice() {
     let rt = daemon.runtime("sender", 3);
     let first = Arc::new(AtomicBool::new(false));
     let arrived = first.clone();
+    let received = Arc::new(AtomicU64::new(0));
+    let counted = received.clone();
     let reader = std::thread::spawn(move || {
         let mut copies = vec![0u32; SENT as usize];
         let mut buf = [0u8; 2048];
@@ -419,6 +485,7 @@ fn tx_duplication_reaches_linux_twice() {
             let seq = u64::from_le_bytes(buf[..8].try_into().unwrap());
             assert_eq!(&buf[..n], &payload(seq, 64)[..], "datagram {seq} changed");
             copies[seq as usize] += 1;
+            counted.fetch_add(1, Ordering::Release);
             arrived.store(true, Ordering::Release);
             linux
                 .set_read_timeout(Some(Duration::from_millis(500)))
@@ -439,10 +506,17 @@ fn tx_duplication_reaches_linux_twice() {
             corral::sleep(Duration::from_micros(100));
         }
         for seq in 1..SENT {
-            socket.send_to(&payload(seq, 64), to).unwrap();
-            if seq % 16 == 15 {
-                corral::sleep(Duration::from_micros(500));
+            // At most WINDOW datagrams in flight: sent, and not both copies received.
+            let start = Instant::now();
+            while seq >= received.load(Ordering::Acquire) / 2 + WINDOW {
+                assert!(
+                    start.elapsed() < STALL_LIMIT,
+                    "only {} copies of {seq} datagrams arrived in {STALL_LIMIT:?}",
+                    received.load(Ordering::Acquire)
+                );
+                corral::sleep(Duration::from_micros(50));
             }
+            socket.send_to(&payload(seq, 64), to).unwrap();
         }
     });
     let copies = reader.join().unwrap();
@@ -521,26 +595,48 @@ fn local_corruption_is_counted_by_the_receiving_runtime() {
     let rx = Received::new(SENT);
     start_receiver(&b, b_ip, 200, rx.clone());
     let a = daemon.runtime("a", 20);
+    // Datagrams a may have sent: WINDOW more than those accounted for (received intact or
+    // not, or dropped by iokerneld's parse or b), which this thread keeps counting; only the
+    // first until one is, as it waits for ARP (whose queue is shorter than a window).
+    let allowed = Arc::new(AtomicU64::new(1));
     let marker = rx.clone();
-    a.block_on(move || {
-        let socket = UdpSocket::bind(SocketAddrV4::new(a_ip, 0)).unwrap();
-        let to = SocketAddrV4::new(b_ip, PORT);
-        for seq in 0..SENT {
-            socket.send_to(&payload(seq, 200), to).unwrap();
-            if seq % 16 == 15 {
-                corral::sleep(Duration::from_micros(500));
+    let sender = {
+        let allowed = allowed.clone();
+        a.spawn(move || {
+            let socket = UdpSocket::bind(SocketAddrV4::new(a_ip, 0)).unwrap();
+            let to = SocketAddrV4::new(b_ip, PORT);
+            for seq in 0..SENT {
+                let start = Instant::now();
+                while seq >= allowed.load(Ordering::Acquire) {
+                    assert!(
+                        start.elapsed() < STALL_LIMIT,
+                        "datagram {seq} not allowed out in {STALL_LIMIT:?}"
+                    );
+                    corral::sleep(Duration::from_micros(50));
+                }
+                socket.send_to(&payload(seq, 200), to).unwrap();
             }
-        }
-        let start = Instant::now();
-        while !marker.marker.load(Ordering::Acquire) {
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "no marker arrived"
-            );
-            socket.send_to(&payload(MARKER, 200), to).unwrap();
-            corral::sleep(Duration::from_millis(2));
-        }
-    });
+            let start = Instant::now();
+            while !marker.marker.load(Ordering::Acquire) {
+                assert!(
+                    start.elapsed() < Duration::from_secs(20),
+                    "no marker arrived"
+                );
+                socket.send_to(&payload(MARKER, 200), to).unwrap();
+                corral::sleep(Duration::from_millis(2));
+            }
+        })
+    };
+    while !sender.is_finished() {
+        let accounted = rx.total()
+            + rx.foreign.load(Ordering::Relaxed)
+            + b.net_stats().unwrap().total_drops()
+            + iokerneld_parse_drops(&daemon.iokerneld.stats());
+        let window = if accounted == 0 { 1 } else { WINDOW };
+        allowed.store(accounted + window, Ordering::Release);
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    sender.join().expect("the sender");
     assert_eq!(rx.foreign.load(Ordering::Relaxed), 0);
     let got = rx.total();
     assert!(
