@@ -47,6 +47,7 @@ fn run(slots: u32, batch: usize) {
     let mut p = k.egress_packet_producer();
     let mut c = k.egress_packet_consumer();
     let done = AtomicBool::new(false);
+    let watching = AtomicBool::new(false);
     let observed = thread::scope(|s| {
         s.spawn(|| {
             let mut i = 0;
@@ -81,10 +82,17 @@ fn run(slots: u32, batch: usize) {
                 let pos = k.ring_positions(RingKind::EgressPacket);
                 assert!(pos.pending() as i32 >= 0, "{pos:?}");
                 looks += 1;
+                watching.store(true, Ordering::Relaxed);
                 thread::yield_now();
             }
             looks
         });
+        // Nothing is taken before the observer has looked once: however late the scheduler
+        // starts it, it watches the transfer rather than its end.
+        let mut spins = 0;
+        while !watching.load(Ordering::Relaxed) {
+            backoff(&mut spins);
+        }
         let mut next = 0;
         let mut spins = 0;
         let mut out = vec![Slot::default(); batch];
