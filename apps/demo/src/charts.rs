@@ -217,6 +217,19 @@ pub fn load_range(loads: &[f64]) -> (f64, f64) {
 
 const LOAD_LABEL: &str = "offered load (fraction of one core)";
 
+/// A latency chart on a log scale, in microseconds.
+fn latency_chart(title: String, x_label: &str, x_range: (f64, f64), lines: Vec<Line>) -> Chart {
+    Chart {
+        title,
+        x_label: x_label.into(),
+        y_label: "latency (us, log)".into(),
+        log_y: true,
+        x_range,
+        y_range: None,
+        lines,
+    }
+}
+
 fn batch_chart(title: &str, x_range: (f64, f64), mut lines: Vec<Line>) -> Chart {
     lines.push(
         Line::new("ideal: 1 - load", plot::GREY, vec![(0.0, 1.0), (1.0, 0.0)])
@@ -262,15 +275,12 @@ pub fn sweep(
         .map(|s| s.line("batch", |p| p.batch_fraction))
         .collect();
     [
-        Chart {
-            title: format!("Spin server latency ({service} service), batch job co-located"),
-            x_label: LOAD_LABEL.into(),
-            y_label: "latency (us, log)".into(),
-            log_y: true,
+        latency_chart(
+            format!("Spin server latency ({service} service), batch job co-located"),
+            LOAD_LABEL,
             x_range,
-            y_range: None,
-            lines: lat,
-        },
+            lat,
+        ),
         batch_chart("Batch throughput while the server runs", x_range, batch),
     ]
 }
@@ -311,15 +321,12 @@ pub fn intervals(
         .map(|s| s.line("", |p| p.batch_fraction))
         .collect();
     [
-        Chart {
-            title: format!("Corral p99.9 and p99 by core allocation interval ({service} service)"),
-            x_label: LOAD_LABEL.into(),
-            y_label: "latency (us, log)".into(),
-            log_y: true,
+        latency_chart(
+            format!("Corral p99.9 and p99 by core allocation interval ({service} service)"),
+            LOAD_LABEL,
             x_range,
-            y_range: None,
-            lines: lat,
-        },
+            lat,
+        ),
         batch_chart(
             "Batch throughput by core allocation interval",
             x_range,
@@ -356,15 +363,12 @@ pub fn kv(systems: &[Series], max_krps: f64) -> [Chart; 3] {
         .flat_map(|s| s.points.iter().filter_map(|p| p.batch_fraction))
         .fold(1.1_f64, |top, f| top.max(f * 1.05));
     [
-        Chart {
-            title: "memcached over TCP: latency".into(),
-            x_label: x_label.clone(),
-            y_label: "latency (us, log)".into(),
-            log_y: true,
+        latency_chart(
+            "memcached over TCP: latency".into(),
+            &x_label,
             x_range,
-            y_range: None,
-            lines: latency,
-        },
+            latency,
+        ),
         Chart {
             title: "Achieved throughput".into(),
             x_label: x_label.clone(),
@@ -481,15 +485,12 @@ pub fn burst(
         .no_markers(),
     ];
     [
-        Chart {
-            title: format!("Corral: p99.9 and p99 per {window_ms} ms window through a load step"),
-            x_label: "time (s)".into(),
-            y_label: "latency (us, log)".into(),
-            log_y: true,
-            x_range: (0.0, secs),
-            y_range: None,
-            lines: lat,
-        },
+        latency_chart(
+            format!("Corral: p99.9 and p99 per {window_ms} ms window through a load step"),
+            "time (s)",
+            (0.0, secs),
+            lat,
+        ),
         Chart {
             title: "Offered and answered rate".into(),
             x_label: "time (s)".into(),
