@@ -754,14 +754,19 @@ fn busy_batch_preempted(
             corral::sleep(Duration::from_micros(300));
         }
     });
-    stop.store(true, Ordering::Relaxed);
-    daemon.assert_alive();
-    assert!(daemon.runtime_stats("lc")["grants"].as_u64().unwrap() >= rounds);
+    // Read before the batch uthread is stopped. Once it exits, its kthread parks while its core
+    // is taken in place, and the allocator, which saw it give that core up with work left, grants
+    // it the core the latency-critical runtime gives back through its ring: a grant, not a
+    // hand-over, and one that may wait there for a kick while a busier thread on the CPU
+    // outranks the idle class.
     let mut stats = daemon.stats();
     let mut batch_stats = daemon.runtime_stats("batch");
     // What the batch runtime's own kthread took for kicks (signals with no request for the
     // core behind them), beside what iokerneld sent.
     batch_stats["kicks_taken"] = batch.iokernel_kthread_stats()[0].kicks.into();
+    stop.store(true, Ordering::Relaxed);
+    daemon.assert_alive();
+    assert!(daemon.runtime_stats("lc")["grants"].as_u64().unwrap() >= rounds);
     stats["runtimes"] = serde_json::json!([batch_stats]);
     stats["batch_at_start"] = at_start;
     stats
