@@ -10,4 +10,5 @@ pub mod cpus;
 pub mod daemon;
 pub mod logger;
 pub mod nic;
+pub mod shield;
 pub mod sys;
