@@ -227,13 +227,13 @@ pub struct Args {
     #[arg(long, value_delimiter = ',', value_name = "RPS,...")]
     pub rates: Vec<f64>,
 
-    /// Key-value experiment: the rate of the unloaded point that sets each server's median
-    /// latency, and so its objective.
+    /// Key-value experiment: the rate of the unloaded point that measures each server's median
+    /// latency; memcached's sets the objective.
     #[arg(long, default_value_t = 1000.0, value_name = "RPS")]
     pub unloaded_rate: f64,
 
-    /// Key-value experiment: the p99 latency objective, as a multiple of each server's own
-    /// unloaded median.
+    /// Key-value experiment: the p99 latency objective every system is held to, as a multiple
+    /// of memcached's unloaded median (without Linux in --systems, of the first system's).
     #[arg(long, default_value_t = 10.0)]
     pub slo_factor: f64,
 

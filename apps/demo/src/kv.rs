@@ -11,12 +11,13 @@
 //! - Dedicated: corral-kv alone with a spinning kthread on a guaranteed core: the floor a
 //!   core-wasting kernel-bypass server sets.
 //!
-//! Each system first plays a light unloaded point, whose median sets its own latency objective
-//! (`--slo-factor` times it, for the p99), then the ladder of rates until two points in a row
-//! show it saturated (short of the offered rate, losing requests, or failing): the objective
-//! decides its capacity, not where the ladder stops, since a host stall can put one point's p99
-//! over the objective well below saturation. Both generators check every reply and play the same key space, sizes,
-//! get ratio, connection count and seed.
+//! Each system first plays a light unloaded point, then the ladder of rates until two points in a
+//! row show it saturated (short of the offered rate, losing requests, or failing). One p99
+//! objective holds for every system, as a service's objective does not depend on who serves it:
+//! `--slo-factor` times memcached's unloaded median, so memcached runs first. The objective
+//! decides each system's capacity, not where its ladder stops, since a host stall can put one
+//! point's p99 over the objective well below saturation. Both generators check every reply and
+//! play the same key space, sizes, get ratio, connection count and seed.
 
 use std::collections::BTreeMap;
 use std::io::{Read as _, Write as _};
@@ -783,8 +784,57 @@ fn point_name(rate: f64, unloaded: bool) -> String {
     }
 }
 
-/// Sets one system up, measures its batch job alone, its unloaded point, and its ladder.
-fn run_system(env: &Env, system: System) -> Result<KvSystemRun> {
+/// The p99 objective every system is held to.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct Objective {
+    pub p99_ns: u64,
+    /// The system whose unloaded median set it (memcached's when it runs).
+    pub from: System,
+    pub unloaded_median_ns: u64,
+    pub factor: f64,
+}
+
+impl Objective {
+    fn of(system: System, unloaded: &KvPoint, factor: f64) -> Objective {
+        let median = unloaded.summary.latency.p50_ns;
+        Objective {
+            p99_ns: (factor * median as f64).round() as u64,
+            from: system,
+            unloaded_median_ns: median,
+            factor,
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        format!(
+            "p99 <= {} us for every system ({}x {}'s unloaded median of {} us)",
+            fmt_us(self.p99_ns),
+            self.factor,
+            match self.from {
+                System::Linux => "memcached",
+                other => other.title(),
+            },
+            fmt_us(self.unloaded_median_ns)
+        )
+    }
+}
+
+/// The order the systems run in: memcached first, as its unloaded median sets the objective the
+/// others are held to; the rest as the plan lists them.
+fn run_order(systems: &[System]) -> Vec<System> {
+    let mut order = systems.to_vec();
+    order.sort_by_key(|s| *s != System::Linux);
+    order
+}
+
+/// Sets one system up, measures its batch job alone, its unloaded point, and its ladder, judged
+/// against `objective`, or, for the first system, against the objective its own unloaded point
+/// sets.
+fn run_system(
+    env: &Env,
+    system: System,
+    objective: Option<Objective>,
+) -> Result<(KvSystemRun, Objective)> {
     let p = &env.plan;
     let mut server: Box<dyn KvServer + '_> = match system {
         System::Corral => {
@@ -840,13 +890,15 @@ fn run_system(env: &Env, system: System) -> Result<KvSystemRun> {
     })?;
     unloaded.unloaded = true;
     say(point_line(system, &unloaded, None));
-    let slo_p99_ns = (p.kv.slo_factor * unloaded.summary.latency.p50_ns as f64).round() as u64;
-    say(format!(
-        "  {} objective: p99 <= {} us ({}x the unloaded median)",
-        system.title(),
-        fmt_us(slo_p99_ns),
-        p.kv.slo_factor
-    ));
+    let objective = match objective {
+        Some(o) => o,
+        None => {
+            let o = Objective::of(system, &unloaded, p.kv.slo_factor);
+            say(format!("  objective: {}", o.describe()));
+            o
+        }
+    };
+    let slo_p99_ns = objective.p99_ns;
     let mut points = Vec::new();
     let mut saturated_in_a_row = 0;
     for &rate in &p.kv.rates {
@@ -876,7 +928,7 @@ fn run_system(env: &Env, system: System) -> Result<KvSystemRun> {
             daemon_warnings.len()
         ));
     }
-    Ok(KvSystemRun {
+    let run = KvSystemRun {
         system,
         commands: server.commands(),
         batch_alone: alone,
@@ -885,7 +937,8 @@ fn run_system(env: &Env, system: System) -> Result<KvSystemRun> {
         points,
         daemon_stats,
         daemon_warnings,
-    })
+    };
+    Ok((run, objective))
 }
 
 /// Writes the key-value experiment's `kv` plot into `out`; `unloaded_rate` is the rate of the
@@ -907,10 +960,14 @@ pub(crate) fn kv_plots(
 pub fn sweep(env: &Env, record: &mut Value) -> Result<experiments::Written> {
     let p = &env.plan;
     let mut runs: Vec<KvSystemRun> = Vec::new();
-    for &sys in &p.systems {
+    let mut objective = None;
+    for sys in run_order(&p.systems) {
         procs::check_interrupt()?;
-        runs.push(run_system(env, sys)?);
+        let (run, o) = run_system(env, sys, objective)?;
+        objective = Some(o);
+        runs.push(run);
     }
+    runs.sort_by_key(|r| p.systems.iter().position(|s| *s == r.system));
     let ceilings: Vec<kvreport::Ceiling> = runs
         .iter()
         .map(|r| kvreport::ceiling(r, p.point_secs))
@@ -923,15 +980,14 @@ pub fn sweep(env: &Env, record: &mut Value) -> Result<experiments::Written> {
          C = Corral, L = Linux (memcached), D = dedicated (corral-kv alone, spinning on a \
          guaranteed core); latencies in us from each request's scheduled send time; batch = \
          batch throughput as a fraction of the batch job alone; errors = wrong replies and \
-         failed connections (+ requests lost); slo = p99 within {}x the server's unloaded \
-         median\n\n",
+         failed connections (+ requests lost); slo = p99 within the objective, {}\n\n",
         p.kv.keys,
         p.kv.key_size,
         p.kv.value_size,
         p.kv.get_fraction * 100.0,
         p.clients,
         p.kv.memcached.display(),
-        p.kv.slo_factor,
+        objective.map_or_else(|| "not set".into(), |o| o.describe()),
     );
     text.push_str(&kvreport::kv_table(&runs).render());
     text.push('\n');
@@ -984,6 +1040,7 @@ pub fn sweep(env: &Env, record: &mut Value) -> Result<experiments::Written> {
 
     let csv = kvreport::kv_csv(&runs);
     let plots = kv_plots(&env.out, p.kv.unloaded_rate, &runs)?;
+    record["objective"] = json!(objective);
     record["systems"] = json!(runs);
     record["ceilings"] = json!(ceilings);
     record["checks"] = json!({"throughput": throughput, "colocation": colocation});
@@ -1014,6 +1071,30 @@ mod tests {
                                       "busy_fraction": 0.25}});
         assert_eq!(generator_cpus(&raw, 1.0), Some(0.25));
         assert_eq!(generator_cpus(&json!({}), 1.0), None);
+    }
+
+    #[test]
+    fn memcached_runs_first_and_its_median_sets_one_objective() {
+        assert_eq!(
+            run_order(&[System::Corral, System::Linux, System::Dedicated]),
+            [System::Linux, System::Corral, System::Dedicated]
+        );
+        assert_eq!(
+            run_order(&[System::Corral, System::Dedicated]),
+            [System::Corral, System::Dedicated]
+        );
+        let mut unloaded = kvreport::tests::point(1e3, 1e3, 100, None);
+        unloaded.summary.latency.p50_ns = 26_300;
+        let o = Objective::of(System::Linux, &unloaded, 10.0);
+        assert_eq!(o.p99_ns, 263_000);
+        let said = o.describe();
+        assert!(said.contains("263"), "{said}");
+        assert!(
+            said.contains("memcached's unloaded median of 26.3"),
+            "{said}"
+        );
+        unloaded.summary.latency.p50_ns = 5_000;
+        assert_eq!(Objective::of(System::Corral, &unloaded, 3.0).p99_ns, 15_000);
     }
 
     #[test]

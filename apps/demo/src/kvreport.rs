@@ -1,4 +1,4 @@
-//! The key-value experiment's analysis: which points meet each server's latency objective,
+//! The key-value experiment's analysis: which points meet the latency objective,
 //! each server's capacity under it, what limited it, the two targets, and the side-by-side
 //! table and CSV. Plain functions of the results, tested on known inputs.
 
@@ -14,7 +14,7 @@ use crate::results::{KvPoint, KvSystemRun, System};
 /// not keep up.
 pub const KEPT_UP_FRACTION: f64 = 0.9;
 
-/// The throughput target: Corral's capacity under its objective over memcached's.
+/// The throughput target: Corral's capacity under the objective over memcached's.
 pub const THROUGHPUT_TARGET_RATIO: f64 = 2.0;
 
 /// The co-location target holds at offered rates up to this fraction of memcached's capacity.
@@ -234,7 +234,7 @@ pub struct ThroughputCheck {
     pub verdict: Verdict,
 }
 
-/// Corral's (and the dedicated floor's) capacity under its objective over memcached's; the
+/// Corral's (and the dedicated floor's) capacity under the objective over memcached's; the
 /// target is [`THROUGHPUT_TARGET_RATIO`].
 pub fn throughput_checks(runs: &[KvSystemRun]) -> Vec<ThroughputCheck> {
     let memcached = runs
@@ -254,7 +254,7 @@ pub fn throughput_checks(runs: &[KvSystemRun]) -> Vec<ThroughputCheck> {
                 verdict: match (ratio, capacity, memcached) {
                     (Some(x), _, _) if x >= THROUGHPUT_TARGET_RATIO => Verdict::Met,
                     (Some(_), _, _) => Verdict::Missed,
-                    // Corral met its objective nowhere while memcached did somewhere.
+                    // Corral met the objective nowhere while memcached did somewhere.
                     (None, None, Some(_)) => Verdict::Missed,
                     (None, _, _) => Verdict::NotMeasured,
                 },
@@ -453,13 +453,14 @@ pub fn kv_table(runs: &[KvSystemRun]) -> Table {
     t
 }
 
-/// One line per system: its objective, its capacity under it and what limited it.
+/// One line per system: its unloaded median, its capacity under the objective and what
+/// limited it.
 pub fn capacity_text(runs: &[KvSystemRun], ceilings: &[Ceiling]) -> String {
     let mut out = String::new();
     for (r, c) in runs.iter().zip(ceilings) {
         let _ = writeln!(
             out,
-            "{}: unloaded median {} us, objective p99 <= {} us; capacity {}; ceiling: {} ({}{})",
+            "{}: unloaded median {} us; capacity at p99 <= {} us {}; ceiling: {} ({}{})",
             r.system.title(),
             fmt_us(r.unloaded.summary.latency.p50_ns),
             fmt_us(r.slo_p99_ns),
@@ -483,7 +484,7 @@ pub fn render_targets(throughput: &[ThroughputCheck], colocation: &[ColocationCh
     for t in throughput {
         let _ = writeln!(
             out,
-            "{} capacity >= {THROUGHPUT_TARGET_RATIO}x memcached's (p99 within each server's \
+            "{} capacity >= {THROUGHPUT_TARGET_RATIO}x memcached's (p99 within the one \
              objective): {} ({})",
             t.system.title(),
             t.verdict.word(),
@@ -589,10 +590,10 @@ pub fn kv_csv(runs: &[KvSystemRun]) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn point(rate: f64, achieved: f64, p99_us: u64, batch: Option<f64>) -> KvPoint {
+    pub(crate) fn point(rate: f64, achieved: f64, p99_us: u64, batch: Option<f64>) -> KvPoint {
         let mut summary: Summary = serde_json::from_value(serde_json::json!({
             "target_rps": rate, "duration_s": 1.0, "scheduled": rate as u64,
             "offered_rps": rate, "sent": rate as u64, "send_errors": 0, "sent_rps": rate,

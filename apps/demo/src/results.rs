@@ -201,7 +201,8 @@ pub struct Burst {
 pub struct KvPoint {
     /// Offered requests per second.
     pub rate_rps: f64,
-    /// The light point that sets the server's unloaded median (and so its objective).
+    /// The light point that measures the server's unloaded median (memcached's sets the
+    /// objective).
     pub unloaded: bool,
     /// The generator's command line.
     pub command: Vec<String>,
@@ -248,7 +249,8 @@ pub struct KvSystemRun {
     pub commands: BTreeMap<String, Vec<String>>,
     pub batch_alone: Option<BatchAlone>,
     pub unloaded: KvPoint,
-    /// The p99 latency objective: the slo factor times the unloaded median.
+    /// The p99 latency objective, the same for every system: the slo factor times memcached's
+    /// unloaded median.
     pub slo_p99_ns: u64,
     /// The ladder's points, rising; the ladder stops after two points in a row saturated.
     pub points: Vec<KvPoint>,

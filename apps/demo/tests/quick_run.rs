@@ -577,6 +577,19 @@ fn quick_kv_run_of_all_systems_answers_every_request_correctly() {
         .map(|s| s["system"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["corral", "linux", "dedicated"]);
+    // One objective for all: memcached's unloaded median times the factor.
+    assert_eq!(json["objective"]["from"], "linux", "{}", json["objective"]);
+    let memcached_median = systems[1]["unloaded"]["summary"]["latency"]["p50_ns"]
+        .as_u64()
+        .unwrap();
+    for s in systems {
+        assert_eq!(
+            s["slo_p99_ns"].as_u64(),
+            Some(10 * memcached_median),
+            "{}",
+            s["system"]
+        );
+    }
     let mut csv_rows = 0;
     for s in systems {
         let name = s["system"].as_str().unwrap();
