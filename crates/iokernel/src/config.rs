@@ -162,6 +162,14 @@ pub struct SettingArgs {
     #[arg(long, value_name = "ADDRESS:PORT")]
     pub metrics_listen: Option<String>,
 
+    /// `shield`: keep iokerneld's CPU to itself (every other movable thread, the unbound
+    /// workqueues and the movable interrupts leave it; real-time throttling is lifted; the loop
+    /// runs at SCHED_FIFO) and run latency-critical kthreads at SCHED_FIFO on the managed cores,
+    /// all undone on exit: `on` or `off` (in TOML `true` or `false`); `on` needs root
+    /// [default: on as root, else off].
+    #[arg(long, value_name = "on|off")]
+    pub shield: Option<String>,
+
     /// Root of the sysfs CPU tree (for tests).
     #[arg(long, value_name = "DIR", hide = true)]
     pub sysfs_root: Option<PathBuf>,
@@ -198,6 +206,8 @@ pub struct FileConfig {
     pub tap_name: Option<String>,
     pub host_ip: Option<String>,
     pub metrics_listen: Option<String>,
+    /// Checked by [`Config::merge`], so that `shield = 3` is refused by name.
+    pub shield: Option<toml::Value>,
     /// `[faults.DIRECTION]` tables of fault settings, checked by [`Config::merge`].
     pub faults: Option<BTreeMap<String, BTreeMap<String, toml::Value>>>,
 }
@@ -330,6 +340,9 @@ pub struct Config {
     pub faults: FaultsConfig,
     /// Where to serve the Prometheus metrics over HTTP; `None`: nowhere.
     pub metrics_listen: Option<std::net::SocketAddr>,
+    /// Shield iokerneld's CPU and run latency-critical kthreads at SCHED_FIFO
+    /// (see [`crate::shield`]).
+    pub shield: bool,
     pub sysfs_root: PathBuf,
 }
 
@@ -851,6 +864,12 @@ impl Config {
             None => None,
         };
 
+        let shield = shield_setting(
+            args.shield.as_deref(),
+            file.shield.as_ref(),
+            rustix::process::geteuid().is_root(),
+        )?;
+
         Ok(Config {
             core,
             managed_cores,
@@ -870,9 +889,40 @@ impl Config {
             nic,
             faults,
             metrics_listen,
+            shield,
             sysfs_root,
         })
     }
+}
+
+/// `shield` from the flag (`on`/`off`), else the file (`true`/`false`), else on for root only:
+/// shielding moves other processes' threads and changes kernel settings.
+fn shield_setting(
+    flag: Option<&str>,
+    file: Option<&toml::Value>,
+    is_root: bool,
+) -> Result<bool, ConfigError> {
+    let (on, shown) = match (flag, file) {
+        (Some(text), _) => match text {
+            "on" => (true, text.to_owned()),
+            "off" => (false, text.to_owned()),
+            _ => return Err(invalid("shield", format!("{text:?}"), "expected on or off")),
+        },
+        (None, Some(toml::Value::Boolean(on))) => (*on, on.to_string()),
+        (None, Some(other)) => {
+            return Err(invalid("shield", other, "expected true or false"));
+        }
+        (None, None) => return Ok(is_root),
+    };
+    if on && !is_root {
+        return Err(invalid(
+            "shield",
+            shown,
+            "shielding moves other processes' threads and changes kernel settings, which needs \
+             root (effective user id 0); run as root or turn it off",
+        ));
+    }
+    Ok(on)
 }
 
 /// An IP address and port to listen on: no host names (they would need a resolver at start)
@@ -1415,6 +1465,44 @@ mod tests {
             err.starts_with("invalid host_ip = \"10.1.2.255/24\""),
             "{err}"
         );
+    }
+
+    #[test]
+    fn shield_is_on_for_root_by_default_and_refuses_anything_but_on_off_true_false() {
+        assert_eq!(shield_setting(None, None, true), Ok(true));
+        assert_eq!(shield_setting(None, None, false), Ok(false));
+        assert_eq!(shield_setting(Some("off"), None, true), Ok(false));
+        let file_on = toml::Value::Boolean(true);
+        assert_eq!(shield_setting(None, Some(&file_on), true), Ok(true));
+        assert_eq!(shield_setting(Some("off"), Some(&file_on), true), Ok(false));
+        assert_eq!(shield_setting(Some("off"), None, false), Ok(false));
+        let err = shield_setting(Some("maybe"), None, true)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(err, "invalid shield = \"maybe\": expected on or off");
+        let err = shield_setting(None, Some(&toml::Value::Integer(3)), true)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(err, "invalid shield = 3: expected true or false");
+        let err = shield_setting(Some("on"), None, false)
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("invalid shield = on: "), "{err}");
+        assert!(err.contains("needs root"), "{err}");
+        let err = shield_setting(None, Some(&file_on), false)
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("invalid shield = true: "), "{err}");
+
+        // Through the file parser and the merge.
+        let sys = fake_sysfs("0-1", 2);
+        let file = parse_file("shield = false\n").unwrap();
+        assert!(!Config::merge(&file, &args(sys.path())).unwrap().shield);
+        let file = parse_file("shield = 3\n").unwrap();
+        let err = Config::merge(&file, &args(sys.path()))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(err, "invalid shield = 3: expected true or false");
     }
 
     #[test]

@@ -20,9 +20,10 @@ use corral_iokernel::config::{self, Config, NicConfig, SettingArgs};
 use corral_iokernel::cpus::{Sysfs, format_cpu_list};
 use corral_iokernel::daemon::Daemon;
 use corral_iokernel::nic::{self, Nic};
+use corral_iokernel::shield::{self, Shield, ShieldSpec};
 use corral_iokernel::{control, logger, sys};
 use corral_policy::PolicySettings;
-use log::{error, info};
+use log::{error, info, warn};
 
 /// iokerneld: allocates the managed cores among Corral runtimes every few microseconds.
 ///
@@ -33,6 +34,11 @@ use log::{error, info};
 pub struct Cli {
     #[command(flatten)]
     pub settings: SettingArgs,
+
+    /// Undo what a shielding iokerneld that was killed left changed on the machine (thread and
+    /// IRQ affinities, kernel scheduler settings), then exit. A new start does this too.
+    #[arg(long, conflicts_with = "command")]
+    pub unshield: bool,
 
     #[command(subcommand)]
     pub command: Option<Command>,
@@ -69,7 +75,28 @@ fn main() -> ExitCode {
         Some(Command::Gen(args)) => {
             corral_gen::play::play(&args, client_socket(args.socket.clone(), &cli.settings))
         }
+        None if cli.unshield => unshield(),
         None => run(&cli.settings),
+    }
+}
+
+fn unshield() -> ExitCode {
+    match shield::undo_stale() {
+        Ok(Some(report)) => {
+            eprintln!("iokerneld: {report}");
+            ExitCode::SUCCESS
+        }
+        Ok(None) => {
+            eprintln!(
+                "iokerneld: no shield to undo ({} does not exist)",
+                shield::JOURNAL_PATH
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("iokerneld: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 
@@ -176,11 +203,18 @@ fn run(settings: &SettingArgs) -> ExitCode {
     }
 }
 
-fn start(config: Config) -> Result<(), String> {
+fn start(mut config: Config) -> Result<(), String> {
     let stop = sys::stop_on_sigint_sigterm()
         .map_err(|e| format!("cannot install the SIGINT/SIGTERM handlers: {e}"))?;
     corral_affinity::pin_current_thread(config.core)
         .map_err(|e| format!("cannot pin iokerneld to CPU {}: {e}", config.core))?;
+    // Held until the end of this function: every return after this undoes it as it drops.
+    let shield = if config.shield {
+        shield_core(config.core)
+    } else {
+        None
+    };
+    config.shield = shield.is_some();
     let topology = Sysfs::new(&config.sysfs_root)
         .topology(&config.managed_cores)
         .map_err(|e| format!("cannot read the CPU topology: {e}"))?;
@@ -230,7 +264,37 @@ fn start(config: Config) -> Result<(), String> {
     if let Err(e) = std::fs::remove_file(&socket) {
         error!("cannot remove {}: {e}", socket.display());
     }
+    if let Some(shield) = shield {
+        match shield.undo() {
+            Ok(report) => info!("{report}"),
+            Err(e) => warn!("{e}"),
+        }
+    }
     Ok(())
+}
+
+/// Shields iokerneld's CPU and puts the calling thread, the loop, at SCHED_FIFO; logs one
+/// line of what was done. `None`: running unshielded (another process holds the shield, or it
+/// could not be applied), which the log says.
+fn shield_core(core: usize) -> Option<Shield> {
+    let spec = ShieldSpec {
+        keep: vec![core],
+        exempt_pids: vec![std::process::id()],
+    };
+    match Shield::apply(&spec) {
+        Ok(shield) => {
+            let class = match shield::set_realtime(0, shield::LOOP_PRIORITY) {
+                Ok(()) => format!("loop at SCHED_FIFO priority {}", shield::LOOP_PRIORITY),
+                Err(e) => format!("loop left in the fair class (SCHED_FIFO refused: {e})"),
+            };
+            info!("{}; {class}", shield.summary());
+            Some(shield)
+        }
+        Err(e) => {
+            warn!("running unshielded: {e}");
+            None
+        }
+    }
 }
 
 /// Serves the metrics on `address` from a thread of their own, off iokerneld's CPU: on the

@@ -4,6 +4,7 @@
 //! managed cores). A runtime whose thread cannot be reached, or whose rings say something
 //! impossible, is marked for eviction in the registry.
 
+use std::collections::HashSet;
 use std::path::Path;
 
 use corral_abi::control::PreemptionMode;
@@ -79,6 +80,25 @@ pub(super) struct CoreDriver {
     cede_grace_ns: u64,
     /// Preemptions asked for and not signalled yet: the victim, and when to signal it.
     pending_cedes: Vec<(RuntimeId, KthreadIndex, u64)>,
+    /// Shielding is on: latency-critical kthreads run at SCHED_FIFO on the managed cores.
+    realtime_kthreads: bool,
+    /// Runtimes whose kthreads run at SCHED_FIFO when shielding is on: those with guaranteed
+    /// cores and no spinning kthreads.
+    latency_critical: HashSet<RuntimeId>,
+    /// Kthreads (by tid) iokerneld put at SCHED_FIFO and has not taken back out of it.
+    realtime_tids: HashSet<i32>,
+}
+
+/// The scheduling class a kthread runs in on a managed core.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum KthreadClass {
+    /// SCHED_OTHER, sharing the CPU with Linux's threads.
+    Fair,
+    /// SCHED_IDLE: runs only when the CPU has nothing else (a runtime of
+    /// `PreemptionMode::IdleClass`).
+    Idle,
+    /// SCHED_FIFO at [`crate::shield::KTHREAD_PRIORITY`]: no ordinary thread preempts it.
+    Realtime,
 }
 
 impl CoreDriver {
@@ -109,6 +129,9 @@ impl CoreDriver {
             handoffs,
             cede_grace_ns: config.cede_grace_us * 1000,
             pending_cedes: Vec::with_capacity(config.managed_cores.len()),
+            realtime_kthreads: config.shield,
+            latency_critical: HashSet::new(),
+            realtime_tids: HashSet::new(),
         })
     }
 
@@ -203,11 +226,29 @@ impl CoreDriver {
     /// Registers a runtime with the allocator.
     pub(super) fn register(&mut self, spec: RuntimeSpec) -> Result<RuntimeId, String> {
         let now = self.now();
-        self.alloc.register(spec, now).map_err(|e| e.to_string())
+        let id = self.alloc.register(spec, now).map_err(|e| e.to_string())?;
+        if spec.guaranteed_cores > 0 {
+            self.latency_critical.insert(id);
+        }
+        Ok(id)
+    }
+
+    /// The class a kthread of `runtime` runs in on a managed core. A spinning kthread never
+    /// parks, so at SCHED_FIFO it would shut every other thread out of its CPU but for the fair
+    /// server's share: a runtime with spinning kthreads stays in the fair class, all of it.
+    fn class_for(&self, runtime: RuntimeId, preemption: PreemptionMode) -> KthreadClass {
+        if preemption == PreemptionMode::IdleClass {
+            KthreadClass::Idle
+        } else if self.realtime_kthreads && self.latency_critical.contains(&runtime) {
+            KthreadClass::Realtime
+        } else {
+            KthreadClass::Fair
+        }
     }
 
     /// Grants a new runtime's spinning kthreads their guaranteed cores at once.
     pub(super) fn grant_spinning(&mut self, id: RuntimeId, kthreads: u16) -> Result<(), String> {
+        self.latency_critical.remove(&id);
         let now = self.now();
         self.alloc
             .grant_guaranteed(id, kthreads, now, &mut self.decisions)
@@ -299,14 +340,15 @@ impl CoreDriver {
                 // It runs again: it reads whatever waited on its rings, and new bare ACKs ask
                 // for a core like anything else until it parks again.
                 entry.stop_acks_waiting();
+                let class = self.class_for(runtime, entry.preemption);
+                let idle_class = class == KthreadClass::Idle;
                 let kt = &mut entry.kthreads[kthread.index()];
-                let idle_class = entry.preemption == PreemptionMode::IdleClass;
                 let over_idle_class = std::mem::take(&mut self.held_in_place[core.index()]);
                 if kt.in_place {
                     // Still on its CPU and runnable since its core was taken in place: it
                     // needs only to be where the grant says.
                     kt.in_place = false;
-                    match place(kt, cpu, idle_class) {
+                    match place(kt, cpu, class, &mut self.realtime_tids) {
                         Ok(()) => {
                             if let Some(h) = &self.handoffs {
                                 h.set_occupied(core.index(), true, idle_class);
@@ -321,7 +363,7 @@ impl CoreDriver {
                     }
                     return;
                 }
-                match wake(kt, cpu, idle_class) {
+                match wake(kt, cpu, class, &mut self.realtime_tids) {
                     Ok(()) => {
                         let word = kt.view.wake_word();
                         match &mut self.handoffs {
@@ -431,7 +473,7 @@ impl CoreDriver {
                     // (demoted to SCHED_IDLE) until it parks.
                     h.set_occupied(core.index(), false, false);
                 }
-                let how = demote(kt, spare);
+                let how = demote(kt, spare, &mut self.realtime_tids);
                 warn!(
                     "kthread {} (tid {}) of {} ignored preemption from CPU {cpu} for over {} us; \
                      {}",
@@ -514,12 +556,16 @@ impl CoreDriver {
             // still the runtime's.
             if (active || kt.pinned.is_some())
                 && Path::new(&format!("/proc/{}/task/{}", runtime.pid, kt.tid)).exists()
-                && let Err(e) = demote(kt, &self.spare_cpus)
+                && let Err(e) = demote(kt, &self.spare_cpus, &mut self.realtime_tids)
                 && !crate::cpus::is_gone(&e)
             {
                 warn!("cannot demote tid {} of {label}: {e}", kt.tid);
             }
         }
+        for kt in &runtime.kthreads {
+            self.realtime_tids.remove(&kt.tid);
+        }
+        self.latency_critical.remove(&id);
         if let Err(e) = self.alloc.unregister(id, &mut self.decisions) {
             error!("allocator refused to unregister {id}: {e}");
         }
@@ -778,8 +824,13 @@ fn observe_runtime(driver: &mut CoreDriver, runtime: &mut Tenant, now: u64) -> R
 
 /// Pins a kthread to `cpu` in its scheduling class (see [`place`]), tells it which core it
 /// holds, and rings its wake word; the caller then wakes the futex (or has it woken).
-fn wake(kt: &mut Kthread, cpu: usize, idle_class: bool) -> Result<(), String> {
-    place(kt, cpu, idle_class)?;
+fn wake(
+    kt: &mut Kthread,
+    cpu: usize,
+    class: KthreadClass,
+    realtime: &mut HashSet<i32>,
+) -> Result<(), String> {
+    place(kt, cpu, class, realtime)?;
     kt.ingress
         .push_control(Slot::value(Command::Grant, cpu as u64))
         .map_err(|_| "its ingress ring is full".to_owned())?;
@@ -790,19 +841,36 @@ fn wake(kt: &mut Kthread, cpu: usize, idle_class: bool) -> Result<(), String> {
     Ok(())
 }
 
-/// Pins a kthread to `cpu` in its scheduling class: the idle class for a runtime of
-/// `PreemptionMode::IdleClass`, else the normal one (restored if it was demoted).
-fn place(kt: &mut Kthread, cpu: usize, idle_class: bool) -> Result<(), String> {
-    if kt.idle_policy != idle_class {
-        sys::set_idle_policy(kt.tid, idle_class).map_err(|e| {
-            let class = if idle_class {
-                "SCHED_IDLE"
-            } else {
-                "SCHED_OTHER"
-            };
-            format!("cannot set {class}: {e}")
-        })?;
-        kt.idle_policy = idle_class;
+/// Pins a kthread to `cpu` in `class` (restored if it was demoted). `realtime` holds the
+/// kthreads at SCHED_FIFO.
+fn place(
+    kt: &mut Kthread,
+    cpu: usize,
+    class: KthreadClass,
+    realtime: &mut HashSet<i32>,
+) -> Result<(), String> {
+    let current = if kt.idle_policy {
+        KthreadClass::Idle
+    } else if realtime.contains(&kt.tid) {
+        KthreadClass::Realtime
+    } else {
+        KthreadClass::Fair
+    };
+    if current != class {
+        let result = match class {
+            KthreadClass::Realtime => {
+                crate::shield::set_realtime(kt.tid, crate::shield::KTHREAD_PRIORITY)
+            }
+            KthreadClass::Idle => sys::set_idle_policy(kt.tid, true),
+            KthreadClass::Fair => sys::set_idle_policy(kt.tid, false),
+        };
+        result.map_err(|e| format!("cannot set {class:?} class: {e}"))?;
+        kt.idle_policy = class == KthreadClass::Idle;
+        if class == KthreadClass::Realtime {
+            realtime.insert(kt.tid);
+        } else {
+            realtime.remove(&kt.tid);
+        }
     }
     if kt.pinned != Some(cpu) {
         corral_affinity::set_thread_affinity(kt.tid, &[cpu]).map_err(|e| e.to_string())?;
@@ -832,12 +900,23 @@ fn ring_cede_word(kt: &mut Kthread) -> Result<(), String> {
 
 /// Moves a kthread off the managed cores: onto the spare CPUs if there are any, else to
 /// `SCHED_IDLE` where it runs only when its CPU has nothing else to do. Returns what was done.
-fn demote(kt: &mut Kthread, spare: &[usize]) -> std::io::Result<String> {
+/// A kthread at SCHED_FIFO leaves it either way: on the spare CPUs it would shut Linux's
+/// threads out.
+fn demote(
+    kt: &mut Kthread,
+    spare: &[usize],
+    realtime: &mut HashSet<i32>,
+) -> std::io::Result<String> {
     if spare.is_empty() {
         sys::set_idle_policy(kt.tid, true)?;
         kt.idle_policy = true;
+        realtime.remove(&kt.tid);
         Ok("SCHED_IDLE".into())
     } else {
+        if realtime.contains(&kt.tid) {
+            sys::set_idle_policy(kt.tid, false)?;
+            realtime.remove(&kt.tid);
+        }
         corral_affinity::set_thread_affinity(kt.tid, spare)?;
         kt.pinned = None;
         Ok(format!(
