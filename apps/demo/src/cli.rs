@@ -180,6 +180,15 @@ pub struct Args {
     #[arg(long)]
     pub quick: bool,
 
+    /// Run every system unshielded, for comparison: iokerneld gets `--shield off`, and the
+    /// Linux baseline's load-generator CPU is not shielded, its load generator and server stay
+    /// in the fair class. By default (as root) iokerneld keeps its core to itself with its loop
+    /// at SCHED_FIFO and the latency-critical kthreads at SCHED_FIFO, and the runner gives the
+    /// Linux baseline the same: its load generator's CPU shielded, the load generator and the
+    /// server at the same SCHED_FIFO priorities.
+    #[arg(long)]
+    pub no_shield: bool,
+
     /// Directory for results.json, results.csv, plots and logs [default:
     /// target/demo/<timestamp>/, next to the runner's own executable].
     #[arg(long)]
@@ -318,6 +327,8 @@ pub struct Plan {
     pub payload: usize,
     pub grace_ms: u64,
     pub quick: bool,
+    /// Whether the systems are shielded (not `--no-shield`).
+    pub shield: bool,
     pub iokernel_cpu: usize,
     pub app_cpu: usize,
     pub corral_addr: std::net::SocketAddrV4,
@@ -504,6 +515,7 @@ impl Args {
             payload: self.payload,
             grace_ms: self.grace_ms,
             quick: q,
+            shield: !self.no_shield,
             iokernel_cpu: self.iokernel_cpu,
             app_cpu: self.app_cpu,
             corral_addr: self.corral_addr,

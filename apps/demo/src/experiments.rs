@@ -582,6 +582,7 @@ fn corral_sweep(env: &Env, interval_us: u64, dedicated: bool) -> Result<SystemRu
         Some(alone)
     };
     let mut points = Vec::new();
+    let mut classes = Vec::new();
     for &load in &p.loads {
         let name = format!("load{}", fmt_pct(load).trim_end_matches('%'));
         let pt = watched(p, || {
@@ -589,6 +590,10 @@ fn corral_sweep(env: &Env, interval_us: u64, dedicated: bool) -> Result<SystemRu
         })?;
         say(point_line(system, &pt, env.plan.batch_cmd.is_some()));
         points.push(pt);
+        if classes.is_empty() {
+            classes = c.classes();
+            say(report::setup_line(system, &classes, &c.shield_said()));
+        }
     }
     let stats = c.daemon_stats().ok();
     let run = SystemRun {
@@ -600,6 +605,8 @@ fn corral_sweep(env: &Env, interval_us: u64, dedicated: bool) -> Result<SystemRu
         points,
         daemon_stats: stats,
         daemon_warnings: c.daemon_warnings(),
+        classes,
+        shield: Some(c.shield_said()),
     };
     note_warnings(&run);
     drop(c);
@@ -621,10 +628,19 @@ fn linux_sweep(env: &Env) -> Result<SystemRun> {
         env.plan.batch_cmd.is_some(),
     ));
     let mut points = Vec::new();
+    let mut classes = Vec::new();
     for &load in &p.loads {
         let pt = watched(p, || l.run_point(load, p.rate(load), Some(&alone)))?;
         say(point_line(System::Linux, &pt, env.plan.batch_cmd.is_some()));
         points.push(pt);
+        if classes.is_empty() {
+            classes = l.classes();
+            say(report::setup_line(
+                System::Linux,
+                &classes,
+                &l.shield_said(),
+            ));
+        }
     }
     let run = SystemRun {
         system: System::Linux,
@@ -635,8 +651,12 @@ fn linux_sweep(env: &Env) -> Result<SystemRun> {
         points,
         daemon_stats: None,
         daemon_warnings: Vec::new(),
+        classes,
+        shield: Some(l.shield_said()),
     };
-    drop(l);
+    if let Some(undone) = l.finish() {
+        say(format!("  Linux shield undone: {undone}"));
+    }
     Ok(run)
 }
 
@@ -687,7 +707,8 @@ fn sweep(env: &Env, record: &mut serde_json::Value) -> Result<Written> {
     text.push_str(&report::tail_split_table(&runs).render());
     text.push_str(
         "\nCPU lost to the host machine during each point, and demotions: iokerneld gaps = \
-         its loop went over 50 us without its CPU; steal = /proc/stat steal of iokerneld's \
+         its loop went over 50 us without its CPU (corral-loadgen-linux counts no gaps of its \
+         own: its lateness shows in the send-late column above); steal = /proc/stat steal of iokerneld's \
          (Linux: the load generator's) CPU and of the application CPU, 10 ms resolution; \
          demotions = kthreads demoted for ignoring a preemption\n",
     );
@@ -701,6 +722,9 @@ fn sweep(env: &Env, record: &mut serde_json::Value) -> Result<Written> {
             ));
         }
     }
+    text.push_str(&report::setup_text(
+        runs.iter().map(|r| (r.system, &r.classes, &r.shield)),
+    ));
     for r in &runs {
         for pt in &r.points {
             if let Some(reason) = &pt.summary.fell_behind_reason {
@@ -871,6 +895,8 @@ fn burst(env: &Env, record: &mut serde_json::Value) -> Result<Written> {
         points: Vec::new(),
         daemon_stats: c.daemon_stats().ok(),
         daemon_warnings: c.daemon_warnings(),
+        classes: c.classes(),
+        shield: Some(c.shield_said()),
     };
     note_warnings(&run);
     drop(c);

@@ -37,10 +37,11 @@ use crate::plot;
 use crate::procs::{self, Proc, Spec};
 use crate::report::fmt_us;
 use crate::results::{BatchAlone, Demotions, KvPoint, KvSystemRun, System};
+use crate::shielding::{self, BaselineShield};
 use crate::systems::{
-    Env, PointBatch, START_TIMEOUT, daemon_stats, demotions_between, gen_timeout, measure_alone,
-    point_batch, read_json, start_batch, start_batch_command, start_corral_batch, start_iokerneld,
-    wait_registered,
+    Env, PointBatch, START_TIMEOUT, daemon_stats, demotions_between, gen_timeout, loadgen_spec,
+    measure_alone, observed, point_batch, read_json, start_batch, start_batch_command,
+    start_corral_batch, start_iokerneld, wait_registered,
 };
 
 /// The name corral-kv registers with iokerneld under.
@@ -127,6 +128,10 @@ trait KvServer {
     fn commands(&self) -> BTreeMap<String, Vec<String>>;
     /// iokerneld's statistics and warnings, for the systems that have one.
     fn daemon_report(&self) -> (Option<Value>, Vec<String>);
+    /// Each process's class and CPUs (see [`KvSystemRun::classes`]).
+    fn classes(&self) -> Vec<String>;
+    /// The shielding the system has.
+    fn shield_said(&self) -> String;
 }
 
 /// How often the server's CPU time is read.
@@ -463,6 +468,17 @@ impl KvServer for CorralKv<'_> {
             .collect();
         (self.daemon_stats().ok(), warnings)
     }
+    fn classes(&self) -> Vec<String> {
+        let mut procs = vec![("iokerneld", &self.iokerneld), ("corral-kv", &self.kv)];
+        if let Some((batch, _)) = &self.batch {
+            procs.push(("batch", batch));
+        }
+        procs.into_iter().map(|(n, p)| observed(n, p)).collect()
+    }
+
+    fn shield_said(&self) -> String {
+        shielding::iokerneld_said(&self.env.plan, &self.iokerneld.spec.log)
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -475,6 +491,9 @@ struct LinuxMemcached<'e> {
     /// Samples memcached's CPU time (all its threads).
     server_cpu: BatchReader,
     memcached: Proc,
+    /// Undone after the processes have stopped (fields drop in order).
+    shield: BaselineShield,
+    loadgen_class: String,
 }
 
 /// Connects to memcached and asks for its version until it answers, or fails naming why.
@@ -507,10 +526,12 @@ fn probe_memcached(addr: std::net::SocketAddrV4, server: &mut Proc) -> Result<St
 }
 
 impl<'e> LinuxMemcached<'e> {
-    /// Starts memcached pinned to the application CPU (and waits until it answers), then the
-    /// batch job at SCHED_IDLE on the same CPU (and waits for its first report).
+    /// Shields the load generator's CPU, starts memcached pinned to the application CPU (and
+    /// waits until it answers), then the batch job at SCHED_IDLE on the same CPU (and waits for
+    /// its first report).
     fn start(env: &'e Env) -> Result<LinuxMemcached<'e>> {
         let plan = &env.plan;
+        let shield = BaselineShield::apply(plan, "the Linux baseline");
         let addr = plan.kv.memcached_addr;
         if let Err(e) = std::net::TcpListener::bind(addr) {
             return Err(Error::msg(format!(
@@ -544,6 +565,7 @@ impl<'e> LinuxMemcached<'e> {
             env.log("kv-linux-server"),
         );
         spec.pin_to_cpu = Some(plan.app_cpu);
+        spec.fifo_priority = shield.server_priority();
         let mut memcached = Proc::spawn(spec)?;
         let version = probe_memcached(addr, &mut memcached)?;
         say(format!("  memcached {version} answers at {addr}"));
@@ -558,12 +580,15 @@ impl<'e> LinuxMemcached<'e> {
         };
         let server_cpu =
             BatchReader::process_cpu_time(memcached.pid(), SERVER_CPU_SAMPLE, env.clock);
+        let loadgen_class = loadgen_spec(env, &shield, Vec::new(), "class").class();
         let mut me = LinuxMemcached {
             env,
             batch,
             reader,
             server_cpu,
             memcached,
+            shield,
+            loadgen_class,
         };
         let now = env.clock.now_s();
         me.reader.wait_past(now, START_TIMEOUT, || {
@@ -610,12 +635,7 @@ impl KvServer for LinuxMemcached<'_> {
         ];
         args.extend(workload_args(self.env));
         args.extend(["--json".into(), json.display().to_string()]);
-        let spec = Spec::new(
-            "corral-loadgen-linux",
-            &self.env.bins.loadgen_linux,
-            args,
-            self.env.logs.join(format!("kv-linux-{name}.log")),
-        );
+        let spec = loadgen_spec(self.env, &self.shield, args, &format!("kv-linux-{name}"));
         let command = spec.command_line();
         let started = self.env.clock.now_s();
         let mut lg = Proc::spawn(spec)?;
@@ -625,6 +645,7 @@ impl KvServer for LinuxMemcached<'_> {
             server_cpu,
             batch,
             memcached,
+            ..
         } = self;
         let mut alive = || {
             memcached.check_running()?;
@@ -699,6 +720,17 @@ impl KvServer for LinuxMemcached<'_> {
 
     fn daemon_report(&self) -> (Option<Value>, Vec<String>) {
         (None, Vec::new())
+    }
+    fn classes(&self) -> Vec<String> {
+        vec![
+            format!("corral-loadgen-linux: {}", self.loadgen_class),
+            observed("memcached", &self.memcached),
+            observed("batch", &self.batch),
+        ]
+    }
+
+    fn shield_said(&self) -> String {
+        self.shield.said.clone()
     }
 }
 
@@ -899,6 +931,9 @@ fn run_system(
         }
     };
     let slo_p99_ns = objective.p99_ns;
+    let classes = server.classes();
+    let shield = server.shield_said();
+    say(crate::report::setup_line(system, &classes, &shield));
     let mut points = Vec::new();
     let mut saturated_in_a_row = 0;
     for &rate in &p.kv.rates {
@@ -937,6 +972,8 @@ fn run_system(
         points,
         daemon_stats,
         daemon_warnings,
+        classes,
+        shield: Some(shield),
     };
     Ok((run, objective))
 }
@@ -1035,6 +1072,9 @@ pub fn sweep(env: &Env, record: &mut Value) -> Result<experiments::Written> {
             disturbed.join(", ")
         ));
     }
+    text.push_str(&crate::report::setup_text(
+        runs.iter().map(|r| (r.system, &r.classes, &r.shield)),
+    ));
     text.push_str("\nTargets:\n");
     text.push_str(&kvreport::render_targets(&throughput, &colocation));
 

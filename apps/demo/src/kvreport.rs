@@ -643,6 +643,8 @@ pub(crate) mod tests {
             points,
             daemon_stats: None,
             daemon_warnings: Vec::new(),
+            classes: Vec::new(),
+            shield: None,
         }
     }
 

@@ -21,4 +21,5 @@ pub mod procs;
 pub mod replot;
 pub mod report;
 pub mod results;
+pub mod shielding;
 pub mod systems;

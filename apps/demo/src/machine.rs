@@ -152,9 +152,95 @@ pub fn steal_ms(cpus: &[usize]) -> Option<Vec<f64>> {
         .collect()
 }
 
+/// A thread's scheduling policy and real-time priority from its `/proc/.../stat` line:
+/// the 41st and 40th fields, counted from the last `)` as in [`parse_stat`].
+fn parse_policy(text: &str) -> Option<(u32, u32)> {
+    let close = text.rfind(')')?;
+    let rest: Vec<&str> = text[close + 1..].split_whitespace().collect();
+    let field = |n: usize| -> Option<u32> { rest.get(n - 3)?.parse().ok() };
+    Some((field(41)?, field(40)?))
+}
+
+fn policy_name(policy: u32, priority: u32) -> String {
+    match policy {
+        0 => "SCHED_OTHER".into(),
+        1 => format!("SCHED_FIFO {priority}"),
+        2 => format!("SCHED_RR {priority}"),
+        3 => "SCHED_BATCH".into(),
+        5 => "SCHED_IDLE".into(),
+        6 => "SCHED_DEADLINE".into(),
+        other => format!("policy {other}"),
+    }
+}
+
+/// The classes and allowed CPUs of a process's threads as they are now, grouped: `SCHED_FIFO
+/// 49 on CPU 0` for one thread, `2 threads SCHED_OTHER on CPU 1` for more. `None` once it has
+/// exited.
+pub fn thread_classes(pid: u32) -> Option<String> {
+    let dir = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut groups: Vec<(String, usize)> = Vec::new();
+    for task in dir.flatten() {
+        let path = task.path();
+        let Some((policy, priority)) = std::fs::read_to_string(path.join("stat"))
+            .ok()
+            .as_deref()
+            .and_then(parse_policy)
+        else {
+            continue;
+        };
+        let cpus = std::fs::read_to_string(path.join("status"))
+            .ok()
+            .and_then(|st| {
+                st.lines()
+                    .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+                    .map(|v| v.trim().to_owned())
+            })
+            .unwrap_or_else(|| "?".into());
+        let class = format!(
+            "{} on CPU{} {cpus}",
+            policy_name(policy, priority),
+            if cpus.contains([',', '-']) { "s" } else { "" }
+        );
+        match groups.iter_mut().find(|(c, _)| *c == class) {
+            Some((_, n)) => *n += 1,
+            None => groups.push((class, 1)),
+        }
+    }
+    if groups.is_empty() {
+        return None;
+    }
+    Some(
+        groups
+            .iter()
+            .map(|(class, n)| match n {
+                1 => class.clone(),
+                n => format!("{n} threads {class}"),
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_threads_class_is_read_from_its_stat_line() {
+        // A thread at SCHED_FIFO 49 (fields 40 and 41).
+        let mut fields: Vec<String> = (3..=52).map(|n| n.to_string()).collect();
+        fields[40 - 3] = "49".into();
+        fields[41 - 3] = "1".into();
+        let line = format!("77 (iokerneld (x)) {}", fields.join(" "));
+        assert_eq!(parse_policy(&line), Some((1, 49)));
+        assert_eq!(policy_name(1, 49), "SCHED_FIFO 49");
+        assert_eq!(policy_name(5, 0), "SCHED_IDLE");
+        assert_eq!(parse_policy("77 (short) S 1 2"), None);
+        // This process: its threads are in the fair class here, unless the test runner is not.
+        let mine = thread_classes(std::process::id()).unwrap();
+        assert!(mine.contains(" on CPU"), "{mine}");
+        assert_eq!(thread_classes(u32::MAX), None);
+    }
 
     #[test]
     fn steal_is_the_eighth_value_of_the_cpus_line() {

@@ -95,6 +95,8 @@ pub struct Spec {
     pub pin_to_cpu: Option<usize>,
     /// Whether stopping it stops its whole process group (the processes it started too).
     pub stop_group: bool,
+    /// Runs it (every thread it starts inherits the class) at SCHED_FIFO with this priority.
+    pub fifo_priority: Option<u32>,
 }
 
 impl Spec {
@@ -110,6 +112,20 @@ impl Spec {
             idle_on_cpu: None,
             pin_to_cpu: None,
             stop_group: false,
+            fifo_priority: None,
+        }
+    }
+
+    /// The scheduling class and CPU it is started with, for the report.
+    pub fn class(&self) -> String {
+        let class = match (self.idle_on_cpu, self.fifo_priority) {
+            (Some(_), _) => "SCHED_IDLE".to_owned(),
+            (None, Some(p)) => format!("SCHED_FIFO {p}"),
+            (None, None) => "SCHED_OTHER".to_owned(),
+        };
+        match self.idle_on_cpu.or(self.pin_to_cpu) {
+            Some(cpu) => format!("{class} on CPU {cpu}"),
+            None => class,
         }
     }
 
@@ -145,6 +161,7 @@ impl Proc {
         let death_signal = spec.stop_signal;
         let idle_on_cpu = spec.idle_on_cpu;
         let pin_to_cpu = spec.pin_to_cpu;
+        let fifo_priority = spec.fifo_priority.map(|p| p as libc::c_int);
         // SAFETY: getpid has no preconditions.
         let runner = unsafe { libc::getpid() };
         let mut cmd = Command::new(&spec.program);
@@ -172,9 +189,16 @@ impl Proc {
                         return Err(std::io::Error::last_os_error());
                     }
                 }
-                if idle_on_cpu.is_some() {
-                    let param = libc::sched_param { sched_priority: 0 };
-                    if libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) != 0 {
+                let class = match (idle_on_cpu, fifo_priority) {
+                    (Some(_), _) => Some((libc::SCHED_IDLE, 0)),
+                    (None, Some(p)) => Some((libc::SCHED_FIFO, p)),
+                    (None, None) => None,
+                };
+                if let Some((policy, priority)) = class {
+                    let param = libc::sched_param {
+                        sched_priority: priority,
+                    };
+                    if libc::sched_setscheduler(0, policy, &param) != 0 {
                         return Err(std::io::Error::last_os_error());
                     }
                 }

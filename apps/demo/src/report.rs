@@ -761,6 +761,33 @@ pub fn tail_split_table(runs: &[SystemRun]) -> Table {
     t
 }
 
+/// One line on how a system ran: each process's class and CPUs, and its shielding.
+pub fn setup_line(system: System, classes: &[String], shield: &str) -> String {
+    format!(
+        "  {} classes: {}; shielding: {shield}",
+        system.title(),
+        classes.join("; ")
+    )
+}
+
+/// The classes and shielding of every system, one line each, under a heading.
+pub fn setup_text<'a>(
+    runs: impl Iterator<Item = (System, &'a Vec<String>, &'a Option<String>)>,
+) -> String {
+    let mut out = String::from(
+        "\nClasses and shielding (each process's threads as seen after the first point):\n",
+    );
+    for (system, classes, shield) in runs {
+        out.push_str(&setup_line(
+            system,
+            classes,
+            shield.as_deref().unwrap_or("not recorded"),
+        ));
+        out.push('\n');
+    }
+    out
+}
+
 /// Per system and load: CPU time lost to the host machine (iokerneld's loop gaps on its own
 /// CPU; steal on iokerneld's or the load generator's CPU and on the application CPU) and
 /// kthreads demoted for ignoring a preemption.
@@ -1193,6 +1220,8 @@ mod tests {
             points,
             daemon_stats: None,
             daemon_warnings: Vec::new(),
+            classes: Vec::new(),
+            shield: None,
         }
     }
 

@@ -166,6 +166,13 @@ pub struct SystemRun {
     /// Warnings and errors iokerneld logged during the run (Corral), e.g. demoted kthreads.
     #[serde(default)]
     pub daemon_warnings: Vec<String>,
+    /// Each process's scheduling class and CPUs: the long-running ones' threads as seen after
+    /// the first point, the load generator's as started.
+    #[serde(default)]
+    pub classes: Vec<String>,
+    /// The shielding the system had: iokerneld's own line, or the runner's for Linux.
+    #[serde(default)]
+    pub shield: Option<String>,
 }
 
 /// The zero-overhead FCFS bound at one load.
@@ -258,4 +265,11 @@ pub struct KvSystemRun {
     pub daemon_stats: Option<serde_json::Value>,
     #[serde(default)]
     pub daemon_warnings: Vec<String>,
+    /// Each process's scheduling class and CPUs: the long-running ones' threads as seen after
+    /// the first point, the load generator's as started.
+    #[serde(default)]
+    pub classes: Vec<String>,
+    /// The shielding the system had: iokerneld's own line, or the runner's for Linux.
+    #[serde(default)]
+    pub shield: Option<String>,
 }

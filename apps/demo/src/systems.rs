@@ -25,9 +25,12 @@ use serde::Deserialize;
 use crate::batch::{BatchReader, Clock};
 use crate::cli::{BatchPreemption, Plan};
 use crate::error::{Error, Result};
+use crate::machine;
 use crate::procs::{self, Proc, Spec};
 use crate::report::fmt_pct;
 use crate::results::{BatchAlone, Demotions, Point, System, Window};
+use crate::shielding;
+use crate::shielding::BaselineShield;
 
 /// Sibling executables.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -405,8 +408,8 @@ pub struct Corral<'e> {
 }
 
 /// iokerneld's command line: its CPU, the application CPU to manage, the control socket, the
-/// generator as its NIC, the allocation interval, the cede grace period, and `--handover` only
-/// when the plan names a mode.
+/// generator as its NIC, the allocation interval, the cede grace period, the shield on or off,
+/// and `--handover` only when the plan names a mode.
 pub(crate) fn iokerneld_args(plan: &Plan, socket: &str, interval_us: u64) -> Vec<String> {
     let mut args: Vec<String> = vec![
         "--core".into(),
@@ -419,10 +422,13 @@ pub(crate) fn iokerneld_args(plan: &Plan, socket: &str, interval_us: u64) -> Vec
         "gen".into(),
         "--interval-us".into(),
         interval_us.to_string(),
+        // Info: the line saying what it shielded; the few others come at start and exit.
         "--log-level".into(),
-        "warn".into(),
+        "info".into(),
         "--cede-grace-us".into(),
         plan.cede_grace_us.to_string(),
+        "--shield".into(),
+        if plan.shield { "on" } else { "off" }.into(),
     ];
     if let Some(mode) = plan.handover {
         args.extend(["--handover".into(), mode.name().into()]);
@@ -604,6 +610,20 @@ impl<'e> Corral<'e> {
 
     pub fn spin_calibration(&self) -> Option<f64> {
         spin_calibration(&self.spin.spec.log)
+    }
+
+    /// Each process's threads' classes and CPUs now.
+    pub fn classes(&self) -> Vec<String> {
+        let mut procs = vec![("iokerneld", &self.iokerneld), ("spin", &self.spin)];
+        if let Some((batch, _)) = &self.batch {
+            procs.push(("batch", batch));
+        }
+        procs.into_iter().map(|(n, p)| observed(n, p)).collect()
+    }
+
+    /// What iokerneld said it shielded.
+    pub fn shield_said(&self) -> String {
+        shielding::iokerneld_said(&self.env.plan, &self.iokerneld.spec.log)
     }
 
     /// Checks that spin answers: a short, light generated load must get answers.
@@ -807,6 +827,14 @@ impl<'e> Corral<'e> {
     }
 }
 
+/// `name: ` and the classes and CPUs of a process's threads now.
+pub(crate) fn observed(name: &str, p: &Proc) -> String {
+    format!(
+        "{name}: {}",
+        machine::thread_classes(p.pid()).unwrap_or_else(|| "exited".into())
+    )
+}
+
 pub(crate) fn daemon_stats(iokerneld: &Path, socket: &Path) -> Result<serde_json::Value> {
     let text = procs::run_capture(
         iokerneld,
@@ -871,13 +899,19 @@ pub struct Linux<'e> {
     batch: Proc,
     reader: BatchReader,
     spin: Proc,
+    /// Undone after the processes have stopped (fields drop in order).
+    shield: BaselineShield,
+    /// The class and CPU each point's load generator starts with.
+    loadgen_class: String,
 }
 
 impl<'e> Linux<'e> {
-    /// Starts spin (and waits until it answers), then batch (and waits for its first report).
+    /// Shields the load generator's CPU, starts spin (and waits until it answers), then batch
+    /// (and waits for its first report).
     pub fn start(env: &'e Env) -> Result<Linux<'e>> {
         let plan = &env.plan;
         let cpu = plan.app_cpu.to_string();
+        let shield = BaselineShield::apply(plan, "the Linux baseline");
         // The port must be free, or spin fails to bind; say which port and why.
         if let Err(e) = UdpSocket::bind(plan.linux_addr) {
             return Err(Error::msg(format!(
@@ -886,7 +920,7 @@ impl<'e> Linux<'e> {
                 plan.linux_addr
             )));
         }
-        let mut spin = Proc::spawn(Spec::new(
+        let mut spin_spec = Spec::new(
             "spin",
             &env.bins.spin,
             vec![
@@ -900,17 +934,23 @@ impl<'e> Linux<'e> {
                 env.spin_iterations_per_us.to_string(),
             ],
             env.log("linux-spin"),
-        ))?;
+        );
+        spin_spec.pin_to_cpu = Some(plan.app_cpu);
+        spin_spec.fifo_priority = shield.server_priority();
+        let mut spin = Proc::spawn(spin_spec)?;
         probe_udp(plan.linux_addr.into(), &mut spin)?;
         let (batch, reader) = match &plan.batch_cmd {
             Some(command) => start_batch_command(env, "linux-batch", command, None)?,
             None => start_batch(env, "linux-batch", &["--runtime", "linux", "--cpu", &cpu])?,
         };
+        let loadgen_class = loadgen_spec(env, &shield, Vec::new(), "class").class();
         let mut me = Linux {
             env,
             batch,
             reader,
             spin,
+            shield,
+            loadgen_class,
         };
         let now = env.clock.now_s();
         me.reader.wait_past(now, START_TIMEOUT, || {
@@ -931,12 +971,33 @@ impl<'e> Linux<'e> {
         spin_calibration(&self.spin.spec.log)
     }
 
+    /// The load generator's class as started, and spin's and batch's threads' now.
+    pub fn classes(&self) -> Vec<String> {
+        vec![
+            format!("corral-loadgen-linux: {}", self.loadgen_class),
+            observed("spin", &self.spin),
+            observed("batch", &self.batch),
+        ]
+    }
+
+    pub fn shield_said(&self) -> String {
+        self.shield.said.clone()
+    }
+
+    /// Stops spin and batch, then undoes the shield, saying what undoing did.
+    pub fn finish(mut self) -> Option<String> {
+        self.spin.stop();
+        self.batch.stop();
+        self.shield.undo()
+    }
+
     pub fn batch_alone(&mut self) -> Result<BatchAlone> {
         let Linux {
             env,
             reader,
             batch,
             spin,
+            ..
         } = self;
         measure_alone(env, reader, || {
             spin.check_running()?;
@@ -973,12 +1034,7 @@ impl<'e> Linux<'e> {
             "--json".into(),
             json.display().to_string(),
         ];
-        let spec = Spec::new(
-            "corral-loadgen-linux",
-            &self.env.bins.loadgen_linux,
-            args,
-            self.env.logs.join(format!("{name}.log")),
-        );
+        let spec = loadgen_spec(self.env, &self.shield, args, &name);
         let command = spec.command_line();
         let started = self.env.clock.now_s();
         let mut lg = Proc::spawn(spec)?;
@@ -987,6 +1043,7 @@ impl<'e> Linux<'e> {
             reader,
             batch,
             spin,
+            ..
         } = self;
         let mut alive = || {
             spin.check_running()?;
@@ -1025,6 +1082,26 @@ impl<'e> Linux<'e> {
             raw,
         })
     }
+}
+
+/// A point's `corral-loadgen-linux` with `args`, logging to `name`.log: pinned to the CPU
+/// iokerneld has in the Corral run, at SCHED_FIFO `LOOP_PRIORITY` when that CPU is shielded, as
+/// iokerneld's loop is.
+pub(crate) fn loadgen_spec(
+    env: &Env,
+    shield: &BaselineShield,
+    args: Vec<String>,
+    name: &str,
+) -> Spec {
+    let mut spec = Spec::new(
+        "corral-loadgen-linux",
+        &env.bins.loadgen_linux,
+        args,
+        env.logs.join(format!("{name}.log")),
+    );
+    spec.pin_to_cpu = Some(env.plan.iokernel_cpu);
+    spec.fifo_priority = shield.loop_priority();
+    spec
 }
 
 /// Sends a tiny request to a Linux UDP spin server until it echoes it, or fails naming why.
@@ -1094,6 +1171,9 @@ mod tests {
         assert!(!args.iter().any(|a| a == "--handover"), "{args:?}");
         assert!(args.windows(2).any(|w| w == ["--interval-us", "5"]));
         assert!(args.windows(2).any(|w| w == ["--cede-grace-us", "20"]));
+        assert!(args.windows(2).any(|w| w == ["--shield", "on"]));
+        let args = iokerneld_args(&plan(&["--no-shield"]), "/run/x.sock", 5);
+        assert!(args.windows(2).any(|w| w == ["--shield", "off"]));
         for mode in ["local", "remote"] {
             let args = iokerneld_args(&plan(&["--handover", mode]), "/run/x.sock", 5);
             assert!(
