@@ -739,8 +739,8 @@ fn sweep(env: &Env, record: &mut serde_json::Value) -> Result<Written> {
     text.push_str(&warnings_text(&runs));
     text.push_str(&interference_text(&runs));
     text.push_str(&format!(
-        "\nTargets at loads up to {} (p99.9 with lost requests counted as infinitely late; \
-         batch in units/s):\n",
+        "\nTargets at loads up to {} (p99.9 unbounded when over 0.1% of requests were lost, \
+         p99 when over 1%; batch in units/s):\n",
         fmt_pct(TARGET_MAX_LOAD)
     ));
     text.push_str(&report::render_checks(&checks));

@@ -177,6 +177,12 @@ pub struct Cols {
 }
 
 impl Cols {
+    /// The p99 with losses counted: unbounded when more than 1% of the requests sent were
+    /// never answered.
+    pub fn tail_p99_ns(&self) -> Option<u64> {
+        (self.matched > 0 && self.lost.saturating_mul(100) <= self.sent).then_some(self.p99_ns)
+    }
+
     pub fn of(p: &Point) -> Cols {
         let s = &p.summary;
         Cols {
@@ -449,14 +455,20 @@ pub enum Target {
     BatchAtLeastLinux,
     /// Corral p99.9 at most 1.5 times the dedicated-core floor's.
     NearDedicatedP999,
+    /// Corral p99 at most Linux's.
+    P99AtMostLinux,
+    /// The dedicated floor's p99.9 at most five times the zero-overhead bound.
+    DedicatedFiveBoundP999,
 }
 
 impl Target {
-    pub const ALL: [Target; 4] = [
+    pub const ALL: [Target; 6] = [
         Target::HalfOfLinuxP999,
         Target::TwiceBoundP999,
         Target::BatchAtLeastLinux,
         Target::NearDedicatedP999,
+        Target::P99AtMostLinux,
+        Target::DedicatedFiveBoundP999,
     ];
 
     pub fn title(self) -> &'static str {
@@ -465,6 +477,8 @@ impl Target {
             Target::TwiceBoundP999 => "C p99.9 <= 2x bound",
             Target::BatchAtLeastLinux => "C batch >= L batch",
             Target::NearDedicatedP999 => "C p99.9 <= 1.5x D p99.9",
+            Target::P99AtMostLinux => "C p99 <= L p99",
+            Target::DedicatedFiveBoundP999 => "D p99.9 <= 5x bound",
         }
     }
 }
@@ -533,6 +547,34 @@ pub fn check_targets(rows: &[SweepRow], max_load: f64) -> Vec<Check> {
                         )
                     }
                     _ => (Verdict::NotMeasured, "needs both systems".into()),
+                },
+                Target::P99AtMostLinux => match (c, l) {
+                    (Some(c), Some(l)) => {
+                        let ok = match (c.tail_p99_ns(), l.tail_p99_ns()) {
+                            (Some(c), Some(l)) => c <= l,
+                            (Some(_), None) => true,
+                            (None, _) => false,
+                        };
+                        (
+                            if ok { Verdict::Met } else { Verdict::Missed },
+                            format!(
+                                "{} vs {}",
+                                tail_text(c.tail_p99_ns()),
+                                tail_text(l.tail_p99_ns())
+                            ),
+                        )
+                    }
+                    _ => (Verdict::NotMeasured, "needs both systems".into()),
+                },
+                Target::DedicatedFiveBoundP999 => match (d, r.bound_p999_ns) {
+                    (Some(d), Some(b)) => {
+                        let ok = d.tail_p999_ns.is_some_and(|t| t <= 5 * b);
+                        (
+                            if ok { Verdict::Met } else { Verdict::Missed },
+                            format!("{} vs 5x {} us", tail_text(d.tail_p999_ns), fmt_us(b)),
+                        )
+                    }
+                    _ => (Verdict::NotMeasured, "needs dedicated and the bound".into()),
                 },
                 Target::TwiceBoundP999 => match (c, r.bound_p999_ns) {
                     (Some(c), Some(b)) => {
@@ -1411,8 +1453,8 @@ mod tests {
     #[test]
     fn targets_are_checked_honestly() {
         let checks = check_targets(&rows(), 0.8);
-        // Two loads up to 80%, four targets each.
-        assert_eq!(checks.len(), 8);
+        // Two loads up to 80%, six targets each.
+        assert_eq!(checks.len(), 12);
         let at = |load: f64, t: Target| {
             checks
                 .iter()
@@ -1430,7 +1472,18 @@ mod tests {
         // 80 us within 1.5x of 60 us; a Corral that lost requests is not near any floor.
         assert_eq!(at(0.1, Target::NearDedicatedP999), Verdict::Met);
         assert_eq!(at(0.5, Target::NearDedicatedP999), Verdict::Missed);
+        // Corral's 0.5% lost still leaves its p99 bounded: 75 us against Linux's 1.5 ms.
+        assert_eq!(at(0.1, Target::P99AtMostLinux), Verdict::Met);
+        assert_eq!(at(0.5, Target::P99AtMostLinux), Verdict::Met);
+        // The floor: 60 us within 5x 77 us, 90 us within 5x 140 us.
+        assert_eq!(at(0.1, Target::DedicatedFiveBoundP999), Verdict::Met);
+        assert_eq!(at(0.5, Target::DedicatedFiveBoundP999), Verdict::Met);
         let text = render_checks(&checks);
+        assert!(
+            text.contains("C p99 <= L p99: MET at all 2 points"),
+            "{text}"
+        );
+        assert!(text.contains("met (90.0 us vs 5x 140 us)"), "{text}");
         assert!(
             text.contains("C p99.9 <= 1.5x D p99.9: met at 1 of 2 points"),
             "{text}"
@@ -1451,6 +1504,16 @@ mod tests {
             c.iter()
                 .filter(|c| c.target != Target::TwiceBoundP999)
                 .all(|c| c.verdict == Verdict::NotMeasured)
+        );
+        // A Linux that lost over 1% has no finite p99 for Corral to lose to.
+        let mut lossy = rows();
+        let l = lossy[0].linux.as_mut().unwrap();
+        l.lost = l.sent / 50;
+        let c = check_targets(&lossy, 0.8);
+        assert!(
+            c.iter()
+                .find(|c| c.target == Target::P99AtMostLinux)
+                .is_some_and(|c| c.verdict == Verdict::Met && c.detail.contains("unbounded"))
         );
         // Exactly 1.5x passes; a nanosecond more does not.
         let mut edge = rows();
