@@ -499,6 +499,30 @@ fn tail_text(t: Option<u64>) -> String {
     )
 }
 
+/// Whether a system's p99.9 (losses counted) is within `factor` times the bound's.
+fn within_bound(
+    cols: Option<&Cols>,
+    bound_ns: Option<u64>,
+    factor: u64,
+    needs: &str,
+) -> (Verdict, String) {
+    match (cols, bound_ns) {
+        (Some(c), Some(b)) => (
+            if c.tail_p999_ns.is_some_and(|t| t <= factor * b) {
+                Verdict::Met
+            } else {
+                Verdict::Missed
+            },
+            format!(
+                "{} vs {factor}x {} us",
+                tail_text(c.tail_p999_ns),
+                fmt_us(b)
+            ),
+        ),
+        _ => (Verdict::NotMeasured, needs.into()),
+    }
+}
+
 /// The targets at every load up to `max_load`. Latency comparisons use the p99.9 with
 /// losses counted ([`tail_p999_ns`]); batch compares units per second, the same work in both
 /// systems.
@@ -566,26 +590,12 @@ pub fn check_targets(rows: &[SweepRow], max_load: f64) -> Vec<Check> {
                     }
                     _ => (Verdict::NotMeasured, "needs both systems".into()),
                 },
-                Target::DedicatedFiveBoundP999 => match (d, r.bound_p999_ns) {
-                    (Some(d), Some(b)) => {
-                        let ok = d.tail_p999_ns.is_some_and(|t| t <= 5 * b);
-                        (
-                            if ok { Verdict::Met } else { Verdict::Missed },
-                            format!("{} vs 5x {} us", tail_text(d.tail_p999_ns), fmt_us(b)),
-                        )
-                    }
-                    _ => (Verdict::NotMeasured, "needs dedicated and the bound".into()),
-                },
-                Target::TwiceBoundP999 => match (c, r.bound_p999_ns) {
-                    (Some(c), Some(b)) => {
-                        let ok = c.tail_p999_ns.is_some_and(|t| t <= 2 * b);
-                        (
-                            if ok { Verdict::Met } else { Verdict::Missed },
-                            format!("{} vs 2x {} us", tail_text(c.tail_p999_ns), fmt_us(b)),
-                        )
-                    }
-                    _ => (Verdict::NotMeasured, "needs Corral and the bound".into()),
-                },
+                Target::DedicatedFiveBoundP999 => {
+                    within_bound(d, r.bound_p999_ns, 5, "needs dedicated and the bound")
+                }
+                Target::TwiceBoundP999 => {
+                    within_bound(c, r.bound_p999_ns, 2, "needs Corral and the bound")
+                }
                 Target::BatchAtLeastLinux => {
                     match (
                         c.and_then(|c| c.batch_units_per_s),
