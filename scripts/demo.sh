@@ -8,13 +8,16 @@
 # `--experiment kv` runs the memcached co-location experiment instead: corral-kv and the batch
 # job on Corral against Debian's memcached 1.6.18 and the batch job at SCHED_IDLE on Linux, and
 # corral-kv alone on a dedicated core, at rising request rates to each one's saturation.
+# Every system is shielded the same way (iokerneld's core, the Linux load generator's CPU);
+# `--no-shield` runs them all unshielded. target/release/corral-gapmeter, built here too,
+# measures what a busy loop on iokerneld's core loses, unshielded and shielded.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
 # Cargo's own progress lines show from the first second: a first build takes a minute or two.
-echo "demo: building iokerneld, the spin and key-value servers, the batch job, corral-run and the demo (release)"
+echo "demo: building iokerneld, the spin and key-value servers, the batch job, corral-run, the demo and the gap meter (release)"
 cargo build --release -p corral-iokerneld -p corral-app-spin -p corral-app-kv -p corral-app-batch \
-  -p corral-loadgen -p corral-run -p corral-demo
+  -p corral-loadgen -p corral-run -p corral-demo -p corral-gapmeter
 echo "demo: built; starting"
 exec target/release/corral-demo "$@"
