@@ -20,7 +20,7 @@ use corral_iokernel::config::{self, Config, NicConfig, SettingArgs};
 use corral_iokernel::cpus::{Sysfs, format_cpu_list};
 use corral_iokernel::daemon::Daemon;
 use corral_iokernel::nic::{self, Nic};
-use corral_iokernel::shield::{self, Shield, ShieldSpec};
+use corral_iokernel::shield::{self, Shield, ShieldError, ShieldSpec};
 use corral_iokernel::{control, logger, sys};
 use corral_policy::PolicySettings;
 use log::{error, info, warn};
@@ -208,13 +208,6 @@ fn start(mut config: Config) -> Result<(), String> {
         .map_err(|e| format!("cannot install the SIGINT/SIGTERM handlers: {e}"))?;
     corral_affinity::pin_current_thread(config.core)
         .map_err(|e| format!("cannot pin iokerneld to CPU {}: {e}", config.core))?;
-    // Held until the end of this function: every return after this undoes it as it drops.
-    let shield = if config.shield {
-        shield_core(config.core)
-    } else {
-        None
-    };
-    config.shield = shield.is_some();
     let topology = Sysfs::new(&config.sysfs_root)
         .topology(&config.managed_cores)
         .map_err(|e| format!("cannot read the CPU topology: {e}"))?;
@@ -229,6 +222,16 @@ fn start(mut config: Config) -> Result<(), String> {
     if let Some(address) = config.metrics_listen {
         start_metrics(address, &config)?;
     }
+    // After the settings that can fail at once, so that a refused start changes nothing, and
+    // before the control socket, so that a daemon that takes registrations is shielded. Held
+    // until the end of this function: every return after this undoes it as it drops.
+    let shield = if config.shield {
+        shield_core(config.core)
+    } else {
+        undo_stale_shield();
+        None
+    };
+    config.shield = shield.is_some();
     let listener = control::listen(&config.socket)
         .map_err(|e| format!("cannot listen on {}: {e}", config.socket.display()))?;
     info!(
@@ -271,6 +274,16 @@ fn start(mut config: Config) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Undoes what a shielding iokerneld that was killed left behind, so that a machine does not
+/// stay shielded until the next shielding start. A live holder's shield is its own.
+fn undo_stale_shield() {
+    match shield::undo_stale() {
+        Ok(Some(report)) => info!("undid a shield its holder left behind: {report}"),
+        Ok(None) | Err(ShieldError::Busy { .. }) => {}
+        Err(e) => warn!("{e}"),
+    }
 }
 
 /// Shields iokerneld's CPU and puts the calling thread, the loop, at SCHED_FIFO; logs one

@@ -629,6 +629,11 @@ fn undo_journal_file() -> Result<Option<String>, ShieldError> {
 /// Undoes a shield that a process which died left behind, without applying one: for operators
 /// after a crash. `Ok(None)`: there was none. `Busy` if a live process holds the shield.
 pub fn undo_stale() -> Result<Option<String>, ShieldError> {
+    // Without a journal there is nothing to undo, and no lock to take (which a user other than
+    // root could not).
+    if !Path::new(JOURNAL_PATH).exists() {
+        return Ok(None);
+    }
     let _lock = take_lock()?;
     undo_journal_file()
 }

@@ -61,8 +61,10 @@ pub fn wait_until(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
     }
 }
 
-/// How `Daemon::launch` runs iokerneld: `iokerneld --core 0 --managed-cores 1 ARGS --socket
-/// DIR/SOCKET EXTRA`, with DIR a fresh temporary directory.
+/// How `Daemon::launch` runs iokerneld: `iokerneld --core 0 --managed-cores 1 [--shield off]
+/// ARGS --socket DIR/SOCKET EXTRA`, with DIR a fresh temporary directory. `--shield off` unless
+/// ARGS or EXTRA give `--shield`: the suite runs as root, where iokerneld would shield its CPU,
+/// and most tests must neither reshape the machine nor start several shielding daemons.
 pub struct Launch<'a> {
     pub args: &'a [&'a str],
     /// The socket's path inside the temporary directory.
@@ -89,8 +91,16 @@ impl<S: DeserializeOwned + Debug> Daemon<S> {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join(launch.socket);
         let mut command = Command::new(IOKERNELD);
+        command.args(["--core", "0", "--managed-cores", "1"]);
+        if !launch
+            .args
+            .iter()
+            .chain(launch.extra)
+            .any(|a| a.starts_with("--shield"))
+        {
+            command.args(["--shield", "off"]);
+        }
         command
-            .args(["--core", "0", "--managed-cores", "1"])
             .args(launch.args)
             .arg("--socket")
             .arg(&socket)
@@ -188,6 +198,25 @@ impl<S: DeserializeOwned + Debug> Daemon<S> {
     pub fn assert_alive(&mut self) {
         if let Some(status) = self.exited() {
             panic!("iokerneld exited with {status}: {}", self.log());
+        }
+    }
+
+    /// Sends `signal` and waits for iokerneld to exit: its exit status.
+    pub fn stop_with(&mut self, signal: i32) -> ExitStatus {
+        // SAFETY: kill takes two integers; the child is ours and not reaped yet.
+        let rc = unsafe { libc::kill(self.child.id() as i32, signal) };
+        assert_eq!(rc, 0, "kill: {}", std::io::Error::last_os_error());
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(status) = self.exited() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "iokerneld did not exit on signal {signal}: {}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(10));
         }
     }
 }
