@@ -20,7 +20,7 @@ use corral_iokernel::config::{self, Config, NicConfig, SettingArgs};
 use corral_iokernel::cpus::{Sysfs, format_cpu_list};
 use corral_iokernel::daemon::Daemon;
 use corral_iokernel::nic::{self, Nic};
-use corral_iokernel::shield::{self, Shield, ShieldError, ShieldSpec};
+use corral_iokernel::shield::{self, Keeper, Shield, ShieldError, ShieldSpec};
 use corral_iokernel::{control, logger, sys};
 use corral_policy::PolicySettings;
 use log::{error, info, warn};
@@ -286,22 +286,35 @@ fn undo_stale_shield() {
     }
 }
 
-/// Shields iokerneld's CPU and puts the calling thread, the loop, at SCHED_FIFO; logs one
-/// line of what was done. `None`: running unshielded (another process holds the shield, or it
-/// could not be applied), which the log says.
-fn shield_core(core: usize) -> Option<Shield> {
+/// Shields iokerneld's CPU, keeps it shielded from a sweeping thread, and puts the calling
+/// thread, the loop, at SCHED_FIFO; logs one line of what was done. `None`: running unshielded
+/// (another process holds the shield, or it could not be applied), which the log says.
+fn shield_core(core: usize) -> Option<Keeper> {
     let spec = ShieldSpec {
         keep: vec![core],
         exempt_pids: vec![std::process::id()],
     };
     match Shield::apply(&spec) {
         Ok(shield) => {
+            let summary = shield.summary();
+            // Started before the loop's thread turns real-time: the keeper leaves the CPU and
+            // the class it inherits at once.
+            let keeper = match Keeper::start(shield) {
+                Ok(keeper) => keeper,
+                Err(e) => {
+                    warn!("running unshielded: cannot start the shield's sweeping thread: {e}");
+                    return None;
+                }
+            };
             let class = match shield::set_realtime(0, shield::LOOP_PRIORITY) {
                 Ok(()) => format!("loop at SCHED_FIFO priority {}", shield::LOOP_PRIORITY),
                 Err(e) => format!("loop left in the fair class (SCHED_FIFO refused: {e})"),
             };
-            info!("{}; {class}", shield.summary());
-            Some(shield)
+            info!(
+                "{summary}; {class}; swept every {} ms",
+                shield::SWEEP_PERIOD.as_millis()
+            );
+            Some(keeper)
         }
         Err(e) => {
             warn!("running unshielded: {e}");

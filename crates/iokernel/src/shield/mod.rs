@@ -29,6 +29,10 @@ use std::fs::File;
 use std::io::{self, Read as _, Seek as _, Write as _};
 use std::os::fd::AsFd as _;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
 
 use log::{info, warn};
 
@@ -151,6 +155,23 @@ pub struct Shield {
     journal: Journal,
     summary: String,
     undone: bool,
+    keep: Vec<usize>,
+    exempt: Vec<u32>,
+    online: Vec<usize>,
+    /// Threads moved so far, by tid: their start time (a recycled tid is another thread) and
+    /// journaled original mask.
+    moved: HashMap<u32, (u64, Vec<usize>)>,
+    /// Threads the kernel would not move.
+    refused: HashSet<u32>,
+}
+
+/// What one sweep of the threads did.
+#[derive(Debug, Default)]
+pub struct Sweep {
+    /// Threads moved off the kept CPUs.
+    pub moved: usize,
+    /// Of those, user threads that were allowed only on the kept CPUs: `comm[tid]`.
+    pub evicted: Vec<String>,
 }
 
 /// What applying did, for the summary.
@@ -160,6 +181,8 @@ struct Applied {
     /// Threads that can run only on kept CPUs, by tid: their names.
     stayed: HashMap<u32, (bool, String)>,
     refused: HashSet<u32>,
+    /// User threads allowed only on kept CPUs, moved off all the same: `comm[tid]`.
+    evicted: Vec<String>,
     failed: Vec<String>,
     irqs_moved: usize,
     irqs_refused: usize,
@@ -230,21 +253,41 @@ impl Shield {
             journal,
             summary: String::new(),
             undone: false,
+            keep: spec.keep.clone(),
+            exempt,
+            online,
+            moved: HashMap::new(),
+            refused: HashSet::new(),
         };
         // On an error the shield is dropped, which undoes what was journaled.
-        let applied = shield.shield(&spec.keep, &exempt)?;
+        let applied = shield.shield()?;
         shield.summary = summarize(&spec.keep, &applied);
         Ok(shield)
     }
 
-    fn shield(&mut self, keep: &[usize], exempt: &[u32]) -> Result<Applied, ShieldError> {
+    fn shield(&mut self) -> Result<Applied, ShieldError> {
+        let keep = self.keep.clone();
         let mut applied = Applied::default();
         self.lift_rt_throttling(&mut applied)?;
-        self.shrink_fair_servers(keep, &mut applied)?;
-        self.move_masks(keep, &mut applied)?;
-        self.move_irqs(keep, &mut applied)?;
-        self.move_threads(keep, exempt, &mut applied)?;
+        self.shrink_fair_servers(&keep, &mut applied)?;
+        self.move_masks(&keep, &mut applied)?;
+        self.move_irqs(&keep, &mut applied)?;
+        self.move_threads(&mut applied)?;
         Ok(applied)
+    }
+
+    /// Moves off the kept CPUs the threads that came onto them since the last sweep: threads
+    /// started by exempt processes' children, a process pinned there by hand, a thread someone
+    /// moved back. [`Keeper`] calls this often enough that none of them ever runs there: the
+    /// kernel's fair server lets a fair thread starved by the loop run only after it has waited
+    /// most of a second.
+    pub fn sweep(&mut self) -> Result<Sweep, ShieldError> {
+        let mut applied = Applied::default();
+        self.move_threads(&mut applied)?;
+        Ok(Sweep {
+            moved: applied.moved,
+            evicted: applied.evicted,
+        })
     }
 
     fn lift_rt_throttling(&mut self, applied: &mut Applied) -> Result<(), ShieldError> {
@@ -420,62 +463,80 @@ impl Shield {
         Ok(())
     }
 
-    fn move_threads(
-        &mut self,
-        keep: &[usize],
-        exempt: &[u32],
-        applied: &mut Applied,
-    ) -> Result<(), ShieldError> {
-        let mut journaled: HashSet<u32> = HashSet::new();
+    fn move_threads(&mut self, applied: &mut Applied) -> Result<(), ShieldError> {
+        let keep = self.keep.clone();
         for _ in 0..SWEEPS {
+            // (entry to journal, if the thread is new to the shield; tid; target; evicted name)
             let mut batch = Vec::new();
             let processes = machine::processes().map_err(io_error("list /proc"))?;
-            for pid in processes.into_iter().filter(|p| !exempt.contains(p)) {
+            for pid in processes.into_iter().filter(|p| !self.exempt.contains(p)) {
                 for tid in machine::threads(pid) {
-                    if journaled.contains(&tid) || applied.refused.contains(&tid) {
+                    if self.refused.contains(&tid) {
                         continue;
                     }
-                    let (Ok(stat), Ok(cpus)) =
-                        (machine::thread_stat(pid, tid), machine::affinity(tid))
-                    else {
+                    // The affinity alone first: a sweep reads the stat of only the threads it
+                    // moves, which keeps a sweep of an unchanged machine cheap.
+                    let Ok(cpus) = machine::affinity(tid) else {
                         continue;
                     };
-                    match plan::plan_move(&cpus, keep) {
-                        Move::Unaffected => {}
-                        Move::OnlyOnKept => {
-                            let user = stat.flags & plan::PF_KTHREAD == 0;
-                            let name = if user {
-                                format!("{}[{tid}]", stat.comm)
-                            } else {
-                                stat.comm
-                            };
-                            applied.stayed.insert(tid, (user, name));
-                        }
-                        Move::To(_) if stat.flags & plan::PF_NO_SETAFFINITY != 0 => {
-                            applied.refused.insert(tid);
-                        }
-                        Move::To(left) => {
-                            let entry = Entry::Thread {
-                                tgid: pid,
-                                tid,
-                                starttime: stat.starttime,
-                                cpus,
-                            };
-                            batch.push((entry, tid, left));
-                        }
+                    if plan::plan_move(&cpus, &keep) == Move::Unaffected {
+                        continue;
                     }
+                    let Ok(stat) = machine::thread_stat(pid, tid) else {
+                        continue;
+                    };
+                    let user = stat.flags & plan::PF_KTHREAD == 0;
+                    if stat.flags & plan::PF_NO_SETAFFINITY != 0 {
+                        self.refused.insert(tid);
+                        continue;
+                    }
+                    let known = self
+                        .moved
+                        .get(&tid)
+                        .filter(|(starttime, _)| *starttime == stat.starttime);
+                    // A thread moved before that came back keeps its first original.
+                    let original = known.map_or(&cpus, |(_, original)| original);
+                    // Kernel threads allowed only on kept CPUs are per-CPU workers: they stay.
+                    let target = if user || plan::plan_move(&cpus, &keep) != Move::OnlyOnKept {
+                        plan::thread_target(&cpus, &keep, &self.online)
+                    } else {
+                        None
+                    };
+                    let Some(target) = target else {
+                        let name = if user {
+                            format!("{}[{tid}]", stat.comm)
+                        } else {
+                            stat.comm
+                        };
+                        applied.stayed.insert(tid, (user, name));
+                        continue;
+                    };
+                    let evicted = (plan::plan_move(&cpus, &keep) == Move::OnlyOnKept)
+                        .then(|| format!("{}[{tid}]", stat.comm));
+                    let entry = known.is_none().then(|| Entry::Thread {
+                        tgid: pid,
+                        tid,
+                        starttime: stat.starttime,
+                        cpus: cpus.clone(),
+                    });
+                    let original = original.clone();
+                    batch.push((entry, tid, stat.starttime, original, target, evicted));
                 }
             }
             if batch.is_empty() {
                 break;
             }
             self.journal
-                .record(batch.iter().map(|(e, _, _)| e.clone()).collect())?;
-            for (_, tid, left) in batch {
-                journaled.insert(tid);
-                match machine::set_affinity(tid, &left) {
-                    Ok(()) => applied.moved += 1,
+                .record(batch.iter().filter_map(|b| b.0.clone()).collect())?;
+            for (_, tid, starttime, original, target, evicted) in batch {
+                self.moved.insert(tid, (starttime, original));
+                match machine::set_affinity(tid, &target) {
+                    Ok(()) => {
+                        applied.moved += 1;
+                        applied.evicted.extend(evicted);
+                    }
                     Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                        self.refused.insert(tid);
                         applied.refused.insert(tid);
                     }
                     Err(e) if crate::cpus::is_gone(&e) => {}
@@ -483,6 +544,7 @@ impl Shield {
                 }
             }
         }
+        applied.refused.extend(self.refused.iter().copied());
         Ok(())
     }
 
@@ -543,9 +605,18 @@ fn summarize(keep: &[usize], applied: &Applied) -> String {
     if stayed.len() > NAMES_SHOWN {
         names.push(&more);
     }
+    let evicted = if applied.evicted.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " (of which {} were pinned there: {})",
+            applied.evicted.len(),
+            applied.evicted.join(", ")
+        )
+    };
     let mut parts = vec![format!(
-        "shielded CPU {}: moved {} threads off it; {} threads can run only there and stay{}; \
-         {} refused to move",
+        "shielded CPU {}: moved {} threads off it{evicted}; {} threads can run only there and \
+         stay{}; {} refused to move",
         format_cpu_list(keep),
         applied.moved,
         stayed.len(),
@@ -793,6 +864,7 @@ fn undo_threads(
     began: u64,
     undone: &mut Undone,
 ) {
+    let online = crate::cpus::Sysfs::default().online().unwrap_or_default();
     let mut journaled: HashMap<u32, u64> = HashMap::new();
     let mut originals: HashMap<u32, Vec<Vec<usize>>> = HashMap::new();
     for entry in entries.iter().rev() {
@@ -815,7 +887,7 @@ fn undo_threads(
         if !same {
             continue;
         }
-        if plan::restore_journaled(&now, cpus, keep) {
+        if plan::restore_thread(&now, cpus, keep, &online) {
             match machine::set_affinity(*tid, cpus) {
                 Ok(()) => undone.threads += 1,
                 Err(e) if crate::cpus::is_gone(&e) => {}
@@ -838,7 +910,7 @@ fn undo_threads(
         parents,
         exempt,
         began,
-        online: crate::cpus::Sysfs::default().online().unwrap_or_default(),
+        online,
         keep: keep.to_vec(),
     };
     for pid in processes {
@@ -870,6 +942,119 @@ fn undo_threads(
             }
         }
     }
+}
+
+/// How often a [`Keeper`] sweeps. The kernel's default fair server lets a fair thread that a
+/// real-time thread keeps off its CPU wait up to 950 ms, then run there for 50 ms; a thread
+/// that comes onto a kept CPU is moved off long before that, so it never runs there, even if
+/// the sweeping thread (in the fair class, on the managed cores) waits a while for its turn.
+/// (Where debugfs allows it, the kept CPUs' fair servers are shrunk as well; this does not rely
+/// on it.) A sweep of this machine's ~200 threads costs about 1 ms of CPU, so 0.25% of one
+/// managed core goes to sweeping.
+pub const SWEEP_PERIOD: Duration = Duration::from_millis(400);
+
+/// Keeps a shield in force from a thread of its own, off the kept CPUs, sweeping the threads
+/// every [`SWEEP_PERIOD`]; stopping or dropping it undoes the shield.
+#[derive(Debug)]
+pub struct Keeper {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<Shield>>,
+}
+
+impl Keeper {
+    /// Starts the sweeping thread. If it cannot be started, the shield is undone (it was moved
+    /// into the thread that was never created) and the error returned.
+    pub fn start(shield: Shield) -> io::Result<Keeper> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let off_kept = plan::without(&shield.online, &shield.keep);
+        let (settled, on_its_cpus) = std::sync::mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("corral-shield".into())
+            .spawn({
+                let stop = stop.clone();
+                move || keep_shield(shield, &off_kept, &stop, settled)
+            })?;
+        // Returns once the thread has left the kept CPUs, so that a shield that is reported
+        // applied does not change any further by itself.
+        let _ = on_its_cpus.recv();
+        Ok(Keeper {
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Stops sweeping and undoes the shield.
+    pub fn undo(mut self) -> Result<String, ShieldError> {
+        match self.join() {
+            Some(shield) => shield.undo(),
+            None => Err(ShieldError::Incomplete {
+                done: "the shield's sweeping thread panicked".into(),
+                failures: vec![format!("run `iokerneld --unshield` to undo {JOURNAL_PATH}")],
+            }),
+        }
+    }
+
+    fn join(&mut self) -> Option<Shield> {
+        let thread = self.thread.take()?;
+        self.stop.store(true, Ordering::Release);
+        thread.thread().unpark();
+        thread.join().ok()
+    }
+}
+
+impl Drop for Keeper {
+    fn drop(&mut self) {
+        // The shield undoes itself as it drops.
+        drop(self.join());
+    }
+}
+
+fn keep_shield(
+    mut shield: Shield,
+    off_kept: &[usize],
+    stop: &AtomicBool,
+    settled: std::sync::mpsc::Sender<()>,
+) -> Shield {
+    // Off the kept CPUs (it was started from the loop's thread, pinned to one), and in the
+    // fair class, whatever the thread that started it runs at.
+    if let Err(e) = corral_affinity::set_thread_affinity(0, off_kept) {
+        warn!("the shield's sweeping thread stays on the kept CPUs: {e}");
+    }
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: plain system call on the calling thread; `param` lives across it.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_OTHER, &param) } != 0 {
+        warn!(
+            "the shield's sweeping thread keeps its class: {}",
+            io::Error::last_os_error()
+        );
+    }
+    let _ = settled.send(());
+    let mut failing = false;
+    while !stop.load(Ordering::Acquire) {
+        std::thread::park_timeout(SWEEP_PERIOD);
+        if stop.load(Ordering::Acquire) {
+            break;
+        }
+        match shield.sweep() {
+            Ok(sweep) => {
+                failing = false;
+                if !sweep.evicted.is_empty() {
+                    warn!(
+                        "moved off shielded CPU {}, where they were pinned: {}",
+                        format_cpu_list(&shield.keep),
+                        sweep.evicted.join(", ")
+                    );
+                }
+            }
+            // Said once until it works again: a sweep that fails keeps failing the same way.
+            Err(e) if !failing => {
+                failing = true;
+                warn!("cannot sweep the shielded CPUs: {e}");
+            }
+            Err(_) => {}
+        }
+    }
+    shield
 }
 
 /// Puts thread `tid` (0: the caller) under SCHED_FIFO at `priority`.

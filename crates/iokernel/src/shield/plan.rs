@@ -62,6 +62,30 @@ pub fn plan_move(mask: &[usize], keep: &[usize]) -> Move {
     }
 }
 
+/// Where shielding puts a user thread allowed on `mask`: off the kept CPUs, or, for one allowed
+/// only there (pinned by hand, or by a stray process), on every online CPU that is not kept,
+/// since a thread left there would take the kept CPU from the loop whenever the kernel's fair
+/// server lets it. `None`: nothing to do, or nowhere to go.
+pub fn thread_target(mask: &[usize], keep: &[usize], online: &[usize]) -> Option<Vec<usize>> {
+    match plan_move(mask, keep) {
+        Move::Unaffected => None,
+        Move::To(left) => Some(left),
+        Move::OnlyOnKept => Some(without(online, keep)).filter(|left| !left.is_empty()),
+    }
+}
+
+/// Whether undo puts a journaled user thread back on `original`: it is still where
+/// [`thread_target`] put it.
+pub fn restore_thread(
+    current: &[usize],
+    original: &[usize],
+    keep: &[usize],
+    online: &[usize],
+) -> bool {
+    thread_target(original, keep, online)
+        .is_some_and(|target| !same_set(current, original) && same_set(current, &target))
+}
+
 /// Parses a kernel hex CPU mask such as `3`, `ff,ffffffff` or `00000000,00000001` (32-bit
 /// groups, highest first).
 pub fn parse_hex_mask(text: &str) -> Result<Vec<usize>, String> {
@@ -435,6 +459,20 @@ pub fn fair_server_writes(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_thread_pinned_to_the_kept_cpus_goes_to_every_other_online_one_and_comes_back() {
+        let online = [0, 1, 2, 3];
+        assert_eq!(thread_target(&[0], &[0], &online), Some(vec![1, 2, 3]));
+        assert_eq!(thread_target(&[0, 2], &[0], &online), Some(vec![2]));
+        assert_eq!(thread_target(&[1, 2], &[0], &online), None);
+        assert_eq!(thread_target(&[0], &[0], &[0]), None);
+        assert!(restore_thread(&[1, 2, 3], &[0], &[0], &online));
+        assert!(restore_thread(&[2], &[0, 2], &[0], &online));
+        // Changed by someone else since: left as it is.
+        assert!(!restore_thread(&[3], &[0], &[0], &online));
+        assert!(!restore_thread(&[0], &[0], &[0], &online));
+    }
     use proptest::prelude::*;
 
     #[test]
