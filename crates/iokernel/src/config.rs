@@ -165,9 +165,10 @@ pub struct SettingArgs {
     /// `shield`: keep iokerneld's CPU to itself (every other movable thread, the unbound
     /// workqueues and the movable interrupts leave it; real-time throttling is lifted; the loop
     /// runs at SCHED_FIFO) and run latency-critical kthreads at SCHED_FIFO on the managed cores,
-    /// all undone on exit: `on` or `off` (in TOML `true` or `false`); `on` needs root
-    /// [default: on as root, else off].
-    #[arg(long, value_name = "on|off")]
+    /// all undone on exit: `on` or `off` (in TOML `true` or `false`); `on` needs root. The
+    /// environment variable stands in for the flag, ahead of the file: a test suite sets it
+    /// off once for every iokerneld it starts [default: on as root, else off].
+    #[arg(long, value_name = "on|off", env = "IOKERNELD_SHIELD")]
     pub shield: Option<String>,
 
     /// Root of the sysfs CPU tree (for tests).
@@ -895,13 +896,21 @@ impl Config {
     }
 }
 
-/// `shield` from the flag (`on`/`off`), else the file (`true`/`false`), else on for root only:
+/// `shield` from the flag or `IOKERNELD_SHIELD` (`on`/`off`), else the file (`true`/`false`),
+/// else on for root only:
 /// shielding moves other processes' threads and changes kernel settings.
 fn shield_setting(
     flag: Option<&str>,
     file: Option<&toml::Value>,
     is_root: bool,
 ) -> Result<bool, ConfigError> {
+    // A bad value in the file is refused even where the flag or the environment overrides it:
+    // the file would fail the next start that goes without them.
+    if let Some(value) = file
+        && !value.is_bool()
+    {
+        return Err(invalid("shield", value, "expected true or false"));
+    }
     let (on, shown) = match (flag, file) {
         (Some(text), _) => match text {
             "on" => (true, text.to_owned()),
@@ -1481,6 +1490,10 @@ mod tests {
             .to_string();
         assert_eq!(err, "invalid shield = \"maybe\": expected on or off");
         let err = shield_setting(None, Some(&toml::Value::Integer(3)), true)
+            .unwrap_err()
+            .to_string();
+        assert_eq!(err, "invalid shield = 3: expected true or false");
+        let err = shield_setting(Some("off"), Some(&toml::Value::Integer(3)), true)
             .unwrap_err()
             .to_string();
         assert_eq!(err, "invalid shield = 3: expected true or false");
