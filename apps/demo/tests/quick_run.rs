@@ -306,8 +306,8 @@ fn quick_run_of_all_systems_writes_well_formed_results() {
     assert!(json["plan"]["handover"].is_null(), "{}", json["plan"]);
     assert_eq!(json["bounds"].as_array().unwrap().len(), 2);
     assert_eq!(json["rows"].as_array().unwrap().len(), 2);
-    // Four targets at each load up to 80%.
-    assert_eq!(json["checks"].as_array().unwrap().len(), 8);
+    // Six targets at each load up to 80%.
+    assert_eq!(json["checks"].as_array().unwrap().len(), 12);
 
     let csv = std::fs::read_to_string(out.path().join("results.csv")).unwrap();
     let lines: Vec<&str> = csv.lines().collect();
