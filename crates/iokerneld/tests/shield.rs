@@ -387,7 +387,7 @@ fn busy_loop(cpus: Option<&str>) -> BusyLoop {
 }
 
 /// Loop stalls over the next `passes` allocation passes of `daemon`.
-fn stalls_over(daemon: &Daemon, passes: u64) -> u64 {
+fn stalls_over(daemon: &Daemon, passes: u64) -> Stalls {
     let counter = |stats: &serde_json::Value, key: &str| stats["global"][key].as_u64().unwrap();
     let first = daemon.stats();
     let target = counter(&first, "passes") + passes;
@@ -397,7 +397,18 @@ fn stalls_over(daemon: &Daemon, passes: u64) -> u64 {
         last = daemon.stats();
         counter(&last, "passes") >= target
     });
-    counter(&last, "loop_stalls") - counter(&first, "loop_stalls")
+    let grown = |key: &str| counter(&last, key) - counter(&first, key);
+    Stalls {
+        count: grown("loop_stalls"),
+        lost_ns: grown("loop_stall_ns"),
+    }
+}
+
+/// Loop stalls over some passes: how many, and the time they took.
+#[derive(Clone, Copy)]
+struct Stalls {
+    count: u64,
+    lost_ns: u64,
 }
 
 /// Passes counted: at the 5 us interval about 5 s of loop.
@@ -445,22 +456,26 @@ fn a_stray_busy_thread_is_moved_off_or_starved() {
     drop(plain);
     drop((pinned, unpinned));
     eprintln!(
-        "loop stalls over {PASSES} passes with a busy loop pinned to CPU 0: shielded \
-         {shielded_stalls}, unshielded {plain_stalls}"
+        "loop stalls over {PASSES} passes with a busy loop pinned to CPU 0: shielded {} \
+         ({} ms), unshielded {} ({} ms)",
+        shielded_stalls.count,
+        shielded_stalls.lost_ns / 1_000_000,
+        plain_stalls.count,
+        plain_stalls.lost_ns / 1_000_000
     );
-    // Shielded, the busy loop is moved off CPU 0 before the fair server would give it a turn
-    // there, so the stalls left are the machine's own (interrupts, the host taking the vCPU:
-    // about one per 7,000 passes on an idle shielded daemon here). Unshielded, the busy loop
-    // and the daemon share CPU 0 slice by slice, and every slice the busy loop gets is a
-    // stall: measured here, 1 stall per 570 to 730 passes.
+    // Unshielded, the busy loop and the daemon share CPU 0 by the fair class's rule, so the
+    // loop loses about half its time to it, whatever the machine's speed. Shielded, the busy
+    // loop was moved off before it could run there, and what the loop loses is the machine's
+    // own (interrupts, the host taking the vCPU: 0.3-1.3% of the time on this machine class,
+    // more while other work keeps the other vCPU busy, and unrelated to the busy loop). How
+    // many stalls that makes depends on the host, not on the shield, so the verdict compares
+    // the time lost in the same run: a tenth of the unshielded loss is far above the machine's
+    // own share and far below the busy loop's.
     assert!(
-        shielded_stalls <= PASSES / 1000,
-        "shielded: {shielded_stalls} stalls over {PASSES} passes"
-    );
-    assert!(
-        plain_stalls >= 3 * shielded_stalls.max(10),
-        "unshielded: {plain_stalls} stalls over {PASSES} passes, against {shielded_stalls} \
-         shielded"
+        plain_stalls.lost_ns >= 10 * shielded_stalls.lost_ns,
+        "the loop lost {} ms to stalls shielded and {} ms unshielded, over {PASSES} passes each",
+        shielded_stalls.lost_ns / 1_000_000,
+        plain_stalls.lost_ns / 1_000_000
     );
 }
 
