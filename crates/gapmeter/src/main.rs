@@ -171,20 +171,8 @@ fn check(args: &Args) -> Result<(), String> {
 
 /// Pins the calling thread to `cpu`.
 fn pin_to(cpu: usize) -> Result<(), String> {
-    // SAFETY: cpu_set_t is plain data; CPU_SET writes within it for cpu < CPU_SETSIZE, which
-    // `check` ensured by finding the CPU online; sched_setaffinity reads the set it is given.
-    let rc = unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set)
-    };
-    if rc != 0 {
-        return Err(format!(
-            "cannot pin the loop to CPU {cpu}: {}",
-            std::io::Error::last_os_error()
-        ));
-    }
-    Ok(())
+    corral_affinity::pin_current_thread(cpu)
+        .map_err(|e| format!("cannot pin the loop to CPU {cpu}: {e}"))
 }
 
 /// Back to SCHED_OTHER at nice 0.

@@ -1020,13 +1020,8 @@ fn keep_shield(
     if let Err(e) = corral_affinity::set_thread_affinity(0, off_kept) {
         warn!("the shield's sweeping thread stays on the kept CPUs: {e}");
     }
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: plain system call on the calling thread; `param` lives across it.
-    if unsafe { libc::sched_setscheduler(0, libc::SCHED_OTHER, &param) } != 0 {
-        warn!(
-            "the shield's sweeping thread keeps its class: {}",
-            io::Error::last_os_error()
-        );
+    if let Err(e) = crate::sys::set_idle_policy(0, false) {
+        warn!("the shield's sweeping thread keeps its class: {e}");
     }
     let _ = settled.send(());
     let mut failing = false;
