@@ -251,6 +251,45 @@ impl BatchReader {
         }
     }
 
+    /// Waits until the reports show work done since the first one (units grew), checking
+    /// `alive` meanwhile: the job is running, not still starting. A job under iokerneld gets a
+    /// core only once registered, which may take a while; a window measured before that would
+    /// count its start-up as lost throughput.
+    pub fn wait_working(
+        &self,
+        timeout: Duration,
+        mut alive: impl FnMut() -> Result<()>,
+    ) -> Result<()> {
+        let end = Instant::now() + timeout;
+        loop {
+            let (working, closed, reports) = self.with(|f| {
+                let working = match (f.samples.first(), f.samples.last()) {
+                    (Some(first), Some(last)) => last.units > first.units,
+                    _ => false,
+                };
+                (working, f.closed, f.samples.len())
+            });
+            if working {
+                return Ok(());
+            }
+            procs::check_interrupt()?;
+            alive()?;
+            if closed {
+                return Err(Error::msg(format!(
+                    "batch closed its output before doing any work ({reports} reports)"
+                )));
+            }
+            if Instant::now() >= end {
+                return Err(Error::msg(format!(
+                    "batch did no work in its first {:.0} s ({reports} reports, none showing \
+                     progress)",
+                    timeout.as_secs_f64()
+                )));
+            }
+            std::thread::sleep(procs::POLL);
+        }
+    }
+
     /// Units per second over `[t0, t1]` of runner time, waiting for the report after `t1`.
     pub fn rate(
         &self,
@@ -374,6 +413,25 @@ impl Drop for BatchReader {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_job_that_never_progresses_is_not_working() {
+        let text = "{\"type\":\"report\",\"elapsed_s\":0.1,\"units\":5}\n\
+                    {\"type\":\"report\",\"elapsed_s\":0.2,\"units\":5}\n";
+        let reader = BatchReader::start(std::io::Cursor::new(text), Clock::start());
+        let err = reader
+            .wait_working(Duration::from_secs(5), || Ok(()))
+            .unwrap_err();
+        assert!(err.to_string().contains("before doing any work"), "{err}");
+        let silent = BatchReader::sample_cpu(|| Some(7), Duration::from_millis(10), Clock::start());
+        let err = silent
+            .wait_working(Duration::from_millis(200), || Ok(()))
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("did no work in its first"),
+            "{err}"
+        );
+    }
+
     use super::*;
 
     fn s(recv_s: f64, elapsed_s: f64, units: u64) -> Sample {
@@ -530,5 +588,9 @@ mod tests {
             .wait_past(1e9, Duration::from_secs(5), || Ok(()))
             .unwrap_err();
         assert!(err.to_string().contains("closed its output"), "{err}");
+        // Units grew between its two reports: it was working.
+        reader
+            .wait_working(Duration::from_secs(5), || Ok(()))
+            .unwrap();
     }
 }

@@ -231,9 +231,8 @@ impl<'e> CorralKv<'e> {
             tag,
         };
         if let Some((batch, reader)) = me.batch.as_mut() {
-            let now = env.clock.now_s();
             let (kv, iokerneld) = (&mut me.kv, &mut me.iokerneld);
-            reader.wait_past(now, START_TIMEOUT, || {
+            reader.wait_working(START_TIMEOUT, || {
                 batch.check_running()?;
                 kv.check_running()?;
                 iokerneld.check_running()
@@ -590,8 +589,7 @@ impl<'e> LinuxMemcached<'e> {
             shield,
             loadgen_class,
         };
-        let now = env.clock.now_s();
-        me.reader.wait_past(now, START_TIMEOUT, || {
+        me.reader.wait_working(START_TIMEOUT, || {
             me.batch.check_running()?;
             me.memcached.check_running()
         })?;

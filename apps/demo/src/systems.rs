@@ -576,9 +576,8 @@ impl<'e> Corral<'e> {
             tag,
         };
         if let Some((batch, reader)) = me.batch.as_mut() {
-            let now = env.clock.now_s();
             let (spin, iokerneld) = (&mut me.spin, &mut me.iokerneld);
-            reader.wait_past(now, START_TIMEOUT, || {
+            reader.wait_working(START_TIMEOUT, || {
                 batch.check_running()?;
                 spin.check_running()?;
                 iokerneld.check_running()
@@ -952,8 +951,7 @@ impl<'e> Linux<'e> {
             shield,
             loadgen_class,
         };
-        let now = env.clock.now_s();
-        me.reader.wait_past(now, START_TIMEOUT, || {
+        me.reader.wait_working(START_TIMEOUT, || {
             me.batch.check_running()?;
             me.spin.check_running()
         })?;

@@ -482,6 +482,8 @@ fn a_batch_command_gets_a_measured_cpu_share() {
         json["plan"]["batch_cmd"],
         serde_json::json!(["xz", "-T2", "-6", "-c", "/dev/urandom"])
     );
+    // What the daemon and the batch job said, for a failure below.
+    let logs = log_tails(&out.path().join("logs"));
     for s in json["systems"].as_array().unwrap() {
         let name = s["system"].as_str().unwrap();
         let batch = s["commands"]["batch"].as_array().unwrap();
@@ -495,17 +497,37 @@ fn a_batch_command_gets_a_measured_cpu_share() {
         // CPU microseconds per second: alone, and beside the server at each load.
         assert!(
             s["batch_alone"]["units_per_s"].as_f64().unwrap() > 0.0,
-            "{name}: {}",
+            "{name}: {}\n{stdout}\n{logs}",
             s["batch_alone"]
         );
         for p in s["points"].as_array().unwrap() {
             assert!(
                 p["batch_units_per_s"].as_f64().unwrap() > 0.0,
-                "{name}: {p}"
+                "{name}: {p}\n{stdout}\n{logs}"
             );
-            assert!(p["batch_fraction"].as_f64().unwrap() > 0.0, "{name}: {p}");
+            assert!(
+                p["batch_fraction"].as_f64().unwrap() > 0.0,
+                "{name}: {p}\n{stdout}\n{logs}"
+            );
         }
     }
+}
+
+/// The last lines of every log in `dir`, each under its file name.
+fn log_tails(dir: &Path) -> String {
+    let mut names: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    names.sort();
+    names
+        .iter()
+        .map(|path| {
+            let text = std::fs::read_to_string(path).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = lines[lines.len().saturating_sub(15)..].join("\n");
+            format!("--- {}\n{tail}\n", path.display())
+        })
+        .collect()
 }
 
 #[test]

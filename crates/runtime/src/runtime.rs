@@ -101,6 +101,7 @@ impl Runtime {
                 preemptions: iok.preemptions.load(Relaxed),
                 spurious_wakes: iok.spurious_wakes.load(Relaxed),
                 kicks: iok.kicks.load(Relaxed),
+                cedes_before_running: iok.cedes_before_running.load(Relaxed),
                 parked: k.state.load(Relaxed) == crate::sched::kthread::KthreadState::Parked,
                 runnable: k.rq.len(),
                 next_timer_ns: Some(k.timers.next_deadline()).filter(|&d| d != u64::MAX),
@@ -210,6 +211,9 @@ pub struct IokernelKthreadStats {
     pub spurious_wakes: u64,
     /// Preemption signals that came without a request for the core (iokerneld's kicks).
     pub kicks: u64,
+    /// Requests for the core it answered from its scheduler before running any uthread since
+    /// the grant before them (it was still getting back to work when the request came).
+    pub cedes_before_running: u64,
     /// Whether it is parked in the kernel (holding no core) right now.
     pub parked: bool,
     /// Uthreads on its run queue right now.

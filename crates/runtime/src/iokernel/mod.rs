@@ -110,6 +110,10 @@ pub(crate) struct IokKthread {
     /// Preemption signals that found no request to give up the core: iokerneld's kicks for
     /// network work or overdue timers while the uthreads did not yield.
     pub kicks: AtomicU64,
+    /// Requests for the core answered from the scheduler before it ran any uthread since the
+    /// grant: the request came while the kthread was still on its way back to work (Linux ran
+    /// it late after the grant), so it gave the core back without interrupting anything.
+    pub cedes_before_running: AtomicU64,
     /// iokerneld's cede word, and the value the owner last acted on (owner only).
     cede_word: &'static AtomicU32,
     cede_seen: AtomicU32,

@@ -95,6 +95,7 @@ pub(crate) fn prepare(config: &Config) -> io::Result<(IokShared, Vec<IokKthread>
             preempt_seen: view.preempt_seen(),
             timer_deadline: view.timer_deadline(),
             kicks: AtomicU64::new(0),
+            cedes_before_running: AtomicU64::new(0),
             cede_word: view.cede_word(),
             cede_seen: AtomicU32::new(view.cede_word().load(Ordering::Relaxed)),
             preempt_requested: AtomicBool::new(false),

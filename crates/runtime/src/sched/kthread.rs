@@ -105,6 +105,10 @@ pub(crate) struct Kthread {
     pub stack_cache: UnsafeCell<Vec<NonNull<UThread>>>,
     rng: Cell<u64>,
     pub ticks: Cell<u32>,
+    /// Under iokerneld: whether the scheduler has run a uthread since this kthread last got a
+    /// core, which tells a request it answers before running anything from one that took a
+    /// running uthread off the core.
+    pub ran_since_grant: Cell<bool>,
     next_id: Cell<u64>,
     id_limit: Cell<u64>,
 
@@ -176,6 +180,7 @@ impl Kthread {
             stack_cache: UnsafeCell::new(Vec::new()),
             rng: Cell::new(0x9E37_79B9_7F4A_7C15 ^ ((index as u64 + 1) << 17)),
             ticks: Cell::new(0),
+            ran_since_grant: Cell::new(false),
             next_id: Cell::new(0),
             id_limit: Cell::new(0),
             iok,

@@ -288,6 +288,9 @@ fn sched_main(k: &'static Kthread) {
         // whether iokerneld wants the core back.
         if k.iok.is_some() && crate::iokernel::poll_own(k) {
             // iokerneld wants the core back, whatever work is queued.
+            if !k.ran_since_grant.get() {
+                k.iok().cedes_before_running.fetch_add(1, Ordering::Relaxed);
+            }
             if !spinning {
                 spinning = true;
                 k.state.store(KthreadState::Spinning, Ordering::Relaxed);
@@ -307,6 +310,7 @@ fn sched_main(k: &'static Kthread) {
                     rt.wake_if_idle_after_local_push();
                 }
             }
+            k.ran_since_grant.set(true);
             // SAFETY: th came off a run queue, so it is a live, runnable uthread of this
             // runtime, and we are in the scheduler context of the kthread we run on.
             unsafe { run_from_scheduler(k, th as *mut UThread) };
@@ -544,6 +548,7 @@ fn iok_park(k: &'static Kthread, preempted: bool) {
     // would otherwise put this kthread on a core iokerneld has given to someone else, where
     // Linux time-slices the two.
     kio.wait_for_grant(&rt.shutdown, grants, || drain_while_parked(k));
+    k.ran_since_grant.set(false);
     crate::iokernel::poll_own(k);
     iok.active.unpark();
     rt.idle.count_parked(false);
