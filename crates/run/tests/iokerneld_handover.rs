@@ -184,6 +184,40 @@ fn latency_critical(daemon: &Daemon) -> IokernelSettings {
     IokernelSettings::new(&daemon.socket, "lc").guaranteed_cores(1)
 }
 
+/// Each thread of process `pid`: its name, state, the kernel function it waits in, its
+/// system call and CPU time, for a failure message.
+fn threads_of(pid: u32) -> String {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return format!("process {pid} is gone");
+    };
+    let read = |path: std::path::PathBuf| {
+        std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .trim()
+            .to_owned()
+    };
+    tasks
+        .flatten()
+        .map(|task| {
+            let dir = task.path();
+            let stat = read(dir.join("stat"));
+            let fields = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+            let fields: Vec<&str> = fields.split_whitespace().collect();
+            format!(
+                "{} {}: state {} utime {} stime {} cpu {} wchan {} syscall {}\n",
+                task.file_name().to_string_lossy(),
+                read(dir.join("comm")),
+                fields.first().unwrap_or(&"?"),
+                fields.get(11).unwrap_or(&"?"),
+                fields.get(12).unwrap_or(&"?"),
+                fields.get(36).unwrap_or(&"?"),
+                read(dir.join("wchan")),
+                read(dir.join("syscall")),
+            )
+        })
+        .collect()
+}
+
 /// One iokerneld at a time: each manages the same core.
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     static ONE_DAEMON: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -310,7 +344,9 @@ fn xz_gives_the_core_back_each_time(preemption: &str) {
         counter(&after, "preemptions_suffered") - counter(&before, "preemptions_suffered");
     assert!(
         preemptions >= HANDOVERS - 1,
-        "xz gave the core up {preemptions} times in {HANDOVERS} hand-overs: {after:#}"
+        "xz gave the core up {preemptions} times in {HANDOVERS} hand-overs: {after:#}\n\
+         before the hand-overs: {before:#}\nxz's threads now:\n{}",
+        threads_of(batch.id())
     );
     assert_eq!(
         counter(&after, "demotions"),
