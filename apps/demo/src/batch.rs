@@ -413,6 +413,8 @@ impl Drop for BatchReader {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn a_job_that_never_progresses_is_not_working() {
         let text = "{\"type\":\"report\",\"elapsed_s\":0.1,\"units\":5}\n\
@@ -431,8 +433,6 @@ mod tests {
             "{err}"
         );
     }
-
-    use super::*;
 
     fn s(recv_s: f64, elapsed_s: f64, units: u64) -> Sample {
         Sample {
