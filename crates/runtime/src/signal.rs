@@ -45,6 +45,14 @@ pub(crate) fn on_kthread_start() {
     ensure_altstack();
 }
 
+/// Blocks the preemption signal on a kthread's OS thread that is about to stop being one. A
+/// signal iokerneld sent it meanwhile (a kick, or a request for a core it is giving up anyway)
+/// then stays pending and is discarded when the thread exits, instead of reaching the handler
+/// on a thread that is no longer a kthread.
+pub(crate) fn on_kthread_exit() {
+    set_preempt_signal_blocked(true);
+}
+
 /// Installs the preemption handler (process-wide, once).
 pub(crate) fn install_preemption_handler() {
     INSTALL_PREEMPT.call_once(|| {

@@ -267,6 +267,10 @@ pub(crate) fn kthread_main(k: &'static Kthread) {
     sched_main(k);
     k.state.store(KthreadState::Gone, Ordering::SeqCst);
     stack::drain_kthread_cache(k);
+    // iokerneld may still signal this thread until the runtime's connection closes; once
+    // unbound, the handler would take the signal for someone else's and give it its default
+    // action, which ends the process.
+    crate::signal::on_kthread_exit();
     k.unbind_current_thread();
 }
 
