@@ -314,3 +314,27 @@ fn each_kthread_keeps_its_own_alternate_signal_stack() {
         "an alternate signal stack moved between kthreads: {all:?}"
     );
 }
+
+/// A kthread signalled while it shuts down (iokerneld may kick it until the runtime's
+/// connection closes) takes the signal as a kthread or not at all: the process survives
+/// signals sent right up to the moment its kthreads' OS threads are gone.
+#[test]
+fn a_kthread_signalled_while_it_exits_does_not_end_the_process() {
+    for _ in 0..300 {
+        let rt = Runtime::new(Config::default().kthreads(1).preemption(true)).unwrap();
+        let tid = kthread_tid(&rt);
+        let stop = Arc::new(AtomicBool::new(false));
+        let signaller = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    signal_kthread(tid);
+                }
+            })
+        };
+        // Dropping joins the kthread's OS thread: every signal above went to it alive.
+        drop(rt);
+        stop.store(true, Ordering::Relaxed);
+        signaller.join().unwrap();
+    }
+}
