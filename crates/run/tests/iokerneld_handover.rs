@@ -218,6 +218,21 @@ fn threads_of(pid: u32) -> String {
         .collect()
 }
 
+/// Every thread's backtrace in process `pid`, from gdb (installed by scripts/setup.sh), for a
+/// failure message.
+fn backtraces(pid: u32) -> String {
+    // Bounded: a failure message must not turn into a hang.
+    match Command::new("timeout")
+        .args(["60", "gdb", "-p", &pid.to_string(), "-batch", "-nx"])
+        .args(["-ex", "thread apply all bt"])
+        .stdin(Stdio::null())
+        .output()
+    {
+        Ok(out) => String::from_utf8_lossy(&out.stdout).into_owned(),
+        Err(e) => format!("no backtraces: cannot run gdb: {e}"),
+    }
+}
+
 /// One iokerneld at a time: each manages the same core.
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     static ONE_DAEMON: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -345,8 +360,9 @@ fn xz_gives_the_core_back_each_time(preemption: &str) {
     assert!(
         preemptions >= HANDOVERS - 1,
         "xz gave the core up {preemptions} times in {HANDOVERS} hand-overs: {after:#}\n\
-         before the hand-overs: {before:#}\nxz's threads now:\n{}",
-        threads_of(batch.id())
+         before the hand-overs: {before:#}\nxz's threads now:\n{}\n{}",
+        threads_of(batch.id()),
+        backtraces(batch.id())
     );
     assert_eq!(
         counter(&after, "demotions"),
