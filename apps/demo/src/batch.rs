@@ -94,6 +94,13 @@ enum Line {
     },
 }
 
+/// How a wait on the feed ended.
+enum Waited {
+    Done,
+    Closed,
+    TimedOut,
+}
+
 #[derive(Default)]
 struct Feed {
     samples: Vec<Sample>,
@@ -209,45 +216,24 @@ impl BatchReader {
         &self,
         t: f64,
         timeout: Duration,
-        mut alive: impl FnMut() -> Result<()>,
+        alive: impl FnMut() -> Result<()>,
     ) -> Result<()> {
-        let end = Instant::now() + timeout;
-        loop {
-            let (covered, closed, unparsed) = self.with(|f| {
-                let covered = match (clock_offset(&f.samples), f.samples.last()) {
-                    (Some(off), Some(last)) => last.elapsed_s + off >= t,
-                    _ => false,
-                };
-                (covered, f.closed, f.unparsed.join(" | "))
-            });
-            if covered {
-                return Ok(());
-            }
-            procs::check_interrupt()?;
-            alive()?;
-            if closed {
-                return Err(Error::msg(format!(
-                    "batch closed its output before reporting past {t:.1} s{}",
-                    if unparsed.is_empty() {
-                        String::new()
-                    } else {
-                        format!(" (it printed: {unparsed})")
-                    }
-                )));
-            }
-            if Instant::now() >= end {
-                return Err(Error::msg(format!(
-                    "batch sent no throughput report for {:.0} s (at runner time {:.1} s){}",
-                    timeout.as_secs_f64(),
-                    self.clock.now_s(),
-                    if unparsed.is_empty() {
-                        String::new()
-                    } else {
-                        format!("; it printed: {unparsed}")
-                    }
-                )));
-            }
-            std::thread::sleep(procs::POLL);
+        let covered = |f: &Feed| match (clock_offset(&f.samples), f.samples.last()) {
+            (Some(off), Some(last)) => last.elapsed_s + off >= t,
+            _ => false,
+        };
+        match self.wait_for(covered, timeout, alive)? {
+            Waited::Done => Ok(()),
+            Waited::Closed => Err(Error::msg(format!(
+                "batch closed its output before reporting past {t:.1} s{}",
+                self.printed(" (it printed: ", ")")
+            ))),
+            Waited::TimedOut => Err(Error::msg(format!(
+                "batch sent no throughput report for {:.0} s (at runner time {:.1} s){}",
+                timeout.as_secs_f64(),
+                self.clock.now_s(),
+                self.printed("; it printed: ", "")
+            ))),
         }
     }
 
@@ -255,38 +241,62 @@ impl BatchReader {
     /// `alive` meanwhile: the job is running, not still starting. A job under iokerneld gets a
     /// core only once registered, which may take a while; a window measured before that would
     /// count its start-up as lost throughput.
-    pub fn wait_working(
+    pub fn wait_working(&self, timeout: Duration, alive: impl FnMut() -> Result<()>) -> Result<()> {
+        let working = |f: &Feed| match (f.samples.first(), f.samples.last()) {
+            (Some(first), Some(last)) => last.units > first.units,
+            _ => false,
+        };
+        let reports = || self.sample_count();
+        match self.wait_for(working, timeout, alive)? {
+            Waited::Done => Ok(()),
+            Waited::Closed => Err(Error::msg(format!(
+                "batch closed its output before doing any work ({} reports){}",
+                reports(),
+                self.printed("; it printed: ", "")
+            ))),
+            Waited::TimedOut => Err(Error::msg(format!(
+                "batch did no work in its first {:.0} s ({} reports, none showing progress){}",
+                timeout.as_secs_f64(),
+                reports(),
+                self.printed("; it printed: ", "")
+            ))),
+        }
+    }
+
+    /// Polls until `done` holds for the feed, the output closes, or `timeout` passes, checking
+    /// for an interrupt and `alive` between polls.
+    fn wait_for(
         &self,
+        done: impl Fn(&Feed) -> bool,
         timeout: Duration,
         mut alive: impl FnMut() -> Result<()>,
-    ) -> Result<()> {
+    ) -> Result<Waited> {
         let end = Instant::now() + timeout;
         loop {
-            let (working, closed, reports) = self.with(|f| {
-                let working = match (f.samples.first(), f.samples.last()) {
-                    (Some(first), Some(last)) => last.units > first.units,
-                    _ => false,
-                };
-                (working, f.closed, f.samples.len())
-            });
-            if working {
-                return Ok(());
+            let (done, closed) = self.with(|f| (done(f), f.closed));
+            if done {
+                return Ok(Waited::Done);
             }
             procs::check_interrupt()?;
             alive()?;
             if closed {
-                return Err(Error::msg(format!(
-                    "batch closed its output before doing any work ({reports} reports)"
-                )));
+                return Ok(Waited::Closed);
             }
             if Instant::now() >= end {
-                return Err(Error::msg(format!(
-                    "batch did no work in its first {:.0} s ({reports} reports, none showing \
-                     progress)",
-                    timeout.as_secs_f64()
-                )));
+                return Ok(Waited::TimedOut);
             }
             std::thread::sleep(procs::POLL);
+        }
+    }
+
+    /// The lines the job printed that were not reports, between `before` and `after`; empty if
+    /// there were none.
+    fn printed(&self, before: &str, after: &str) -> String {
+        let unparsed = self.with(|f| f.unparsed.join(" | "));
+        if unparsed.is_empty() {
+            unparsed
+        } else {
+            format!("{before}{unparsed}{after}")
         }
     }
 
