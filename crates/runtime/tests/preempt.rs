@@ -332,7 +332,8 @@ fn a_kthread_signalled_while_it_exits_does_not_end_the_process() {
                 }
             })
         };
-        // Dropping joins the kthread's OS thread: every signal above went to it alive.
+        // The signals go on until the drop has joined the kthread's OS thread, so some reach
+        // it while it stops; those sent after it is gone fail with ESRCH.
         drop(rt);
         stop.store(true, Ordering::Relaxed);
         signaller.join().unwrap();
