@@ -706,8 +706,8 @@ fn remote_handovers_lose_no_uthread() {
 const GRACE_ROUNDS: u64 = 300;
 
 /// Runs [`GRACE_ROUNDS`] against one batch uthread that calls `between_chunks` after each chunk
-/// of its loop, under iokerneld with `--cede-grace-us grace_us`; returns the batch runtime's
-/// preemptions: (signalled, ceded).
+/// of its loop, under iokerneld with `--cede-grace-us grace_us`; returns how the batch runtime
+/// gave its core back.
 fn preemptions_of_a_busy_batch(grace_us: &str, between_chunks: fn()) -> Preemptions {
     let stats = busy_batch_preempted(
         grace_us,
