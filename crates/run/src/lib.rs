@@ -4,9 +4,9 @@
 //!
 //! Interposed: `__libc_start_main` ([`start`]); threads, keys ([`thread`]); mutexes, condition
 //! variables, rwlocks, barriers, spinlocks, `pthread_once`, unnamed semaphores; `sched_yield`
-//! and the sleeps ([`wait`]); signal masks ([`sigmask`]); the preemption signal's disposition
-//! ([`disposition`]); `malloc` and its family (`corral-preempt-malloc`); what cannot work is
-//! refused ([`refuse`]).
+//! and the sleeps ([`wait`]); futexes waited on through `syscall` ([`syscall`]); signal masks
+//! ([`sigmask`]); the preemption signal's disposition ([`disposition`]); `malloc` and its family
+//! (`corral-preempt-malloc`); what cannot work is refused ([`refuse`]).
 
 #![allow(clippy::missing_safety_doc)]
 
@@ -27,6 +27,7 @@ mod settings;
 mod sigmask;
 mod spin;
 mod start;
+mod syscall;
 mod thread;
 mod time;
 mod tls;

@@ -12,7 +12,7 @@ use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 use crate::real::real;
 use crate::settings::{self, Settings};
-use crate::{disposition, refuse, tls};
+use crate::{disposition, refuse, thread, tls};
 
 type Main = unsafe extern "C" fn(i32, *mut *mut c_char, *mut *mut c_char) -> i32;
 type StartMain =
@@ -52,6 +52,11 @@ pub unsafe extern "C" fn __libc_start_main(
             stack_end,
         )
     }
+}
+
+/// The main thread's TCB, which `main`'s uthread runs on (0 before the runtime starts).
+pub fn main_tcb() -> usize {
+    MAIN_TCB.load(Ordering::Relaxed)
 }
 
 /// Whether the caller is the `main` uthread (on the main thread's TCB).
@@ -108,6 +113,7 @@ unsafe extern "C" fn main_in_runtime(
         std::process::exit(USAGE_STATUS)
     });
     restore_environment();
+    crate::syscall::resolve();
     let config = settings.config(&program_name(argv));
     let program_disposition = disposition::kernel_disposition(corral::PREEMPT_SIGNAL);
     let rt = match corral::Runtime::new(config) {
@@ -159,6 +165,7 @@ fn run_main(argc: i32, argv: usize, envp: usize) {
     while MAIN_THREAD_PARKED.load(Ordering::Acquire) == 0 {
         corral::yield_now();
     }
+    thread::note_main_stack();
     // SAFETY: the main OS thread no longer uses its TCB (it sleeps without touching TLS).
     unsafe { corral::set_uthread_fs_base(MAIN_TCB.load(Ordering::Relaxed)) }
         .unwrap_or_else(|e| refuse::fatal(&format!("cannot give main its TLS: {e}")));

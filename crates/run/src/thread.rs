@@ -32,6 +32,44 @@ struct Record {
     /// `DONE` and `DETACHED`; joiners sleep on it.
     flags: AtomicU32,
     retval: AtomicUsize,
+    /// Its stack, lowest address and one past the highest, once it has started (0 before).
+    stack: StackRange,
+}
+
+/// A uthread's stack as `pthread_getattr_np` reports it; written once, by the thread itself.
+struct StackRange {
+    low: AtomicUsize,
+    high: AtomicUsize,
+}
+
+impl StackRange {
+    const fn unknown() -> StackRange {
+        StackRange {
+            low: AtomicUsize::new(0),
+            high: AtomicUsize::new(0),
+        }
+    }
+
+    /// Records the calling uthread's stack.
+    fn note_current(&self) {
+        if let Some(range) = corral::current_stack() {
+            self.low.store(range.start, Ordering::Relaxed);
+            self.high.store(range.end, Ordering::Release);
+        }
+    }
+
+    fn get(&self) -> Option<core::ops::Range<usize>> {
+        let high = self.high.load(Ordering::Acquire);
+        (high != 0).then(|| self.low.load(Ordering::Relaxed)..high)
+    }
+}
+
+/// The stack of `main`'s uthread, which runs on the main thread's TCB.
+static MAIN_STACK: StackRange = StackRange::unknown();
+
+/// Called by `main`'s uthread before it runs the program's `main`.
+pub fn note_main_stack() {
+    MAIN_STACK.note_current();
 }
 
 static THREADS: LazyLock<SpinLock<HashMap<usize, Arc<Record>>>> =
@@ -91,6 +129,7 @@ pub unsafe extern "C" fn pthread_create(
             0
         }),
         retval: AtomicUsize::new(0),
+        stack: StackRange::unknown(),
     });
     THREADS.lock().insert(tcb, rec.clone());
     LIVE.fetch_add(1, Ordering::SeqCst);
@@ -101,6 +140,7 @@ pub unsafe extern "C" fn pthread_create(
     let spawned = builder.spawn_detached(move || {
         // SAFETY: tcb is the fresh TCB allocated for this thread alone.
         unsafe { corral::set_uthread_fs_base(tcb) }.expect("corral-run: a thread without its TLS");
+        tls::enter();
         run(start, arg, rec);
     });
     if spawned.is_err() {
@@ -117,6 +157,7 @@ pub unsafe extern "C" fn pthread_create(
 /// the TLS switch must not be reused after it.
 #[inline(never)]
 fn run(start: StartRoutine, arg: usize, rec: Arc<Record>) {
+    rec.stack.note_current();
     let ret = start(arg as *mut c_void);
     finish(&rec, ret as usize);
 }
@@ -231,6 +272,57 @@ pub unsafe extern "C" fn pthread_join(t: libc::pthread_t, retval: *mut *mut c_vo
         unsafe { *retval = rec.retval.load(Ordering::Relaxed) as *mut c_void };
     }
     release(&rec);
+    0
+}
+
+/// For a uthread, its own stack (glibc would report the main thread's for `main`'s uthread,
+/// whose TCB it shares, and fail for the TCBs it did not make), a guard page and its detach
+/// state; a created thread that has not started yet reports its stack size only.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pthread_getattr_np(
+    t: libc::pthread_t,
+    attr: *mut libc::pthread_attr_t,
+) -> i32 {
+    let me = t as usize == tls::current_tcb() && on_uthread();
+    let rec = record(t);
+    let main = t as usize == crate::start::main_tcb() && MAIN_STACK.get().is_some();
+    if !me && rec.is_none() && !main {
+        let f = real!(pthread_getattr_np: unsafe extern "C" fn(libc::pthread_t, *mut libc::pthread_attr_t) -> i32);
+        // SAFETY: not one of ours: the C library's thread.
+        return unsafe { f(t, attr) };
+    }
+    let stack = if me {
+        corral::current_stack()
+    } else if let Some(rec) = &rec {
+        rec.stack.get()
+    } else {
+        MAIN_STACK.get()
+    };
+    let detached = rec
+        .as_ref()
+        .is_some_and(|r| r.flags.load(Ordering::SeqCst) & DETACHED != 0);
+    // SAFETY: the caller's attribute object, initialized here as glibc's does; glibc's
+    // setters validate what they store.
+    unsafe {
+        let rc = libc::pthread_attr_init(attr);
+        if rc != 0 {
+            return rc;
+        }
+        let rc = match stack {
+            Some(range) => {
+                libc::pthread_attr_setstack(attr, range.start as *mut c_void, range.len())
+            }
+            None => libc::pthread_attr_setstacksize(attr, DEFAULT_STACK_SIZE),
+        };
+        if rc != 0 {
+            libc::pthread_attr_destroy(attr);
+            return rc;
+        }
+        libc::pthread_attr_setguardsize(attr, libc::sysconf(libc::_SC_PAGESIZE) as usize);
+        if detached {
+            libc::pthread_attr_setdetachstate(attr, libc::PTHREAD_CREATE_DETACHED);
+        }
+    }
     0
 }
 

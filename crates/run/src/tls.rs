@@ -13,6 +13,11 @@
 //! linker's, taken by `__cxa_thread_atexit_impl` for every C++ `thread_local` with a
 //! destructor) recognise their owner by it: with a shared id, or none, two uthreads would both
 //! think they own such a lock.
+//!
+//! What glibc's `start_thread` sets up on a new thread's own TLS is done here too: each TCB
+//! gets its own resolver state (`__resp`, zeroed as glibc zeroes `struct pthread`'s, so the
+//! resolver initializes it on first use; closed with the TCB), and [`enter`] points the
+//! `<ctype.h>` tables at the global locale's, which a fresh block leaves null.
 
 use core::arch::asm;
 use core::ffi::c_void;
@@ -32,6 +37,10 @@ const OFF_FEATURE_1: usize = 72;
 /// `struct rseq`'s `cpu_id`, and the value glibc stores when registration failed.
 const RSEQ_OFF_CPU_ID: usize = 4;
 const RSEQ_CPU_ID_REGISTRATION_FAILED: u32 = -2i32 as u32;
+/// `struct __res_state` on x86-64 glibc, and its `nscount` (which `__res_thread_freeres`
+/// checks to tell a state the resolver initialized from a zeroed one).
+const RES_STATE_SIZE: usize = 568;
+const RES_OFF_NSCOUNT: usize = 16;
 
 /// Thread ids of uthread TCBs: above Linux's largest pid (`PID_MAX_LIMIT`, 2^22), so never a
 /// kernel thread's; signals sent to one fail with `ESRCH` rather than hitting another thread.
@@ -100,14 +109,52 @@ pub fn allocate() -> Option<usize> {
                 .write(RSEQ_CPU_ID_REGISTRATION_FAILED);
         }
     }
+    if let Some(resp) = resolver_pointer_offset() {
+        // SAFETY: calloc gives zeroed memory of the state's size or null.
+        let state = unsafe { libc::calloc(1, RES_STATE_SIZE) };
+        // SAFETY: `__resp`'s slot in the fresh block's static TLS (see the lookup), which
+        // holds the image's `&_res` until this write; `free` reads a null as "none of ours".
+        unsafe { ((tcb as isize + resp) as usize as *mut *mut c_void).write(state) };
+        if state.is_null() {
+            // SAFETY: the block just allocated, unused.
+            unsafe { free(tcb) };
+            return None;
+        }
+    }
     Some(tcb)
 }
 
-/// Frees a TCB from [`allocate`], with its TLS blocks.
+/// Sets up, on the calling thread's TLS (a fresh block from [`allocate`] that it has just
+/// switched to), the per-thread C library state that glibc initializes when a thread starts.
+pub fn enter() {
+    // Writes the thread's locale and its cached `<ctype.h>` table pointers, which is what
+    // glibc's `__ctype_init` does at thread start, through the public interface.
+    // glibc's LC_GLOBAL_LOCALE, `(locale_t) -1`, which the libc crate does not define.
+    let global = usize::MAX as libc::locale_t;
+    // SAFETY: LC_GLOBAL_LOCALE is always a valid argument.
+    unsafe { libc::uselocale(global) };
+}
+
+/// Frees a TCB from [`allocate`], with its TLS blocks and resolver state.
 ///
 /// # Safety
 /// Nothing runs on `tcb` and nothing will.
 pub unsafe fn free(tcb: usize) {
+    if let Some(resp) = resolver_pointer_offset() {
+        // SAFETY: `__resp`'s slot in the block, which `allocate` filled.
+        let state = unsafe { ((tcb as isize + resp) as usize as *const *mut c_void).read() };
+        if !state.is_null() {
+            let close = real!(__res_nclose: unsafe extern "C" fn(*mut c_void));
+            // SAFETY: the state `allocate` made; only a state the resolver initialized has
+            // name servers (and maybe sockets) to close, as glibc checks at thread exit.
+            unsafe {
+                if (state.cast::<u8>().add(RES_OFF_NSCOUNT) as *const i32).read() != 0 {
+                    close(state);
+                }
+                libc::free(state);
+            }
+        }
+    }
     let dealloc = real!(_dl_deallocate_tls: unsafe extern "C" fn(*mut c_void, bool));
     // SAFETY: per the contract; `true` frees the TCB's memory too.
     unsafe { dealloc(tcb as *mut c_void, true) };
@@ -118,6 +165,27 @@ pub fn run_thread_local_destructors() {
     let call = real!(__call_tls_dtors: unsafe extern "C" fn());
     // SAFETY: what glibc runs when a thread exits; it empties the list it runs.
     unsafe { call() };
+}
+
+/// Where glibc keeps a thread's resolver state pointer (`__resp`), relative to its TCB; `None`
+/// if this C library does not export it (its threads then share the process's `_res`).
+fn resolver_pointer_offset() -> Option<isize> {
+    static OFFSET: OnceLock<Option<isize>> = OnceLock::new();
+    *OFFSET.get_or_init(look_up_resolver_pointer_offset)
+}
+
+fn look_up_resolver_pointer_offset() -> Option<isize> {
+    // SAFETY: looks up a thread-local data symbol; dlsym gives its address in the calling
+    // thread, whose TCB is `current_tcb()`. The C library is loaded at start-up, so its TLS is
+    // in the static block at the same offset from every thread's TCB.
+    let slot = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"__resp".as_ptr()) } as *const usize;
+    if slot.is_null() {
+        return None;
+    }
+    let res_state = real!(__res_state: unsafe extern "C" fn() -> *mut c_void);
+    // SAFETY: the calling thread's `__resp`, which must hold what `__res_state` returns.
+    let consistent = unsafe { slot.read() == res_state() as usize };
+    consistent.then(|| slot as isize - current_tcb() as isize)
 }
 
 /// Where glibc keeps a thread's `struct rseq`, relative to its TCB (glibc 2.35 and later).

@@ -36,6 +36,7 @@ pub mod sched {
 #[cfg(loom)]
 #[doc(hidden)]
 pub mod sync {
+    pub mod kernel_sleepers;
     pub mod spin;
     pub mod wait_state;
 }
@@ -80,12 +81,13 @@ pub use {
     malloc::PreemptSafeAlloc,
     runtime::{IokernelKthreadStats, Runtime, run},
     sched::uthread::{
-        Builder, JoinHandle, ThreadId, current_id, current_name, exit_uthread, kthread_index,
-        set_uthread_fs_base, spawn, spawn_detached,
+        Builder, JoinHandle, ThreadId, current_id, current_name, current_stack, exit_uthread,
+        kthread_index, set_uthread_fs_base, spawn, spawn_detached,
     },
     sched::{preemption_point, yield_now},
     signal::PREEMPT_SIGNAL,
     sync::condvar::{Condvar, WaitTimeoutResult},
+    sync::futex,
     sync::mutex::{Mutex, MutexGuard},
     sync::rcu::{RcuCell, RcuRef},
     sync::rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard},

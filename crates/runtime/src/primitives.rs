@@ -98,24 +98,19 @@ impl Futex {
     /// (a signal, a spurious wake): callers re-check.
     #[cfg(not(loom))]
     pub fn wait(&self, expected: u32, timeout_ns: Option<u64>) {
-        let ts = timeout_ns.map(|ns| libc::timespec {
-            tv_sec: (ns / 1_000_000_000) as libc::time_t,
-            tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+        let ts = timeout_ns.map(|ns| rustix::thread::futex::Timespec {
+            tv_sec: (ns / 1_000_000_000) as i64,
+            tv_nsec: (ns % 1_000_000_000) as i64,
         });
-        let ts_ptr = ts
-            .as_ref()
-            .map_or(core::ptr::null(), |t| t as *const libc::timespec);
-        // SAFETY: the word is a live, aligned u32 for the whole call; the timeout, when given,
-        // points to a timespec on our stack that outlives the call (it is relative).
-        unsafe {
-            libc::syscall(
-                libc::SYS_futex,
-                self.word.as_ptr(),
-                libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
-                expected,
-                ts_ptr,
-            )
-        };
+        // A raw system call, not the C library's `syscall`, which a program may interpose (the
+        // `corral-run` shim does, turning futex waits into uthread waits). The timeout is
+        // relative. Any return is fine: callers re-check.
+        let _ = rustix::thread::futex::wait(
+            &self.word,
+            rustix::thread::futex::Flags::PRIVATE,
+            expected,
+            ts.as_ref(),
+        );
     }
 
     #[cfg(loom)]
@@ -130,15 +125,8 @@ impl Futex {
     /// Wakes one thread sleeping on the word. Change the word first.
     #[cfg(not(loom))]
     pub fn wake_one(&self) {
-        // SAFETY: FUTEX_WAKE only uses the address as a key; it reads and writes no memory.
-        unsafe {
-            libc::syscall(
-                libc::SYS_futex,
-                self.word.as_ptr(),
-                libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
-                1,
-            )
-        };
+        // Raw, as in `wait`.
+        let _ = rustix::thread::futex::wake(&self.word, rustix::thread::futex::Flags::PRIVATE, 1);
     }
 
     #[cfg(loom)]
@@ -189,17 +177,14 @@ impl WakeWord {
     /// Sleeps while the word reads `seen`. May return early (a signal): callers re-check.
     #[cfg(not(loom))]
     pub fn wait(&self, seen: u32) {
-        // SAFETY: the word lies in the region, mapped for the life of the process; FUTEX_WAIT
-        // reads it atomically and sleeps. Not private: iokerneld wakes it from its mapping.
-        unsafe {
-            libc::syscall(
-                libc::SYS_futex,
-                self.word.as_ptr(),
-                libc::FUTEX_WAIT,
-                seen,
-                core::ptr::null::<libc::timespec>(),
-            )
-        };
+        // Not private: iokerneld wakes it from its own mapping. A raw system call, as in
+        // `Futex::wait`; any return is fine, callers re-check.
+        let _ = rustix::thread::futex::wait(
+            self.word,
+            rustix::thread::futex::Flags::empty(),
+            seen,
+            None,
+        );
     }
 
     #[cfg(loom)]
@@ -212,15 +197,11 @@ impl WakeWord {
     #[cfg(not(loom))]
     pub fn ring(&self) {
         self.word.fetch_add(1, Ordering::SeqCst);
-        // SAFETY: FUTEX_WAKE only uses the address as a key; it reads and writes no memory.
-        unsafe {
-            libc::syscall(
-                libc::SYS_futex,
-                self.word.as_ptr(),
-                libc::FUTEX_WAKE,
-                i32::MAX,
-            )
-        };
+        let _ = rustix::thread::futex::wake(
+            self.word,
+            rustix::thread::futex::Flags::empty(),
+            i32::MAX as u32,
+        );
     }
 
     #[cfg(loom)]

@@ -5,6 +5,8 @@
 //! - the park/wake handshake (`sched::idle`): no lost wake-up;
 //! - the timer watch while parked (`sched::timer_watch`): a new timer is always watched;
 //! - the wait-node state machine (`sync::wait_state`): wake vs timeout has one winner;
+//! - kernel futex sleepers (`sync::kernel_sleepers`): a wake that skips the system call never
+//!   leaves one asleep;
 //! - the `running` flag (`sched::running`): a context is resumed only after it is saved;
 //! - iokerneld mode: a parked kthread runs again only with a grant, and never misses one
 //!   (`iokernel::grant_wait`, over the wake word, a shared futex, `primitives::WakeWord`); it leaves
@@ -24,12 +26,13 @@ use loom::thread;
 
 use corral::iokernel::grant_wait::{Woken, wait_for_grant};
 use corral::iokernel::last_parker::ActiveKthreads;
-use corral::primitives::{AtomicBool, WakeWord};
+use corral::primitives::{AtomicBool, Futex, WakeWord};
 use corral::runqueue::RunQueue;
 use corral::sched::idle::{Idle, ParkWord};
 use corral::sched::running::RunningFlag;
 use corral::sched::timer_watch::{WatchedDeadline, needs_watcher};
 use corral::spin::RawSpinLock;
+use corral::sync::kernel_sleepers::KernelSleepers;
 use corral::sync::wait_state::{AtomicWaitState, WaitState};
 
 struct Kthread {
@@ -633,5 +636,30 @@ fn last_parker_reports_every_timer() {
             1,
             "exactly one kthread parks last"
         );
+    });
+}
+
+/// A thread that sleeps in the kernel on a futex word (`sync::kernel_sleepers`) is never left
+/// asleep by a waker that changed the word and skipped the wake call because it saw nobody
+/// counted. Loom reports a deadlock if it is.
+#[test]
+fn a_kernel_sleeper_is_never_left_asleep() {
+    loom::model(|| {
+        let word = Arc::new(Futex::new(0));
+        let sleepers = Arc::new(KernelSleepers::new());
+        let waker = {
+            let (word, sleepers) = (word.clone(), sleepers.clone());
+            thread::spawn(move || {
+                // The program's own change may be relaxed: the protocol's fence orders it.
+                word.store(1, Ordering::Relaxed);
+                if sleepers.any() {
+                    word.wake_one();
+                }
+            })
+        };
+        while word.load(Ordering::Relaxed) == 0 {
+            sleepers.sleep(|| word.wait(0, None));
+        }
+        waker.join().unwrap();
     });
 }

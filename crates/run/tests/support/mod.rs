@@ -78,14 +78,19 @@ pub fn scratch(name: &str) -> PathBuf {
     dir
 }
 
-/// Compiles `tests/programs/SOURCE` with `compiler` (gcc or g++) into `dir`; extra flags last.
+/// Compiles `tests/programs/SOURCE` with `compiler` (gcc, g++ or rustc) into `dir`; extra flags
+/// last.
 pub fn build(compiler: &str, source: &str, dir: &Path, extra: &[&str]) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/programs")
         .join(source);
     let exe = dir.join(source.split('.').next().expect("a file name"));
+    let checks: &[&str] = match compiler {
+        "rustc" => &["-O", "-g", "--edition", "2021", "-D", "warnings"],
+        _ => &["-O2", "-g", "-Wall", "-Werror"],
+    };
     let out = Command::new(compiler)
-        .args(["-O2", "-g", "-Wall", "-Werror"])
+        .args(checks)
         .arg(&src)
         .args(extra)
         .arg("-o")

@@ -91,6 +91,12 @@ impl UThread {
         self.stack_size
     }
 
+    /// The memory its code runs on: from just above the guard page up to this control block
+    /// (a closure kept inline sits at the top of that range, as a frame would).
+    pub fn stack_range(&self) -> core::ops::Range<usize> {
+        self.map_base + crate::config::page_size()..self as *const UThread as usize
+    }
+
     /// Lowest and highest+1 address of the guard page.
     pub fn guard_range(&self) -> (usize, usize) {
         (self.map_base, self.map_base + crate::config::page_size())
@@ -151,6 +157,20 @@ pub fn current_id() -> Option<ThreadId> {
 /// `None` off a kthread.
 pub fn kthread_index() -> Option<usize> {
     kthread::current_kthread().map(|k| k.index)
+}
+
+/// The calling uthread's stack (lowest address up to one past the highest), or `None`
+/// outside a uthread: what a C library reports as a thread's stack, for programs that check
+/// their stack pointer against it.
+pub fn current_stack() -> Option<core::ops::Range<usize>> {
+    preempt::disable();
+    let range = kthread::current_kthread()
+        .map(|k| k.current())
+        .filter(|th| !th.is_null())
+        // SAFETY: the current uthread is alive while it runs.
+        .map(|th| unsafe { (*th).stack_range() });
+    preempt::enable();
+    range
 }
 
 /// The name of the calling uthread, if it is one and has a name.

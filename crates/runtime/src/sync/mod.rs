@@ -1,7 +1,9 @@
 //! Synchronization: spinlocks, mutexes, condition variables, wait groups, barriers,
-//! reader-writer locks and RCU.
+//! reader-writer locks, RCU and futex-style waiting on a word.
 
 pub(crate) mod condvar;
+pub mod futex;
+pub(crate) mod kernel_sleepers;
 pub(crate) mod mutex;
 pub mod rcu;
 pub(crate) mod rwlock;
