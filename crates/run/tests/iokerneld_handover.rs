@@ -34,7 +34,17 @@ struct Daemon {
 }
 
 impl Drop for Daemon {
+    /// SIGTERM first: iokerneld then undoes its shield of CPU 0. Killed outright it would leave
+    /// the machine shielded until the next iokerneld starts, and every process started
+    /// meanwhile (the next test programs) would be held off CPU 0.
     fn drop(&mut self) {
+        // SAFETY: signalling our own child, which has not been reaped.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let asked = Instant::now();
+        while matches!(self.child.try_wait(), Ok(None)) && asked.elapsed() < Duration::from_secs(10)
+        {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
