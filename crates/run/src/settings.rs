@@ -12,6 +12,11 @@ pub const NAME_ENV: &str = "CORRAL_RUN_NAME";
 pub const GUARANTEED_ENV: &str = "CORRAL_RUN_GUARANTEED";
 /// `idle-class` or `signal`: how iokerneld takes a core back (see [`Settings::preemption`]).
 pub const PREEMPTION_ENV: &str = "CORRAL_RUN_PREEMPTION";
+/// Kthreads kept in reserve for kthreads blocked in system calls (standalone only).
+pub const BLOCKING_RESERVE_ENV: &str = "CORRAL_RUN_BLOCKING_RESERVE";
+/// The reserve without `--blocking-reserve`: enough for the threads a program commonly blocks
+/// in the kernel at once (an event loop, a signal thread, a timer thread, a few readers).
+pub const DEFAULT_BLOCKING_RESERVE: usize = 8;
 /// `LD_PRELOAD` as it was before `corral-run` added the shim (unset if it was unset).
 pub const PREVIOUS_PRELOAD_ENV: &str = "CORRAL_RUN_LD_PRELOAD";
 /// iokerneld's control socket: the runtime's own variable.
@@ -27,6 +32,8 @@ pub struct Settings {
     /// How iokerneld takes a core back; by default the idle class for a runtime with no
     /// guarantee (a batch job), the signal at once for one with a guarantee.
     pub preemption: Option<PreemptionMode>,
+    /// Standalone only; [`DEFAULT_BLOCKING_RESERVE`] when not given.
+    pub blocking_reserve: Option<usize>,
 }
 
 fn count(key: &str, value: Option<String>) -> Result<Option<usize>, String> {
@@ -47,6 +54,7 @@ impl Settings {
             iokerneld: var(IOKERNELD_ENV).filter(|s| !s.is_empty()),
             name: var(NAME_ENV),
             guaranteed: count(GUARANTEED_ENV, var(GUARANTEED_ENV))?,
+            blocking_reserve: count(BLOCKING_RESERVE_ENV, var(BLOCKING_RESERVE_ENV))?,
             preemption: match var(PREEMPTION_ENV).as_deref() {
                 None => None,
                 Some("idle-class") => Some(PreemptionMode::IdleClass),
@@ -79,6 +87,8 @@ impl Settings {
             if self.name.is_some() {
                 return Err("--name needs --iokerneld".into());
             }
+        } else if self.blocking_reserve.is_some() {
+            return Err("--blocking-reserve is for standalone runs".into());
         }
         Ok(())
     }
@@ -93,6 +103,10 @@ impl Settings {
         // Under iokerneld a runtime may hold as many cores as it has kthreads.
         if let Some(k) = self.kthreads.or(self.max_cores) {
             config = config.kthreads(k);
+        }
+        if self.iokerneld.is_none() {
+            config =
+                config.blocking_reserve(self.blocking_reserve.unwrap_or(DEFAULT_BLOCKING_RESERVE));
         }
         if let Some(socket) = &self.iokerneld {
             let name = self

@@ -96,6 +96,7 @@ fn restore_environment() {
             settings::NAME_ENV,
             settings::GUARANTEED_ENV,
             settings::PREEMPTION_ENV,
+            settings::BLOCKING_RESERVE_ENV,
             settings::PREVIOUS_PRELOAD_ENV,
         ] {
             std::env::remove_var(key);

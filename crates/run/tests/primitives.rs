@@ -1,6 +1,7 @@
 //! Every synchronization and waiting call the shim interposes gives its POSIX result, created
 //! threads have the C library's per-thread state and their own stacks, and futexes waited on
-//! through `syscall` (by C code, and by Rust's std) work and leave the CPU: each program checks
+//! through `syscall` (by C code, and by Rust's std) work and leave the CPU, and threads blocked
+//! in other system calls leave the rest running (the blocking reserve): each program checks
 //! its calls and prints `ok` or `FAILED`, and must print the same under corral-run as under
 //! plain pthreads.
 
@@ -55,4 +56,11 @@ fn futexes_through_syscall_wait_as_uthreads() {
 #[test]
 fn rusts_std_sync_waits_as_uthreads() {
     same_as_plain("rustc", "std_sync.rs", &[], 1, 8);
+}
+
+/// On one kthread: four threads block in the kernel until main, which must still run, wakes
+/// them (the blocking reserve runs main while they hold kthreads).
+#[test]
+fn threads_blocked_in_system_calls_leave_the_others_running() {
+    same_as_plain("gcc", "blocking_calls.c", &["-pthread"], 1, 4);
 }

@@ -107,6 +107,12 @@ pub struct Config {
     /// installed by the context switch (see [`crate::set_uthread_fs_base`]). Off by default:
     /// uthreads then share their kthread's TLS and the switch never touches `%fs`.
     pub uthread_tls: bool,
+    /// Kthreads held in reserve for kthreads blocked in the kernel (standalone mode only): when
+    /// a kthread has stayed inside one uthread, asleep in a system call, while other uthreads
+    /// wait to run, a reserve kthread runs them in its place, and the kthread that comes back
+    /// returns to the reserve once it finds nothing to do. Unmodified programs block in system
+    /// calls the runtime cannot turn into uthread waits. 0 (the default) keeps none.
+    pub blocking_reserve: usize,
     pub mode: Mode,
     /// The runtime's IPv4 network, if it has one.
     pub net: Option<crate::net::NetConfig>,
@@ -121,6 +127,7 @@ impl Default for Config {
             spin_before_park: Duration::from_micros(2),
             preemption: false,
             uthread_tls: false,
+            blocking_reserve: 0,
             mode: Mode::Standalone,
             net: None,
         }
@@ -163,6 +170,13 @@ impl Config {
     /// Lets uthreads carry their own `%fs` base (see [`Config::uthread_tls`]).
     pub fn uthread_tls(mut self, on: bool) -> Self {
         self.uthread_tls = on;
+        self
+    }
+
+    /// Keeps `n` kthreads in reserve for kthreads blocked in the kernel (see
+    /// [`Config::blocking_reserve`]).
+    pub fn blocking_reserve(mut self, n: usize) -> Self {
+        self.blocking_reserve = n;
         self
     }
 
@@ -210,6 +224,24 @@ impl Config {
                 "kthreads",
                 self.kthreads,
                 format!("at most {MAX_KTHREADS}"),
+            ));
+        }
+        if self.kthreads + self.blocking_reserve > MAX_KTHREADS {
+            return Err(ConfigError::new(
+                "blocking_reserve",
+                self.blocking_reserve,
+                format!(
+                    "at most {} beside {} kthreads",
+                    MAX_KTHREADS - self.kthreads,
+                    self.kthreads
+                ),
+            ));
+        }
+        if self.blocking_reserve > 0 && matches!(self.mode, Mode::Iokernel(_)) {
+            return Err(ConfigError::new(
+                "blocking_reserve",
+                self.blocking_reserve,
+                "0 under iokerneld, which grants cores to registered kthreads",
             ));
         }
         check_stack_size(self.stack_size).map_err(|e| ConfigError {

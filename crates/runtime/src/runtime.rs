@@ -72,6 +72,9 @@ impl Runtime {
             // On failure, dropping `runtime` stops the kthreads that did start.
             pinned?;
         }
+        if let Some(monitor) = crate::sched::blocking::start(rt)? {
+            runtime.threads.push(monitor);
+        }
         if let (Some(iok), Mode::Iokernel(settings), Some(memfd)) =
             (&rt.iok, &rt.config.mode, memfd)
         {

@@ -510,3 +510,51 @@ fn many_runtimes_come_and_go() {
         assert_eq!(rt.block_on(move || n * 2), n * 2);
     }
 }
+
+/// A uthread blocked in the kernel (a `read` on an empty pipe, which nothing turns into a
+/// uthread wait) holds its kthread; with one kthread, the uthread that would write to the pipe
+/// runs only on a kthread from the blocking reserve. Twenty rounds, so that kthreads go back to
+/// the reserve between them and come out again.
+#[test]
+fn a_kthread_blocked_in_the_kernel_is_stood_in_for_by_the_reserve() {
+    let rt = Runtime::new(Config::default().kthreads(1).blocking_reserve(2))
+        .expect("runtime with a blocking reserve");
+    for round in 0..20u8 {
+        let mut fds = [0; 2];
+        // SAFETY: pipe writes two descriptors into the array.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        let [read_end, write_end] = fds;
+        let reader = rt.spawn(move || {
+            let mut byte = 0u8;
+            // SAFETY: reads one byte into a local from a descriptor we own.
+            let n = unsafe { libc::read(read_end, (&mut byte as *mut u8).cast(), 1) };
+            (n, byte)
+        });
+        let writer = rt.spawn(move || {
+            // Let the reader block first.
+            std::thread::sleep(Duration::from_millis(5));
+            // SAFETY: writes one byte from a local to a descriptor we own.
+            unsafe { libc::write(write_end, (&round as *const u8).cast(), 1) }
+        });
+        assert_eq!(writer.join().expect("writer"), 1);
+        assert_eq!(reader.join().expect("reader"), (1, round));
+        // SAFETY: closing the descriptors this round opened.
+        unsafe {
+            libc::close(read_end);
+            libc::close(write_end);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_blocking_reserve_is_refused_under_iokerneld() {
+    let config = Config::default()
+        .blocking_reserve(1)
+        .iokernel(corral::IokernelSettings::new(
+            "/nonexistent.sock",
+            "reserve",
+        ));
+    let err = Runtime::new(config).err().expect("refused");
+    assert!(err.to_string().contains("blocking_reserve"), "{err}");
+}

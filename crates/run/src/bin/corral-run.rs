@@ -9,7 +9,8 @@ use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 
 const USAGE: &str = "usage: corral-run [--iokerneld SOCK] [--name N] [--kthreads N] \
-[--guaranteed N] [--max-cores N] [--preemption idle-class|signal] -- PROGRAM ARGS...";
+[--guaranteed N] [--max-cores N] [--preemption idle-class|signal] [--blocking-reserve N] \
+-- PROGRAM ARGS...";
 
 /// The shim's file name, next to this binary in a cargo target directory or an install.
 const SHIM_FILE: &str = "libcorral_shim.so";
@@ -23,7 +24,9 @@ struct Launch {
 
 fn number(flag: &str, value: &str) -> Result<String, String> {
     match value.parse::<usize>() {
-        Ok(n) if n > 0 || flag == "--guaranteed" => Ok(n.to_string()),
+        Ok(n) if n > 0 || matches!(flag, "--guaranteed" | "--blocking-reserve") => {
+            Ok(n.to_string())
+        }
         _ => Err(format!(
             "{flag} {value:?}: expected a positive whole number"
         )),
@@ -53,6 +56,7 @@ fn parse(mut args: impl Iterator<Item = OsString>) -> Result<Launch, String> {
             "--guaranteed" => "CORRAL_RUN_GUARANTEED",
             "--max-cores" => "CORRAL_RUN_MAX_CORES",
             "--preemption" => "CORRAL_RUN_PREEMPTION",
+            "--blocking-reserve" => "CORRAL_RUN_BLOCKING_RESERVE",
             _ => return Err(format!("unknown option {flag}")),
         };
         if seen.contains(&flag.to_owned()) {
@@ -91,6 +95,9 @@ fn parse(mut args: impl Iterator<Item = OsString>) -> Result<Launch, String> {
         if has(dependent) && !has("CORRAL_IOKERNELD") {
             return Err(format!("{flag} needs --iokerneld"));
         }
+    }
+    if has("CORRAL_RUN_BLOCKING_RESERVE") && has("CORRAL_IOKERNELD") {
+        return Err("--blocking-reserve is for standalone runs (iokerneld grants cores to registered kthreads only)".into());
     }
     let get = |k: &str| {
         env.iter()

@@ -152,6 +152,11 @@ impl ParkWord {
         self.is_woken()
     }
 
+    /// Clears the word before a sleep that only a later `wake` may end.
+    pub fn reset(&self) {
+        self.0.store(0, Ordering::Relaxed);
+    }
+
     pub fn is_woken(&self) -> bool {
         self.0.load(Ordering::Acquire) == 1
     }

@@ -109,6 +109,11 @@ pub(crate) struct Kthread {
     /// core, which tells a request it answers before running anything from one that took a
     /// running uthread off the core.
     pub ran_since_grant: Cell<bool>,
+    /// In the blocking reserve (see `sched::blocking`): asleep on `park_word`, outside the
+    /// idle protocol, until the monitor puts it back to work.
+    pub in_reserve: core::sync::atomic::AtomicBool,
+    /// Context switches into uthreads, counted by the owner (read by the blocking monitor).
+    switches: AtomicU64,
     next_id: Cell<u64>,
     id_limit: Cell<u64>,
 
@@ -181,6 +186,8 @@ impl Kthread {
             rng: Cell::new(0x9E37_79B9_7F4A_7C15 ^ ((index as u64 + 1) << 17)),
             ticks: Cell::new(0),
             ran_since_grant: Cell::new(false),
+            in_reserve: core::sync::atomic::AtomicBool::new(false),
+            switches: AtomicU64::new(0),
             next_id: Cell::new(0),
             id_limit: Cell::new(0),
             iok,
@@ -190,6 +197,18 @@ impl Kthread {
         });
         k.self_ptr = &*k;
         k
+    }
+
+    /// Counts a switch into a uthread. Owner only: a load and a store, no locked instruction.
+    #[inline]
+    pub fn count_switch(&self) {
+        self.switches
+            .store(self.switches.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    }
+
+    /// Switches into uthreads so far.
+    pub fn switches(&self) -> u64 {
+        self.switches.load(Ordering::Relaxed)
     }
 
     /// Makes the calling OS thread this kthread.

@@ -16,6 +16,7 @@
 //!   parked; a kthread that makes work runnable checks for parked kthreads after publishing it
 //!   (with a full fence between), so no runnable work waits while a kthread sleeps.
 
+pub(crate) mod blocking;
 pub(crate) mod idle;
 pub(crate) mod kthread;
 pub(crate) mod running;
@@ -62,6 +63,8 @@ pub(crate) struct Shared {
     pub iok: Option<IokShared>,
     /// Set when the configuration has a network.
     pub net: Option<std::sync::Arc<crate::net::stack::NetStack>>,
+    /// Kthreads out of the blocking reserve (`config.kthreads` of them at start).
+    pub active_kthreads: AtomicUsize,
 }
 
 // SAFETY: the UnsafeCells are guarded by the spinlocks next to them.
@@ -71,11 +74,12 @@ unsafe impl Send for Shared {}
 
 impl Shared {
     pub fn new(config: Config, iok: Option<(IokShared, Vec<IokKthread>)>) -> Box<Shared> {
+        let config_kthreads = config.kthreads;
         let (iok, mut iok_kthreads) = match iok {
             Some((shared, kthreads)) => (Some(shared), kthreads.into_iter().map(Some).collect()),
             None => (None, Vec::new()),
         };
-        iok_kthreads.resize_with(config.kthreads, || None);
+        iok_kthreads.resize_with(config.kthreads + config.blocking_reserve, || None);
         let net = config
             .net
             .as_ref()
@@ -90,6 +94,7 @@ impl Shared {
             inject_len: AtomicUsize::new(0),
             shutdown: AtomicBool::new(false),
             foreign_spawned: core::sync::atomic::AtomicU64::new(0),
+            active_kthreads: AtomicUsize::new(config_kthreads),
             iok,
             net,
         });
@@ -102,6 +107,9 @@ impl Shared {
             .enumerate()
             .map(|(i, iok)| &*Box::leak(Kthread::new(i, rt, iok, uthread_tls)))
             .collect();
+        for k in &shared.kthreads[config_kthreads..] {
+            k.in_reserve.store(true, Ordering::Relaxed);
+        }
         shared
     }
 
@@ -262,6 +270,11 @@ pub(crate) fn kthread_main(k: &'static Kthread) {
         // The scheduler context runs with preemption disabled.
         crate::iokernel::poll_own(k);
     }
+    if k.in_reserve.load(Ordering::SeqCst) {
+        k.state.store(KthreadState::Parked, Ordering::SeqCst);
+        k.timers.stop_accepting();
+        blocking::wait_in_reserve(k);
+    }
     rt.idle.start_spinning();
     k.state.store(KthreadState::Spinning, Ordering::SeqCst);
     sched_main(k);
@@ -341,7 +354,7 @@ fn sched_main(k: &'static Kthread) {
         {
             if rt.iok.is_some() {
                 iok_park(k, false);
-            } else {
+            } else if !blocking::retire(k) {
                 park(k);
             }
             // Parking returns with this kthread counted as spinning again.
@@ -609,6 +622,7 @@ unsafe fn switch_into(
     let next = unsafe { &*next };
     // It may have been readied before it finished switching away on another kthread.
     next.running.claim();
+    k.count_switch();
     k.set_current(next as *const UThread as *mut UThread);
     // SAFETY: we switch to next right below, preemption disabled (caller's contract).
     unsafe { k.install_fs(next.fs_base()) };
