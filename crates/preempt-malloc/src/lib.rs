@@ -1,4 +1,5 @@
-//! `malloc` and its family for C code that runs on Corral uthreads, with preemption disabled:
+//! `malloc` and its family for C code that runs on Corral uthreads, with preemption disabled
+//! (once a runtime of the process can preempt at all, see `corral::preempt::possible`):
 //! glibc's allocator keeps locks and caches that belong to "the current thread", which a
 //! uthread preempted inside it would otherwise leave behind on its kthread. Each call goes to
 //! glibc's exported `__libc_*` entry points (so no `dlsym`, which itself allocates, is needed).
@@ -12,7 +13,24 @@
 
 use core::ffi::c_void;
 
-use corral::preempt::PreemptGuard;
+use corral::preempt::{self, PreemptGuard};
+
+/// Runs `f` with preemption disabled, when any runtime can preempt at all (`corral-run`
+/// standalone never does, and then a call costs one load more than glibc's own).
+#[inline(always)]
+fn guarded<R>(f: impl FnOnce() -> R) -> R {
+    if !preempt::possible() {
+        return f();
+    }
+    with_preemption_disabled(f)
+}
+
+/// Out of line, so that the common path saves no registers for the kthread lookups.
+#[inline(never)]
+fn with_preemption_disabled<R>(f: impl FnOnce() -> R) -> R {
+    let _g = PreemptGuard::new();
+    f()
+}
 
 unsafe extern "C" {
     fn __libc_malloc(size: usize) -> *mut c_void;
@@ -26,37 +44,32 @@ unsafe extern "C" {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
-    let _g = PreemptGuard::new();
     // SAFETY: glibc's malloc.
-    unsafe { __libc_malloc(size) }
+    guarded(|| unsafe { __libc_malloc(size) })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn free(p: *mut c_void) {
-    let _g = PreemptGuard::new();
     // SAFETY: glibc's free, with the caller's pointer.
-    unsafe { __libc_free(p) }
+    guarded(|| unsafe { __libc_free(p) })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
-    let _g = PreemptGuard::new();
     // SAFETY: glibc's calloc.
-    unsafe { __libc_calloc(n, size) }
+    guarded(|| unsafe { __libc_calloc(n, size) })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
-    let _g = PreemptGuard::new();
     // SAFETY: glibc's realloc, with the caller's pointer.
-    unsafe { __libc_realloc(p, size) }
+    guarded(|| unsafe { __libc_realloc(p, size) })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
-    let _g = PreemptGuard::new();
     // SAFETY: glibc's memalign.
-    unsafe { __libc_memalign(align, size) }
+    guarded(|| unsafe { __libc_memalign(align, size) })
 }
 
 #[unsafe(no_mangle)]
@@ -87,14 +100,12 @@ pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, siz
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
-    let _g = PreemptGuard::new();
     // SAFETY: glibc's valloc.
-    unsafe { __libc_valloc(size) }
+    guarded(|| unsafe { __libc_valloc(size) })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
-    let _g = PreemptGuard::new();
     // SAFETY: glibc's pvalloc.
-    unsafe { __libc_pvalloc(size) }
+    guarded(|| unsafe { __libc_pvalloc(size) })
 }

@@ -71,6 +71,14 @@ fn run_pending() {
     crate::sched::preempt_pending();
 }
 
+/// Whether a uthread of this process can be preempted at all: only once a runtime with
+/// preemption has installed its signal handler. Code that disables preemption around C
+/// library calls on every call (the `malloc` wrappers) can skip it before then.
+#[inline]
+pub fn possible() -> bool {
+    crate::signal::preemption_installed()
+}
+
 /// Disables preemption for as long as it lives.
 pub struct PreemptGuard {
     _not_send: core::marker::PhantomData<*mut ()>,

@@ -54,6 +54,12 @@ pub(crate) fn on_kthread_exit() {
 }
 
 /// Installs the preemption handler (process-wide, once).
+/// Whether any runtime of this process installed the preemption handler (it stays installed).
+#[inline]
+pub(crate) fn preemption_installed() -> bool {
+    INSTALL_PREEMPT.is_completed()
+}
+
 pub(crate) fn install_preemption_handler() {
     INSTALL_PREEMPT.call_once(|| {
         let old = install(PREEMPT_SIGNAL, on_preempt, 0);

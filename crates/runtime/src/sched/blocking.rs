@@ -4,15 +4,16 @@
 //! A uthread that makes a blocking system call the runtime does not turn into a uthread wait
 //! (`epoll_wait`, a `read` on a pipe, a raw futex) holds its kthread until the call returns,
 //! and the uthreads queued behind it wait; if every kthread is held so, the program stops. A
-//! monitor thread looks at the kthreads every millisecond or so (backing off to
-//! [`MAX_PERIOD`] while nothing is held). A kthread is held when it has run the same uthread
-//! since the last look (its switch count has not moved) and its OS thread is asleep in the
-//! kernel (`S` or `D` in `/proc`); a uthread that computes is not held, preemption shares its
-//! kthread. While uthreads wait to run and fewer than `kthreads` kthreads are free, the monitor
-//! takes kthreads out of the reserve to make up the difference, as Go's runtime hands a
-//! processor to a new thread when one blocks in a system call. A kthread beyond `kthreads`
-//! that finds nothing to do goes back to the reserve instead of parking, so the runtime keeps
-//! `kthreads` of them working once the held ones come back.
+//! monitor thread looks at the kthreads: every millisecond after it found one newly held,
+//! backing off to [`MAX_PERIOD`] while nothing changes, and reading `/proc` only while uthreads
+//! wait in a queue. A kthread is held when it has run the same uthread since the last look (its
+//! switch count has not moved) and its OS thread is asleep in the kernel (`S` or `D` in
+//! `/proc`); a uthread that computes is not held, it is using its core. While uthreads wait to
+//! run and fewer than `kthreads` kthreads are free, the monitor takes kthreads out of the
+//! reserve to make up the difference, as Go's runtime hands a processor to a new thread when
+//! one blocks in a system call. A kthread beyond `kthreads` that finds nothing to do goes back
+//! to the reserve instead of parking, so the runtime keeps `kthreads` of them working once the
+//! held ones come back.
 
 use core::sync::atomic::Ordering;
 use std::io;
@@ -21,10 +22,9 @@ use std::time::Duration;
 use crate::sched::Shared;
 use crate::sched::kthread::{Kthread, KthreadState};
 
-/// How often the monitor looks while a kthread has not switched since its last look.
+/// How often the monitor looks after it found a kthread newly held.
 const MIN_PERIOD: Duration = Duration::from_millis(1);
-/// How often it looks at most while every kthread moves on: a held kthread is noticed within
-/// this, then within `MIN_PERIOD` while it stays held.
+/// How often it looks at least: a newly held kthread is noticed within this.
 const MAX_PERIOD: Duration = Duration::from_millis(16);
 
 /// Starts the monitor (only with a reserve); it ends at shutdown.
@@ -41,39 +41,41 @@ pub(crate) fn start(rt: &'static Shared) -> io::Result<Option<std::thread::JoinH
 fn monitor(rt: &'static Shared) {
     let mut switches: Vec<u64> = rt.kthreads.iter().map(|k| k.switches()).collect();
     let mut period = MIN_PERIOD;
+    let mut held_before = 0;
     let mut warned = false;
     while !rt.shutdown.load(Ordering::SeqCst) {
         std::thread::sleep(period);
-        let mut unmoved = 0;
+        // Only queued work can be kept waiting; without any, nothing below is worth a look at
+        // `/proc` (a program whose threads all compute, or all wait, costs one pass of loads).
+        let waiting = rt.work_visible(crate::timer::now_ns());
         let mut held = 0;
         for (k, seen) in rt.kthreads.iter().zip(switches.iter_mut()) {
             let now = k.switches();
             let moved = now != *seen;
             *seen = now;
-            if moved
-                || k.in_reserve.load(Ordering::SeqCst)
-                || k.state.load(Ordering::SeqCst) != KthreadState::Running
+            if waiting
+                && !moved
+                && !k.in_reserve.load(Ordering::SeqCst)
+                && k.state.load(Ordering::SeqCst) == KthreadState::Running
+                && asleep_in_kernel(k)
             {
-                continue;
-            }
-            unmoved += 1;
-            if asleep_in_kernel(k) {
                 held += 1;
             }
         }
-        period = if unmoved > 0 {
+        let active = rt.active_kthreads.load(Ordering::SeqCst);
+        let mut wanted = shortfall(rt.config.kthreads, active, held);
+        let mut activated = 0;
+        while wanted > 0 && activate_one(rt) {
+            wanted -= 1;
+            activated += 1;
+        }
+        // Look again soon while kthreads newly block; back off while the picture holds.
+        period = if activated > 0 || held > held_before {
             MIN_PERIOD
         } else {
             (period * 2).min(MAX_PERIOD)
         };
-        if held == 0 || !rt.work_visible(crate::timer::now_ns()) {
-            continue;
-        }
-        let active = rt.active_kthreads.load(Ordering::SeqCst);
-        let mut wanted = shortfall(rt.config.kthreads, active, held);
-        while wanted > 0 && activate_one(rt) {
-            wanted -= 1;
-        }
+        held_before = held;
         if wanted > 0 && !warned {
             warned = true;
             eprintln!(

@@ -365,10 +365,19 @@ pub(crate) fn current_kthread() -> Option<&'static Kthread> {
         }
         // Either a thread that inherited a kthread's %gs when it was created (not a kthread),
         // or a uthread preempted and moved to another kthread between the two reads.
-        if !ON_KTHREAD.with(Cell::get) {
+        if !on_kthread_thread() {
             return None;
         }
     }
+}
+
+/// `ON_KTHREAD`, out of line: in a shared library (the `corral-run` shim) a thread-local's
+/// address costs a `__tls_get_addr` call, which the compiler would otherwise hoist into every
+/// caller of `current_kthread` (every `malloc` and `free` under the shim), fast path included.
+#[cold]
+#[inline(never)]
+fn on_kthread_thread() -> bool {
+    ON_KTHREAD.with(Cell::get)
 }
 
 /// Marks the thread-local data now installed (a uthread's own, with `Config::uthread_tls`) as
