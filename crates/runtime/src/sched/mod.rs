@@ -274,6 +274,7 @@ pub(crate) fn kthread_main(k: &'static Kthread) {
         k.state.store(KthreadState::Parked, Ordering::SeqCst);
         k.timers.stop_accepting();
         blocking::wait_in_reserve(k);
+        k.timers.start_accepting();
     }
     rt.idle.start_spinning();
     k.state.store(KthreadState::Spinning, Ordering::SeqCst);
