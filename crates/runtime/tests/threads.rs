@@ -536,8 +536,26 @@ fn a_kthread_blocked_in_the_kernel_is_stood_in_for_by_the_reserve() {
             // SAFETY: writes one byte from a local to a descriptor we own.
             unsafe { libc::write(write_end, (&round as *const u8).cast(), 1) }
         });
+        // Without a stand-in the writer never runs and the reader waits for ever: a watchdog
+        // unblocks it with a byte no writer sends, so that the test fails instead of hanging.
+        let (finished, watched) = std::sync::mpsc::channel::<()>();
+        let watchdog = std::thread::spawn(move || {
+            if watched.recv_timeout(Duration::from_secs(30)).is_err() {
+                let stray = 0xFFu8;
+                // SAFETY: writes one byte from a local to a descriptor the round keeps open
+                // until this thread is joined.
+                unsafe { libc::write(write_end, (&stray as *const u8).cast(), 1) };
+            }
+        });
+        let read = reader.join().expect("reader");
+        let _ = finished.send(());
+        watchdog.join().expect("watchdog");
+        assert_eq!(
+            read,
+            (1, round),
+            "round {round}: no kthread stood in for the reader"
+        );
         assert_eq!(writer.join().expect("writer"), 1);
-        assert_eq!(reader.join().expect("reader"), (1, round));
         // SAFETY: closing the descriptors this round opened.
         unsafe {
             libc::close(read_end);
