@@ -81,6 +81,35 @@ pub fn take_over_preempt_signal(before: libc::sigaction) {
     TAKEN_OVER.store(true, Ordering::Release);
 }
 
+/// Whether the program set the preemption signal to `SIG_IGN` (while the kernel has the
+/// runtime's handler).
+pub fn program_ignores_preempt_signal() -> bool {
+    if !TAKEN_OVER.load(Ordering::Acquire) {
+        return false;
+    }
+    let _changes = CHANGES.lock();
+    // SAFETY: set before TAKEN_OVER and never freed.
+    unsafe { (*PROGRAM.load(Ordering::Acquire)).sa_sigaction == libc::SIG_IGN }
+}
+
+/// Sets the kernel's disposition of `sig` to `handler` with no flags; returns the one it
+/// replaced, for [`restore_kernel_disposition`], or `None` if it could not be set.
+pub fn set_kernel_disposition(sig: i32, handler: libc::sighandler_t) -> Option<libc::sigaction> {
+    // SAFETY: all zeroes is a valid sigaction (SIG_DFL, no flags, an empty mask).
+    let mut next: libc::sigaction = unsafe { core::mem::zeroed() };
+    next.sa_sigaction = handler;
+    // SAFETY: as above.
+    let mut before: libc::sigaction = unsafe { core::mem::zeroed() };
+    // SAFETY: valid actions.
+    let rc = unsafe { real_sigaction()(sig, &next, &mut before) };
+    (rc == 0).then_some(before)
+}
+
+pub fn restore_kernel_disposition(sig: i32, before: &libc::sigaction) {
+    // SAFETY: an action the kernel reported.
+    unsafe { real_sigaction()(sig, before, core::ptr::null_mut()) };
+}
+
 fn intercepted(sig: i32) -> bool {
     sig == corral::PREEMPT_SIGNAL && TAKEN_OVER.load(Ordering::Acquire)
 }

@@ -5,7 +5,8 @@
 //! Interposed: `__libc_start_main` ([`start`]); threads, keys ([`thread`]); mutexes, condition
 //! variables, rwlocks, barriers, spinlocks, `pthread_once`, unnamed semaphores; `sched_yield`
 //! and the sleeps ([`wait`]); futexes waited on through `syscall` ([`syscall`]); signal masks
-//! ([`sigmask`]); the preemption signal's disposition ([`disposition`]); `malloc` and its family
+//! ([`sigmask`]); the preemption signal's disposition ([`disposition`]); the `exec` family and
+//! `posix_spawn`, to keep Corral across an exec ([`exec`]); `malloc` and its family
 //! (`corral-preempt-malloc`); what cannot work is refused ([`refuse`]).
 
 #![allow(clippy::missing_safety_doc)]
@@ -15,6 +16,7 @@ use corral_preempt_malloc as _;
 mod barrier;
 mod cond;
 mod disposition;
+mod exec;
 mod futex;
 mod layout;
 mod mutex;

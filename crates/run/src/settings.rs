@@ -4,7 +4,8 @@
 use corral::{Config, IokernelSettings, PreemptionMode};
 
 /// Set by `corral-run`: the shim then removes its variables and its own `LD_PRELOAD` entry from
-/// the environment, so that programs the program starts run as plain Linux programs.
+/// the environment, so that programs the program starts run as plain Linux programs (unless
+/// [`CHILDREN_ENV`] says otherwise; an exec that replaces the program keeps them, see `exec`).
 pub const LAUNCHED_ENV: &str = "CORRAL_RUN";
 pub const KTHREADS_ENV: &str = "CORRAL_RUN_KTHREADS";
 pub const MAX_CORES_ENV: &str = "CORRAL_RUN_MAX_CORES";
@@ -19,6 +20,20 @@ pub const BLOCKING_RESERVE_ENV: &str = "CORRAL_RUN_BLOCKING_RESERVE";
 pub const DEFAULT_BLOCKING_RESERVE: usize = 8;
 /// `LD_PRELOAD` as it was before `corral-run` added the shim (unset if it was unset).
 pub const PREVIOUS_PRELOAD_ENV: &str = "CORRAL_RUN_LD_PRELOAD";
+/// `plain` (the default) or `corral`: whether the programs this one starts run under Corral.
+pub const CHILDREN_ENV: &str = "CORRAL_RUN_CHILDREN";
+/// Every variable `corral-run` sets for the shim but `LD_PRELOAD` and the iokerneld socket.
+pub const LAUNCHER_VARS: &[&str] = &[
+    LAUNCHED_ENV,
+    KTHREADS_ENV,
+    MAX_CORES_ENV,
+    NAME_ENV,
+    GUARANTEED_ENV,
+    PREEMPTION_ENV,
+    BLOCKING_RESERVE_ENV,
+    PREVIOUS_PRELOAD_ENV,
+    CHILDREN_ENV,
+];
 /// iokerneld's control socket: the runtime's own variable.
 pub const IOKERNELD_ENV: &str = corral::IOKERNELD_SOCKET_ENV;
 
@@ -34,6 +49,8 @@ pub struct Settings {
     pub preemption: Option<PreemptionMode>,
     /// Standalone only; [`DEFAULT_BLOCKING_RESERVE`] when not given.
     pub blocking_reserve: Option<usize>,
+    /// `--children corral`: the programs this one starts run under Corral too.
+    pub children_too: bool,
 }
 
 fn count(key: &str, value: Option<String>) -> Result<Option<usize>, String> {
@@ -55,6 +72,15 @@ impl Settings {
             name: var(NAME_ENV),
             guaranteed: count(GUARANTEED_ENV, var(GUARANTEED_ENV))?,
             blocking_reserve: count(BLOCKING_RESERVE_ENV, var(BLOCKING_RESERVE_ENV))?,
+            children_too: match var(CHILDREN_ENV).as_deref() {
+                None | Some("plain") => false,
+                Some("corral") => true,
+                Some(other) => {
+                    return Err(format!(
+                        "{CHILDREN_ENV}={other:?}: expected plain or corral"
+                    ));
+                }
+            },
             preemption: match var(PREEMPTION_ENV).as_deref() {
                 None => None,
                 Some("idle-class") => Some(PreemptionMode::IdleClass),

@@ -24,6 +24,11 @@ fn empty_set() -> libc::sigset_t {
     }
 }
 
+/// The calling uthread's signal mask, as the program set it.
+pub fn current_uthread_mask() -> libc::sigset_t {
+    MASK.with(Cell::get).unwrap_or_else(empty_set)
+}
+
 /// # Safety
 /// The pointers are null or valid, as for `pthread_sigmask`.
 unsafe fn uthread_mask(how: i32, set: *const libc::sigset_t, old: *mut libc::sigset_t) -> i32 {

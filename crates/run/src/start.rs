@@ -76,7 +76,8 @@ fn program_name(argv: *mut *mut c_char) -> String {
     .unwrap_or_else(|| "corral-run".into())
 }
 
-/// Removes the launcher's variables, so that what the program runs is not a Corral runtime.
+/// Removes the launcher's variables, so that what the program starts is not a Corral runtime
+/// (an exec of its own puts them back: see `exec`).
 fn restore_environment() {
     if std::env::var_os(settings::LAUNCHED_ENV).is_none() {
         return;
@@ -89,16 +90,7 @@ fn restore_environment() {
             Some(p) => std::env::set_var("LD_PRELOAD", p),
             None => std::env::remove_var("LD_PRELOAD"),
         }
-        for key in [
-            settings::LAUNCHED_ENV,
-            settings::KTHREADS_ENV,
-            settings::MAX_CORES_ENV,
-            settings::NAME_ENV,
-            settings::GUARANTEED_ENV,
-            settings::PREEMPTION_ENV,
-            settings::BLOCKING_RESERVE_ENV,
-            settings::PREVIOUS_PRELOAD_ENV,
-        ] {
+        for key in settings::LAUNCHER_VARS {
             std::env::remove_var(key);
         }
     }
@@ -113,7 +105,10 @@ unsafe extern "C" fn main_in_runtime(
         eprintln!("corral-run: {e}");
         std::process::exit(USAGE_STATUS)
     });
-    restore_environment();
+    crate::exec::remember_launch(settings.children_too);
+    if !settings.children_too {
+        restore_environment();
+    }
     crate::syscall::resolve();
     let config = settings.config(&program_name(argv));
     let program_disposition = disposition::kernel_disposition(corral::PREEMPT_SIGNAL);

@@ -75,6 +75,10 @@ fn bad_options_are_refused() {
             "exceeds --max-cores",
         ),
         (&["--bogus", "--", "true"][..], "unknown option --bogus"),
+        (
+            &["--children", "all", "--", "true"][..],
+            "--children \"all\": expected plain or corral",
+        ),
         (&["--kthreads", "2"][..], "no PROGRAM given"),
     ] {
         let out = support::run(support::corral_run().args(args));

@@ -2,6 +2,10 @@
 //! as a Corral runtime, standalone or under iokerneld, by preloading the shim library
 //! (`libcorral_shim.so`, found next to this binary or at `$CORRAL_RUN_SHIM`) and executing the
 //! program in this process: its exit status, signals and standard streams are its own.
+//!
+//! An exec by the program (a shell-script wrapper's `exec`) keeps it under Corral. The programs
+//! it starts as children (`fork` and `exec`, `posix_spawn`, `system`) run plain, or with
+//! `--children corral` each under Corral as a runtime of its own, with the same options.
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -10,7 +14,7 @@ use std::process::{Command, ExitCode};
 
 const USAGE: &str = "usage: corral-run [--iokerneld SOCK] [--name N] [--kthreads N] \
 [--guaranteed N] [--max-cores N] [--preemption idle-class|signal] [--blocking-reserve N] \
--- PROGRAM ARGS...";
+[--children plain|corral] -- PROGRAM ARGS...";
 
 /// The shim's file name, next to this binary in a cargo target directory or an install.
 const SHIM_FILE: &str = "libcorral_shim.so";
@@ -57,6 +61,7 @@ fn parse(mut args: impl Iterator<Item = OsString>) -> Result<Launch, String> {
             "--max-cores" => "CORRAL_RUN_MAX_CORES",
             "--preemption" => "CORRAL_RUN_PREEMPTION",
             "--blocking-reserve" => "CORRAL_RUN_BLOCKING_RESERVE",
+            "--children" => "CORRAL_RUN_CHILDREN",
             _ => return Err(format!("unknown option {flag}")),
         };
         if seen.contains(&flag.to_owned()) {
@@ -79,6 +84,12 @@ fn parse(mut args: impl Iterator<Item = OsString>) -> Result<Launch, String> {
                     return Err(format!(
                         "--preemption {value:?}: expected idle-class or signal"
                     ));
+                }
+                value
+            }
+            "--children" => {
+                if !matches!(value.as_str(), "plain" | "corral") {
+                    return Err(format!("--children {value:?}: expected plain or corral"));
                 }
                 value
             }
