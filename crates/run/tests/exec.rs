@@ -103,28 +103,25 @@ fn a_failed_exec_returns_its_error_and_the_program_goes_on_under_corral() {
 #[test]
 fn a_shell_script_wrapper_runs_its_program_under_corral() {
     let p = programs();
-    let wrapper = p.dir.join("wrapper.sh");
-    std::fs::write(
-        &wrapper,
-        "#!/bin/sh\nMARK=wrapped\nexport MARK\nexec \"$(dirname \"$0\")/corral_probe\" \"$@\"\n",
-    )
-    .expect("write the wrapper");
-    std::fs::set_permissions(
-        &wrapper,
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .expect("make the wrapper executable");
+    // Kept in the source tree, not written here: a file this process has open for writing is
+    // inherited by any child another test forks meanwhile, and exec of it fails with ETXTBSY
+    // until that child has exec'd in turn.
+    let wrapper = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs/probe_wrapper.sh");
     let expected = |runtime: &str| {
         format!("{runtime}\nargs: a b\nmark: wrapped\nlauncher variables: 0\nLD_PRELOAD: unset\n")
     };
     let plain = support::run(
         with_path(Command::new(&wrapper), &p.dir)
             .args(["a", "b"])
-            .env_remove("LD_PRELOAD"),
+            .env("PROBE", &p.probe),
     );
     assert_eq!(support::success("plain wrapper", &plain), expected("plain"));
     let mut shimmed = with_path(support::corral_run(), &p.dir);
-    shimmed.arg("--").arg(&wrapper).args(["a", "b"]);
+    shimmed
+        .env("PROBE", &p.probe)
+        .arg("--")
+        .arg(&wrapper)
+        .args(["a", "b"]);
     let shimmed = support::run(&mut shimmed);
     assert_eq!(
         support::success("wrapper under corral-run", &shimmed),
