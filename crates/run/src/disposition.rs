@@ -95,11 +95,9 @@ pub fn program_ignores_preempt_signal() -> bool {
 /// Sets the kernel's disposition of `sig` to `handler` with no flags; returns the one it
 /// replaced, for [`restore_kernel_disposition`], or `None` if it could not be set.
 pub fn set_kernel_disposition(sig: i32, handler: libc::sighandler_t) -> Option<libc::sigaction> {
-    // SAFETY: all zeroes is a valid sigaction (SIG_DFL, no flags, an empty mask).
-    let mut next: libc::sigaction = unsafe { core::mem::zeroed() };
+    let mut next = DEFAULT_ACTION.0;
     next.sa_sigaction = handler;
-    // SAFETY: as above.
-    let mut before: libc::sigaction = unsafe { core::mem::zeroed() };
+    let mut before = DEFAULT_ACTION.0;
     // SAFETY: valid actions.
     let rc = unsafe { real_sigaction()(sig, &next, &mut before) };
     (rc == 0).then_some(before)

@@ -61,6 +61,14 @@ struct Launch {
     param: libc::sched_param,
 }
 
+/// The variables a new image needs from the launcher (`LD_PRELOAD` aside).
+fn carried_vars() -> impl Iterator<Item = &'static str> {
+    settings::LAUNCHER_VARS
+        .iter()
+        .copied()
+        .chain([settings::IOKERNELD_ENV])
+}
+
 /// Called on the main thread before the runtime starts and before the launcher's variables
 /// are removed from the environment.
 pub fn remember_launch(children_too: bool) {
@@ -73,11 +81,7 @@ pub fn remember_launch(children_too: bool) {
         return;
     };
     let mut vars = Vec::new();
-    for key in settings::LAUNCHER_VARS
-        .iter()
-        .chain([&settings::IOKERNELD_ENV])
-        .filter(|k| **k != settings::PREVIOUS_PRELOAD_ENV)
-    {
+    for key in carried_vars().filter(|k| *k != settings::PREVIOUS_PRELOAD_ENV) {
         if let Some(value) = std::env::var_os(key) {
             let mut entry = format!("{key}=").into_bytes();
             entry.extend_from_slice(value.as_bytes());
@@ -130,12 +134,7 @@ impl Environment {
     /// # Safety
     /// `envp` is null or a null-terminated array of NUL-terminated strings.
     unsafe fn new(launch: &Launch, envp: *const *const c_char) -> Environment {
-        let ours = |key: &[u8]| {
-            settings::LAUNCHER_VARS
-                .iter()
-                .chain([&settings::IOKERNELD_ENV])
-                .any(|k| k.as_bytes() == key)
-        };
+        let ours = |key: &[u8]| carried_vars().any(|k| k.as_bytes() == key);
         let mut pointers = Vec::new();
         let mut their_preload: Option<Vec<u8>> = None;
         let mut at = envp;
@@ -196,6 +195,13 @@ fn without_shim<'a>(value: &'a [u8], shim: &[u8]) -> &'a [u8] {
     .trim_ascii()
 }
 
+type Sigmask = unsafe extern "C" fn(c_int, *const libc::sigset_t, *mut libc::sigset_t) -> c_int;
+
+/// The C library's `pthread_sigmask`, which sets the kernel's mask (the shim's sets a uthread's).
+fn kernel_sigmask() -> Sigmask {
+    real!(pthread_sigmask: Sigmask)
+}
+
 /// The calling kthread's state that an exec hands to the new image, changed to what the
 /// program's thread would hand on, and put back if the exec fails.
 struct ForExec {
@@ -222,7 +228,6 @@ impl ForExec {
             }
         };
         let mask = crate::sigmask::current_uthread_mask();
-        let sigmask = real!(pthread_sigmask: unsafe extern "C" fn(c_int, *const libc::sigset_t, *mut libc::sigset_t) -> c_int);
         // SAFETY: this thread's own scheduling and signal mask, with locals of the right
         // types; a failure leaves the thread as it was, which an exec can live with.
         unsafe {
@@ -231,7 +236,7 @@ impl ForExec {
             saved.policy = libc::sched_getscheduler(0);
             libc::sched_setscheduler(0, launch.policy, &launch.param);
             libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &launch.affinity);
-            sigmask(libc::SIG_SETMASK, &mask, &mut saved.mask);
+            kernel_sigmask()(libc::SIG_SETMASK, &mask, &mut saved.mask);
         }
         // Handled signals go back to their defaults across an exec; an ignored one stays
         // ignored. The kernel has the runtime's handler for the preemption signal, so the
@@ -245,13 +250,12 @@ impl ForExec {
     }
 
     fn undo(self) {
-        let sigmask = real!(pthread_sigmask: unsafe extern "C" fn(c_int, *const libc::sigset_t, *mut libc::sigset_t) -> c_int);
         if let Some(before) = self.preempt_disposition {
             crate::disposition::restore_kernel_disposition(corral::PREEMPT_SIGNAL, &before);
         }
         // SAFETY: as in `prepare`, with the values saved there.
         unsafe {
-            sigmask(libc::SIG_SETMASK, &self.mask, core::ptr::null_mut());
+            kernel_sigmask()(libc::SIG_SETMASK, &self.mask, core::ptr::null_mut());
             libc::sched_setscheduler(0, self.policy, &self.param);
             libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &self.affinity);
         }
