@@ -8,9 +8,15 @@
 //! `sysv_signal` for that signal keep the program's disposition here, report it back, and leave
 //! the kernel's alone. The kernel's handler is [`on_preempt_signal`], which tells the two uses
 //! apart by who sent the signal: one sent with `kill` or `sigqueue` (another process, a shell's
-//! `kill -USR1`) is the program's, and goes to its disposition; one sent to a thread with
-//! `tgkill` (iokerneld's preemption requests and kicks, the runtime's own re-raise) is the
-//! runtime's. On a thread that is not a kthread every such signal is the program's.
+//! `kill -USR1`) is the program's, and goes on to the shim's dispatcher, which routes it to the
+//! uthread that takes it (see [`crate::signals`]); one sent to a thread with `tgkill`
+//! (iokerneld's preemption requests and kicks, the runtime's own re-raise) is the runtime's.
+//! On a thread that is not a kthread every such signal is the program's. (The program's own
+//! `kill` of itself, `raise` and `pthread_kill` never reach the kernel: the shim routes them.)
+//!
+//! Every other signal the shim routes keeps the program's disposition in the kernel, where
+//! [`program_action`] reads it: kthreads block those signals, so the kernel never runs their
+//! handlers itself.
 
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
@@ -41,7 +47,7 @@ unsafe impl Sync for StaticAction {}
 // SAFETY: all zeroes is a valid sigaction: SIG_DFL, no flags, an empty mask.
 static DEFAULT_ACTION: StaticAction = StaticAction(unsafe { core::mem::zeroed() });
 
-fn real_sigaction() -> SigactionFn {
+pub fn real_sigaction() -> SigactionFn {
     real!(sigaction: SigactionFn)
 }
 
@@ -112,6 +118,35 @@ fn intercepted(sig: i32) -> bool {
     sig == corral::PREEMPT_SIGNAL && TAKEN_OVER.load(Ordering::Acquire)
 }
 
+/// The program's action for `sig`: its own for the preemption signal once taken over, the
+/// kernel's for the others (the kernel never runs a routed signal's handler: every kthread
+/// blocks it, so the kernel's disposition is the program's, kept there).
+pub fn program_action(sig: i32) -> libc::sigaction {
+    if intercepted(sig) {
+        let _changes = CHANGES.lock();
+        // SAFETY: set before TAKEN_OVER and never freed.
+        return unsafe { *PROGRAM.load(Ordering::Acquire) };
+    }
+    kernel_disposition(sig)
+}
+
+/// `SA_RESETHAND`: the program's action for `sig` becomes the default, as its handler starts.
+pub fn reset_program_action(sig: i32) {
+    if intercepted(sig) {
+        // Only read through PROGRAM, never written.
+        let default = &DEFAULT_ACTION.0 as *const libc::sigaction as *mut libc::sigaction;
+        PROGRAM.store(default, Ordering::Release);
+    } else {
+        make_kernel_default(sig);
+    }
+}
+
+/// Makes the kernel's action for `sig` its default, for the default action to be taken.
+pub fn make_kernel_default(sig: i32) {
+    // SAFETY: a valid action (SIG_DFL, no flags).
+    unsafe { real_sigaction()(sig, &DEFAULT_ACTION.0, core::ptr::null_mut()) };
+}
+
 /// The program's `sigaction` for the preemption signal: reports and replaces its disposition.
 ///
 /// # Safety
@@ -141,8 +176,21 @@ pub unsafe extern "C" fn sigaction(
         unsafe { program_sigaction(act, old) };
         return 0;
     }
+    if refused_kick(sig) {
+        return -1;
+    }
     // SAFETY: forwarded.
     unsafe { real_sigaction()(sig, act, old) }
+}
+
+/// The kick is the shim's (the program's `SIGRTMAX` is one lower): changing it is `EINVAL`.
+fn refused_kick(sig: i32) -> bool {
+    if sig != crate::signals::KICK || !crate::signals::active() {
+        return false;
+    }
+    // SAFETY: this thread's errno.
+    unsafe { *libc::__errno_location() = libc::EINVAL };
+    true
 }
 
 /// glibc exports its `sigaction` under this name too.
@@ -175,6 +223,9 @@ pub unsafe extern "C" fn signal(sig: i32, handler: libc::sighandler_t) -> libc::
     if intercepted(sig) {
         return program_signal(handler, libc::SA_RESTART);
     }
+    if refused_kick(sig) {
+        return libc::SIG_ERR;
+    }
     let f = real!(signal: unsafe extern "C" fn(i32, libc::sighandler_t) -> libc::sighandler_t);
     // SAFETY: forwarded.
     unsafe { f(sig, handler) }
@@ -192,6 +243,9 @@ pub unsafe extern "C" fn sysv_signal(sig: i32, handler: libc::sighandler_t) -> l
     if intercepted(sig) {
         return program_signal(handler, libc::SA_RESETHAND | libc::SA_NODEFER);
     }
+    if refused_kick(sig) {
+        return libc::SIG_ERR;
+    }
     let f = real!(sysv_signal: unsafe extern "C" fn(i32, libc::sighandler_t) -> libc::sighandler_t);
     // SAFETY: forwarded.
     unsafe { f(sig, handler) }
@@ -208,6 +262,11 @@ extern "C" fn on_preempt_signal(sig: i32, info: *mut libc::siginfo_t, ctx: *mut 
         let runtime: InfoHandler =
             unsafe { core::mem::transmute(RUNTIME_HANDLER.load(Ordering::Acquire)) };
         runtime(sig, info, ctx);
+        return;
+    }
+    // The program's: routed to the uthread that takes it, by the dispatcher.
+    // SAFETY: as above.
+    if crate::signals::forward(unsafe { &*info }) {
         return;
     }
     deliver_to_program(sig, info, ctx);

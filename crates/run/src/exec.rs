@@ -366,6 +366,7 @@ pub unsafe extern "C" fn posix_spawn(
     envp: *const *const c_char,
 ) -> c_int {
     let f = real!(posix_spawn: PosixSpawn);
+    let _mask = crate::spawn::ProgramMask::apply();
     // SAFETY: the caller's arguments, forwarded.
     unsafe { spawn_with(envp, |env| f(pid, path, actions, attr, argv, env)) }
 }
@@ -380,6 +381,7 @@ pub unsafe extern "C" fn posix_spawnp(
     envp: *const *const c_char,
 ) -> c_int {
     let f = real!(posix_spawnp: PosixSpawn);
+    let _mask = crate::spawn::ProgramMask::apply();
     // SAFETY: the caller's arguments, forwarded.
     unsafe { spawn_with(envp, |env| f(pid, file, actions, attr, argv, env)) }
 }

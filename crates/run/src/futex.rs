@@ -21,9 +21,18 @@ pub enum NotWoken {
 
 /// Blocks while `word` holds `expected`, until a `wake` on it or `deadline`. May return `Ok`
 /// without a wake (a signal interrupted a kernel sleep): every caller re-checks its word.
+///
+/// A signal routed to the waiting uthread ends the wait early: its handler runs here, as
+/// during a kernel futex wait, and the caller re-checks.
 pub fn wait(word: &AtomicU32, expected: u32, deadline: Option<Instant>) -> Result<(), NotWoken> {
     let deadline = deadline.map(monotonic_ns);
-    match rt::wait(word, expected, MATCH_ANY, deadline) {
+    if !crate::signals::before_wait(word.as_ptr() as usize) {
+        crate::signals::deliver_current();
+        return Ok(());
+    }
+    let slept = rt::wait(word, expected, MATCH_ANY, deadline);
+    crate::signals::after_wait();
+    match slept {
         Ok(()) | Err(rt::NotWoken::Interrupted) => Ok(()),
         Err(rt::NotWoken::Changed) => Err(NotWoken::Changed),
         Err(rt::NotWoken::TimedOut) => Err(NotWoken::TimedOut),

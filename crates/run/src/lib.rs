@@ -5,9 +5,11 @@
 //! Interposed: `__libc_start_main` ([`start`]); threads, keys ([`thread`]); mutexes, condition
 //! variables, rwlocks, barriers, spinlocks, `pthread_once`, unnamed semaphores; `sched_yield`
 //! and the sleeps ([`wait`]); futexes waited on through `syscall` ([`syscall`]); signal masks
-//! ([`sigmask`]); the preemption signal's disposition ([`disposition`]); the `exec` family and
-//! `posix_spawn`, to keep Corral across an exec ([`exec`]); `malloc` and its family
-//! (`corral-preempt-malloc`); what cannot work is refused ([`refuse`]).
+//! ([`sigmask`]); signals routed to the uthread that takes them, signal waits, `kill` of the
+//! process itself, `raise`, `pthread_kill` ([`signals`]); the preemption signal's disposition
+//! ([`disposition`]); the `exec` family and `posix_spawn`, to keep Corral across an exec
+//! ([`exec`]); children started with the program's signal mask, `system` ([`spawn`]); `malloc`
+//! and its family (`corral-preempt-malloc`); what cannot work is refused ([`refuse`]).
 
 #![allow(clippy::missing_safety_doc)]
 
@@ -27,6 +29,8 @@ mod rwlock;
 mod sem;
 mod settings;
 mod sigmask;
+mod signals;
+mod spawn;
 mod spin;
 mod start;
 mod syscall;

@@ -1,64 +1,55 @@
 //! Signal masks of uthreads. A kthread's mask is the kthread's, shared by every uthread it
-//! runs, and it must keep the preemption signal deliverable; so in a uthread
-//! `pthread_sigmask`/`sigprocmask` keep a per-uthread mask (in the uthread's own TLS) that they
-//! report and update, without blocking anything on the kthread. Signals are delivered to
-//! whichever kthread the kernel picks, as for any multi-threaded process whose threads all
-//! leave them unblocked. Elsewhere they are the C library's.
+//! runs, and it blocks what the shim routes (see [`crate::signals`]); so in a uthread
+//! `pthread_sigmask`/`sigprocmask` keep a per-uthread mask, in its signal record, that they
+//! report and update and that the shim's routing honours, without touching the kthread's. A
+//! signal pending for the uthread or the process that the new mask lets through is delivered
+//! before the call returns. Elsewhere they are the C library's.
 
 use core::cell::Cell;
 
+use corral_sigroute::SigSet;
+
 use crate::real::real;
+use crate::signals::{self, from_sigset, to_sigset};
 use crate::thread;
 
 std::thread_local! {
-    /// Each uthread has its own TLS, so this is the calling uthread's mask.
-    static MASK: Cell<Option<libc::sigset_t>> = const { Cell::new(None) };
-}
-
-fn empty_set() -> libc::sigset_t {
-    // SAFETY: sigemptyset initializes the set it is given.
-    unsafe {
-        let mut s = core::mem::zeroed();
-        libc::sigemptyset(&mut s);
-        s
-    }
+    /// The mask of a uthread without a signal record (before routing starts): each uthread
+    /// has its own TLS, so this is the calling uthread's.
+    static UNROUTED_MASK: Cell<SigSet> = const { Cell::new(SigSet::EMPTY) };
 }
 
 /// The calling uthread's signal mask, as the program set it.
 pub fn current_uthread_mask() -> libc::sigset_t {
-    MASK.with(Cell::get).unwrap_or_else(empty_set)
+    to_sigset(signals::current_mask().unwrap_or_else(|| UNROUTED_MASK.with(Cell::get)))
 }
 
 /// # Safety
 /// The pointers are null or valid, as for `pthread_sigmask`.
 unsafe fn uthread_mask(how: i32, set: *const libc::sigset_t, old: *mut libc::sigset_t) -> i32 {
-    let current = MASK.with(Cell::get).unwrap_or_else(empty_set);
+    let record = signals::current();
+    let current = record.map_or_else(|| UNROUTED_MASK.with(Cell::get), signals::Record::mask);
+    if !set.is_null() && !matches!(how, libc::SIG_BLOCK | libc::SIG_UNBLOCK | libc::SIG_SETMASK) {
+        return libc::EINVAL;
+    }
     if !old.is_null() {
         // SAFETY: the caller's out-pointer.
-        unsafe { *old = current };
+        unsafe { *old = to_sigset(current) };
     }
     if set.is_null() {
         return 0;
     }
-    let mut next = current;
-    // SAFETY: set is the caller's initialized set; next is ours.
-    unsafe {
-        for sig in 1..libc::SIGRTMAX() {
-            if libc::sigismember(set, sig) != 1 {
-                continue;
-            }
-            match how {
-                libc::SIG_BLOCK => libc::sigaddset(&mut next, sig),
-                libc::SIG_UNBLOCK => libc::sigdelset(&mut next, sig),
-                libc::SIG_SETMASK => 0,
-                _ => return libc::EINVAL,
-            };
-        }
-        if how == libc::SIG_SETMASK {
-            next = *set;
-        }
+    // SAFETY: set is the caller's initialized set.
+    let given = from_sigset(unsafe { &*set });
+    let next = match how {
+        libc::SIG_BLOCK => current.union(given),
+        libc::SIG_UNBLOCK => current.minus(given),
+        _ => given,
+    };
+    match record {
+        Some(rec) => signals::set_current_mask(rec, next),
+        None => UNROUTED_MASK.with(|m| m.set(next)),
     }
-    MASK.with(|m| m.set(Some(next)));
     0
 }
 

@@ -12,7 +12,7 @@ use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 
 use crate::real::real;
 use crate::settings::{self, Settings};
-use crate::{disposition, refuse, thread, tls};
+use crate::{disposition, refuse, signals, thread, tls};
 
 type Main = unsafe extern "C" fn(i32, *mut *mut c_char, *mut *mut c_char) -> i32;
 type StartMain =
@@ -112,11 +112,16 @@ unsafe extern "C" fn main_in_runtime(
     crate::syscall::resolve();
     let config = settings.config(&program_name(argv));
     let program_disposition = disposition::kernel_disposition(corral::PREEMPT_SIGNAL);
-    let rt = match corral::Runtime::new(config) {
+    // Before the kthreads exist: they inherit the mask that leaves signals to the dispatcher.
+    signals::prepare(config.preemption);
+    let rt: &'static corral::Runtime = match corral::Runtime::new(config) {
         Ok(rt) => Box::leak(Box::new(rt)),
         Err(e) => refuse::fatal(&format!("cannot start a Corral runtime: {e}")),
     };
     disposition::take_over_preempt_signal(program_disposition);
+    if let Err(e) = signals::start(rt) {
+        refuse::fatal(&format!("cannot start routing signals: {e}"));
+    }
     MAIN_TCB.store(tls::current_tcb(), Ordering::Relaxed);
     let (argv, envp) = (argv as usize, envp as usize);
     let spawned = rt.spawn_with(corral::Builder::new().name("main"), move || {
@@ -125,7 +130,7 @@ unsafe extern "C" fn main_in_runtime(
     if let Err(e) = spawned {
         refuse::fatal(&format!("cannot start main as a uthread: {e}"));
     }
-    // Signals go to the kthreads, which run the program; this thread only sleeps.
+    // Signals go to the dispatcher and the kthreads; this thread only sleeps.
     // SAFETY: a full set, and the C library's pthread_sigmask (we are not a uthread).
     unsafe {
         let mut all: libc::sigset_t = core::mem::zeroed();
@@ -171,6 +176,7 @@ fn run_main(argc: i32, argv: usize, envp: usize) {
 /// Kept out of line: thread-local addresses from before the TLS switch must not be reused.
 #[inline(never)]
 fn enter_main(argc: i32, argv: usize, envp: usize) -> ! {
+    signals::enter_main(MAIN_TCB.load(Ordering::Relaxed));
     // SAFETY: the program's main, saved by __libc_start_main.
     let main: Main = unsafe { core::mem::transmute(PROGRAM_MAIN.load(Ordering::Relaxed)) };
     // SAFETY: main with the arguments glibc gave it.

@@ -11,7 +11,7 @@ use std::sync::{Arc, LazyLock};
 use corral::SpinLock;
 
 use crate::real::real;
-use crate::{futex, refuse, tls};
+use crate::{futex, refuse, signals, tls};
 
 unsafe extern "C" {
     /// glibc's, which knows its attribute layout (the libc crate does not declare it).
@@ -92,6 +92,11 @@ pub fn live_threads() -> u32 {
     LIVE.load(Ordering::SeqCst)
 }
 
+/// Whether `t` is a thread the shim made (running, or finished and not yet joined).
+pub fn is_shim_thread(t: libc::pthread_t) -> bool {
+    record(t).is_some()
+}
+
 fn record(t: libc::pthread_t) -> Option<Arc<Record>> {
     THREADS.lock().get(&(t as usize)).cloned()
 }
@@ -136,14 +141,16 @@ pub unsafe extern "C" fn pthread_create(
     // SAFETY: the caller's out-pointer; set before the thread can run, as glibc does.
     unsafe { *thread = tcb as libc::pthread_t };
     let arg = arg as usize;
+    let signal_record = signals::new_thread(tcb);
     let builder = corral::Builder::new().stack_size(stack_size.max(libc::PTHREAD_STACK_MIN));
     let spawned = builder.spawn_detached(move || {
         // SAFETY: tcb is the fresh TCB allocated for this thread alone.
         unsafe { corral::set_uthread_fs_base(tcb) }.expect("corral-run: a thread without its TLS");
         tls::enter();
-        run(start, arg, rec);
+        run(start, arg, rec, signal_record);
     });
     if spawned.is_err() {
+        signals::forget(tcb);
         THREADS.lock().remove(&tcb);
         LIVE.fetch_sub(1, Ordering::SeqCst);
         // SAFETY: nothing runs on it.
@@ -156,8 +163,16 @@ pub unsafe extern "C" fn pthread_create(
 /// The thread's body, on its own TLS. Kept out of line: thread-local addresses computed before
 /// the TLS switch must not be reused after it.
 #[inline(never)]
-fn run(start: StartRoutine, arg: usize, rec: Arc<Record>) {
+fn run(
+    start: StartRoutine,
+    arg: usize,
+    rec: Arc<Record>,
+    signal_record: Option<Arc<signals::Record>>,
+) {
     rec.stack.note_current();
+    if let Some(signal_record) = &signal_record {
+        signals::enter_uthread(signal_record);
+    }
     let ret = start(arg as *mut c_void);
     finish(&rec, ret as usize);
 }
@@ -167,6 +182,7 @@ fn run(start: StartRoutine, arg: usize, rec: Arc<Record>) {
 fn finish(rec: &Arc<Record>, ret: usize) {
     tls::run_thread_local_destructors();
     run_key_destructors();
+    signals::leave();
     // SAFETY: 0 returns this uthread to its kthread's own TLS; nothing of ours is kept in ours.
     unsafe { corral::set_uthread_fs_base(0) }.expect("corral-run: a thread off its uthread");
     rec.retval.store(ret, Ordering::Relaxed);

@@ -1,11 +1,29 @@
 //! `sched_yield`, `sleep`, `usleep`, `nanosleep` and `clock_nanosleep`: in a uthread they yield
-//! or sleep on Corral's timers, leaving the kthread to other uthreads; elsewhere they are the C
-//! library's.
+//! or sleep on Corral's timers, leaving the kthread to other uthreads, and a signal handler
+//! that runs on the uthread ends the sleep early (`EINTR`, with the time left), as POSIX has
+//! it; elsewhere they are the C library's.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::real::real;
-use crate::{thread, time};
+use crate::{signals, thread, time};
+
+/// Sleeps the calling uthread until `when`; the time left if a handler interrupted it.
+fn sleep_until(when: Instant) -> Option<Duration> {
+    signals::sleep_until(when).then(|| when.saturating_duration_since(Instant::now()))
+}
+
+fn write_left(rem: *mut libc::timespec, left: Duration) {
+    if !rem.is_null() {
+        // SAFETY: the caller's out-pointer.
+        unsafe {
+            *rem = libc::timespec {
+                tv_sec: left.as_secs() as libc::time_t,
+                tv_nsec: left.subsec_nanos().into(),
+            }
+        };
+    }
+}
 
 pub fn yield_now() {
     if thread::on_uthread() {
@@ -32,19 +50,15 @@ pub unsafe extern "C" fn nanosleep(req: *const libc::timespec, rem: *mut libc::t
     }
     // SAFETY: req is the caller's timespec.
     match unsafe { time::duration(req) } {
-        Ok(d) => {
-            corral::sleep(d);
-            if !rem.is_null() {
-                // SAFETY: the caller's out-pointer.
-                unsafe {
-                    *rem = libc::timespec {
-                        tv_sec: 0,
-                        tv_nsec: 0,
-                    }
-                };
+        Ok(d) => match sleep_until(Instant::now() + d) {
+            None => 0,
+            Some(left) => {
+                write_left(rem, left);
+                // SAFETY: this thread's errno.
+                unsafe { *libc::__errno_location() = libc::EINTR };
+                -1
             }
-            0
-        }
+        },
         Err(e) => {
             // SAFETY: this thread's errno.
             unsafe { *libc::__errno_location() = e };
@@ -68,10 +82,10 @@ pub unsafe extern "C" fn clock_nanosleep(
     if flags & libc::TIMER_ABSTIME != 0 {
         // SAFETY: req is the caller's timespec.
         return match unsafe { time::deadline(clock, req) } {
-            Ok(d) => {
-                corral::sleep_until(d);
-                0
-            }
+            Ok(d) => match sleep_until(d) {
+                None => 0,
+                Some(_) => libc::EINTR,
+            },
             Err(e) => e,
         };
     }
@@ -80,19 +94,13 @@ pub unsafe extern "C" fn clock_nanosleep(
     }
     // SAFETY: req is the caller's timespec.
     match unsafe { time::duration(req) } {
-        Ok(d) => {
-            corral::sleep(d);
-            if !rem.is_null() {
-                // SAFETY: the caller's out-pointer.
-                unsafe {
-                    *rem = libc::timespec {
-                        tv_sec: 0,
-                        tv_nsec: 0,
-                    }
-                };
+        Ok(d) => match sleep_until(Instant::now() + d) {
+            None => 0,
+            Some(left) => {
+                write_left(rem, left);
+                libc::EINTR
             }
-            0
-        }
+        },
         Err(e) => e,
     }
 }
@@ -104,7 +112,11 @@ pub extern "C" fn usleep(us: libc::useconds_t) -> i32 {
         // SAFETY: the C library's usleep.
         return unsafe { f(us) };
     }
-    corral::sleep(Duration::from_micros(us.into()));
+    if sleep_until(Instant::now() + Duration::from_micros(us.into())).is_some() {
+        // SAFETY: this thread's errno.
+        unsafe { *libc::__errno_location() = libc::EINTR };
+        return -1;
+    }
     0
 }
 
@@ -115,6 +127,11 @@ pub extern "C" fn sleep(s: u32) -> u32 {
         // SAFETY: the C library's sleep.
         return unsafe { f(s) };
     }
-    corral::sleep(Duration::from_secs(s.into()));
-    0
+    match sleep_until(Instant::now() + Duration::from_secs(s.into())) {
+        None => 0,
+        // The seconds left, rounded up, as glibc reports them.
+        Some(left) => {
+            u32::try_from(left.as_secs() + u64::from(left.subsec_nanos() > 0)).unwrap_or(u32::MAX)
+        }
+    }
 }

@@ -180,10 +180,27 @@ fn kernel_wait(
 pub fn wake(word: &AtomicU32, n: usize, bitset: u32) -> usize {
     let bitset = NonZeroU32::new(bitset).expect("a futex wake with an empty bitset");
     let addr = word as *const AtomicU32 as usize;
-    let b = bucket(addr);
     // No fence is needed before the look at the queue: the bucket lock orders it. A waiter that
     // took the lock after us reads the word we changed before taking it; one that took it
     // before us is queued when we look.
+    let mut woken = wake_queued(addr, n, bitset);
+    if woken < n && SLEEPERS.any() {
+        let left = u32::try_from(n - woken).unwrap_or(u32::MAX);
+        woken += kernel::wake_bitset(word, kernel::Flags::PRIVATE, left, bitset).unwrap_or(0);
+    }
+    woken
+}
+
+/// Wakes up to `n` uthreads waiting on the word at `addr`, oldest first, without reading the
+/// word or asking the kernel: for a waker that knows only the address, whose memory may since
+/// have been freed (a signal interrupting whatever wait a uthread is in). Each woken waiter
+/// returns as from any wake, and the callers of [`wait`] re-check their condition.
+pub fn wake_uthreads_at(addr: usize, n: usize) -> usize {
+    wake_queued(addr, n, NonZeroU32::MAX)
+}
+
+fn wake_queued(addr: usize, n: usize, bitset: NonZeroU32) -> usize {
+    let b = bucket(addr);
     let mut woken = 0;
     while woken < n {
         let next = b.with(|q| {
@@ -198,10 +215,6 @@ pub fn wake(word: &AtomicU32, n: usize, bitset: u32) -> usize {
         if unsafe { waiter.node.wake() } {
             woken += 1;
         }
-    }
-    if woken < n && SLEEPERS.any() {
-        let left = u32::try_from(n - woken).unwrap_or(u32::MAX);
-        woken += kernel::wake_bitset(word, kernel::Flags::PRIVATE, left, bitset).unwrap_or(0);
     }
     woken
 }
