@@ -6,7 +6,7 @@
 
 use core::sync::atomic::Ordering;
 
-use corral::futex::{self as rt, MATCH_ANY};
+use corral::futex as rt;
 use corral_sigroute::{SigSet, Waiting};
 
 use super::deliver::deliver_pending;
@@ -35,19 +35,6 @@ fn set_waiting(rec: &Record, waiting: Waiting) {
     }
 }
 
-/// Sleeps on the record's word unless it moved from `seen` or a signal is deliverable.
-fn sleep_on_word(rec: &Record, seen: u32, deadline: Option<u64>) -> Result<(), rt::NotWoken> {
-    rec.blocked_on
-        .store(rec.word.as_ptr() as usize, Ordering::SeqCst);
-    let slept = if rec.deliverable() {
-        Ok(())
-    } else {
-        rt::wait(&rec.word, seen, MATCH_ANY, deadline)
-    };
-    rec.blocked_on.store(0, Ordering::SeqCst);
-    slept
-}
-
 /// The `sigwait` family: takes a signal of `set` pending on the uthread or the process, or
 /// waits for one until `deadline`. `Err(EINTR)` if a handler ran meanwhile, `Err(EAGAIN)` at
 /// the deadline.
@@ -72,7 +59,7 @@ fn wait_for(rec: &Record, set: SigSet, deadline: Option<u64>) -> Result<libc::si
             }
             continue;
         }
-        if sleep_on_word(rec, seen, deadline) == Err(rt::NotWoken::TimedOut) {
+        if rec.sleep_on_word(seen, deadline) == Err(rt::NotWoken::TimedOut) {
             let mut st = STATE.lock();
             let i = st.index_of(rec).ok_or(libc::EINVAL)?;
             st.slots[i].waiting = Waiting::No;
@@ -94,7 +81,7 @@ fn suspend(rec: &Record, mask: SigSet) {
             }
             continue;
         }
-        let _ = sleep_on_word(rec, seen, None);
+        let _ = rec.sleep_on_word(seen, None);
     }
     rec.set_mask(before);
     deliver_current();

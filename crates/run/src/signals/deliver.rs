@@ -36,14 +36,14 @@ pub fn deliver_pending(rec: &Record) -> bool {
             st.take(i, open)
         };
         let Some(info) = info else { break };
-        handled |= act(Some(rec), info);
+        handled |= act(rec, info);
     }
     handled
 }
 
-/// What the program's disposition says to do with `info`, on the calling thread (whose record
-/// is `rec`, if it has one); returns whether a handler ran.
-pub fn act(rec: Option<&Record>, mut info: libc::siginfo_t) -> bool {
+/// What the program's disposition says to do with `info`, on the calling uthread (whose record
+/// is `rec`); returns whether a handler ran.
+fn act(rec: &Record, mut info: libc::siginfo_t) -> bool {
     let sig = info.si_signo;
     let (kind, action) = action_of(sig);
     match kind {
@@ -61,16 +61,14 @@ pub fn act(rec: Option<&Record>, mut info: libc::siginfo_t) -> bool {
     }
 }
 
-fn run_handler(rec: Option<&Record>, info: &mut libc::siginfo_t, action: &libc::sigaction) {
+fn run_handler(rec: &Record, info: &mut libc::siginfo_t, action: &libc::sigaction) {
     let sig = info.si_signo;
-    let before = rec.map(Record::mask);
-    if let (Some(rec), Some(before)) = (rec, before) {
-        let mut during = before.union(from_sigset(&action.sa_mask));
-        if action.sa_flags & libc::SA_NODEFER == 0 {
-            during = during.with(sig);
-        }
-        rec.set_mask(during);
+    let before = rec.mask();
+    let mut during = before.union(from_sigset(&action.sa_mask));
+    if action.sa_flags & libc::SA_NODEFER == 0 {
+        during = during.with(sig);
     }
+    rec.set_mask(during);
     if action.sa_flags & libc::SA_RESETHAND != 0 {
         disposition::reset_program_action(sig);
     }
@@ -78,7 +76,7 @@ fn run_handler(rec: Option<&Record>, info: &mut libc::siginfo_t, action: &libc::
     // is the uthread's (it was not interrupted by the kernel), so the rest stays zero.
     // SAFETY: plain data; zeroes are valid.
     let mut context: libc::ucontext_t = unsafe { core::mem::zeroed() };
-    context.uc_sigmask = to_sigset(before.unwrap_or(SigSet::EMPTY));
+    context.uc_sigmask = to_sigset(before);
     if action.sa_flags & libc::SA_SIGINFO != 0 {
         // SAFETY: the program installed it with this signature.
         let f: InfoHandler = unsafe { core::mem::transmute(action.sa_sigaction) };
@@ -88,9 +86,7 @@ fn run_handler(rec: Option<&Record>, info: &mut libc::siginfo_t, action: &libc::
         let f: PlainHandler = unsafe { core::mem::transmute(action.sa_sigaction) };
         f(sig);
     }
-    if let (Some(rec), Some(before)) = (rec, before) {
-        rec.set_mask(before);
-    }
+    rec.set_mask(before);
 }
 
 /// Takes `sig`'s default action (terminate, dump core, stop) for the whole process: the

@@ -18,7 +18,7 @@ mod state;
 use core::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use corral::futex::{self as rt, MATCH_ANY};
+use corral::futex as rt;
 use corral_sigroute::SigSet;
 
 pub use dispatch::{KICK, active, forward};
@@ -202,10 +202,7 @@ pub fn sleep_until(when: std::time::Instant) -> bool {
         if rec.deliverable() && deliver::deliver_pending(rec) {
             return true;
         }
-        rec.blocked_on
-            .store(rec.word.as_ptr() as usize, Ordering::SeqCst);
-        let slept = rt::wait(&rec.word, seen, MATCH_ANY, Some(deadline));
-        rec.blocked_on.store(0, Ordering::SeqCst);
+        let slept = rec.sleep_on_word(seen, Some(deadline));
         if slept == Err(rt::NotWoken::TimedOut) || corral::now_ns() >= deadline {
             return rec.deliverable() && deliver::deliver_pending(rec);
         }

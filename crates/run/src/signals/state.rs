@@ -11,6 +11,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use corral::SpinLock;
+use corral::futex as rt;
 use corral_sigroute::{SigSet, Source, Thread, Waiting};
 
 /// How many realtime signals may be queued on one queue; beyond it `sigqueue` gets EAGAIN, as
@@ -63,6 +64,21 @@ impl Record {
 
     pub fn pending(&self) -> SigSet {
         SigSet(self.pending.load(Ordering::SeqCst))
+    }
+
+    /// Sleeps the uthread of this record on its own word until a signal is routed to it (the
+    /// word moved from `seen`, which the caller read before its last look at what is pending),
+    /// or until `deadline`; at once if a signal is deliverable already.
+    pub fn sleep_on_word(&self, seen: u32, deadline: Option<u64>) -> Result<(), rt::NotWoken> {
+        self.blocked_on
+            .store(self.word.as_ptr() as usize, Ordering::SeqCst);
+        let slept = if self.deliverable() {
+            Ok(())
+        } else {
+            rt::wait(&self.word, seen, rt::MATCH_ANY, deadline)
+        };
+        self.blocked_on.store(0, Ordering::SeqCst);
+        slept
     }
 }
 
