@@ -3,10 +3,12 @@
 //! thread, an interrupt, the host), so the gaps say how much of the CPU a dataplane loop there
 //! would lose, and for how long at a time.
 
-use std::time::Instant;
+pub mod attribution;
 
 use hdrhistogram::Histogram;
 use serde_json::{Value, json};
+
+use crate::attribution::Gap;
 
 /// Gaps of at least this long are counted apart in the report: the longest gap iokerneld's
 /// loop may take without missing its target.
@@ -21,6 +23,9 @@ pub struct Tally {
     lost_ns: u64,
     long_gaps: u64,
     gaps: Histogram<u64>,
+    /// Each gap's start and end, up to `log_capacity` of them, when asked for.
+    log: Vec<Gap>,
+    log_capacity: usize,
 }
 
 impl Tally {
@@ -36,7 +41,24 @@ impl Tally {
             // 1 ns to an hour at three significant digits; longer gaps count as an hour.
             gaps: Histogram::new_with_bounds(1, 3_600_000_000_000, 3)
                 .expect("valid bounds and precision"),
+            log: Vec::new(),
+            log_capacity: 0,
         }
+    }
+
+    /// Also keeps the first `capacity` gaps' start and end (16 bytes each), for
+    /// [`attribution`].
+    pub fn logging(threshold_ns: u64, capacity: usize) -> Tally {
+        Tally {
+            log: Vec::with_capacity(capacity),
+            log_capacity: capacity,
+            ..Tally::new(threshold_ns)
+        }
+    }
+
+    /// The gaps kept so far, in order.
+    pub fn logged(&self) -> &[Gap] {
+        &self.log
     }
 
     /// One clock read. A read earlier than the one before (which a monotonic clock never
@@ -49,14 +71,20 @@ impl Tally {
         } else {
             let gap = now_ns.saturating_sub(self.last_ns);
             if gap > self.threshold_ns {
-                self.gap(gap);
+                self.gap(gap, now_ns);
             }
         }
         self.last_ns = now_ns;
     }
 
     #[cold]
-    fn gap(&mut self, gap_ns: u64) {
+    fn gap(&mut self, gap_ns: u64, end_ns: u64) {
+        if self.log.len() < self.log_capacity {
+            self.log.push(Gap {
+                start_ns: end_ns - gap_ns,
+                end_ns,
+            });
+        }
         self.lost_ns += gap_ns;
         if gap_ns >= LONG_GAP_NS {
             self.long_gaps += 1;
@@ -137,17 +165,33 @@ impl GapReport {
     }
 }
 
-/// Spins on the calling thread for `duration_ns`, reading the clock (`CLOCK_MONOTONIC`, through
-/// the vDSO: tens of nanoseconds, no `rdtsc` of its own) as fast as it can.
+/// `CLOCK_MONOTONIC` in nanoseconds, through the vDSO (tens of nanoseconds, no `rdtsc` of its
+/// own): the clock tracefs's `mono` trace clock reads.
+#[inline]
+pub fn monotonic_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+/// Spins on the calling thread for `duration_ns`, reading the clock as fast as it can.
 pub fn spin(duration_ns: u64, threshold_ns: u64) -> GapReport {
-    let mut t = Tally::new(threshold_ns);
-    let start = Instant::now();
-    t.read(0);
+    spin_into(Tally::new(threshold_ns), duration_ns).report()
+}
+
+/// [`spin`], keeping the first `capacity` gaps' start and end as well.
+pub fn spin_logged(duration_ns: u64, threshold_ns: u64, capacity: usize) -> (GapReport, Vec<Gap>) {
+    let t = spin_into(Tally::logging(threshold_ns, capacity), duration_ns);
+    (t.report(), t.log)
+}
+
+fn spin_into(mut t: Tally, duration_ns: u64) -> Tally {
+    let start = monotonic_ns();
+    t.read(start);
     loop {
-        let now = start.elapsed().as_nanos() as u64;
+        let now = monotonic_ns();
         t.read(now);
-        if now >= duration_ns {
-            return t.report();
+        if now - start >= duration_ns {
+            return t;
         }
     }
 }
@@ -208,6 +252,28 @@ mod tests {
         );
         let one = tally([42], 10_000);
         assert_eq!((one.reads, one.span_ns, one.gaps), (1, 0, 0));
+    }
+
+    #[test]
+    fn a_logging_tally_keeps_each_gap_up_to_its_capacity() {
+        let mut t = Tally::logging(10_000, 2);
+        for r in [0, 1_000, 21_000, 22_000, 72_000, 73_000, 173_000] {
+            t.read(r);
+        }
+        assert_eq!(
+            t.logged(),
+            [
+                Gap {
+                    start_ns: 1_000,
+                    end_ns: 21_000
+                },
+                Gap {
+                    start_ns: 22_000,
+                    end_ns: 72_000
+                }
+            ]
+        );
+        assert_eq!(t.report().gaps, 3, "gaps past the capacity still count");
     }
 
     #[test]

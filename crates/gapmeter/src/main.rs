@@ -2,14 +2,19 @@
 //! class with nothing moved, then shielded as iokerneld shields its core (every other movable
 //! thread and interrupt moved off the CPU, the loop at SCHED_FIFO), in the same run. `--stray`
 //! adds a busy process pinned to the CPU during both: the stand-in for whatever a user or a cron
-//! job starts there.
+//! job starts there. `--attribute` traces the CPU meanwhile and says what had the time of the
+//! gaps: which interrupts, softirqs and threads, and how much no activity of the guest covers
+//! (the host's).
+
+mod trace;
 
 use std::fmt::Write as _;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitCode, Stdio};
 
 use clap::{Parser, ValueEnum};
-use corral_gapmeter::{GapReport, LONG_GAP_NS, parse_cpu_list, spin};
+use corral_gapmeter::attribution::{self, Attribution};
+use corral_gapmeter::{GapReport, LONG_GAP_NS, parse_cpu_list, spin, spin_logged};
 use corral_iokernel::shield::{self, Shield, ShieldError, ShieldSpec};
 use serde_json::json;
 
@@ -59,10 +64,22 @@ struct Args {
     #[arg(long)]
     stray: bool,
 
+    /// Trace the CPU during each condition (tracefs, needs root) and say what had the gaps'
+    /// time: interrupts, softirqs, other threads, and what the guest did not see (the host).
+    #[arg(long)]
+    attribute: bool,
+
+    /// With --attribute: the most causes listed per condition.
+    #[arg(long, default_value_t = 10)]
+    causes: usize,
+
     /// Print one JSON object instead of the table.
     #[arg(long)]
     json: bool,
 }
+
+/// Gaps kept for attribution: a minute of the fair class's gaps is some 30,000.
+const LOGGED_GAPS: usize = 4_000_000;
 
 fn main() -> ExitCode {
     let args = Args::parse();
@@ -83,6 +100,48 @@ struct Measured {
     stray_cpus: Option<f64>,
     /// What shielding did, and what undoing it said.
     shield: Option<(String, String)>,
+    /// With `--attribute`: what had the gaps' time.
+    attributed: Option<Attributed>,
+}
+
+/// What took the CPU during one condition.
+struct Attributed {
+    attribution: Attribution,
+    /// Events the trace's ring lost (the attribution is then partial).
+    overrun: u64,
+    /// Gaps beyond [`LOGGED_GAPS`], not attributed.
+    unlogged: u64,
+    /// The steal time the guest kernel accounted to the CPU meanwhile.
+    steal_ns: Option<u64>,
+}
+
+/// One run of the loop, traced if asked.
+fn looped(
+    args: &Args,
+    duration_ns: u64,
+    threshold_ns: u64,
+) -> Result<(GapReport, Option<Attributed>), String> {
+    if !args.attribute {
+        return Ok((spin(duration_ns, threshold_ns), None));
+    }
+    let tracing = trace::CpuTrace::start(args.cpu)?;
+    let steal_before = trace::steal_ns(args.cpu);
+    let (gaps, logged) = spin_logged(duration_ns, threshold_ns, LOGGED_GAPS);
+    let steal_after = trace::steal_ns(args.cpu);
+    // The loop runs on the main thread, whose tid is the pid.
+    let (events, overrun) = tracing.finish(std::process::id())?;
+    let segments = attribution::segments(&events);
+    Ok((
+        gaps.clone(),
+        Some(Attributed {
+            attribution: attribution::attribute(&logged, &segments, LONG_GAP_NS),
+            overrun,
+            unlogged: gaps.gaps.saturating_sub(logged.len() as u64),
+            steal_ns: steal_before
+                .zip(steal_after)
+                .map(|(b, a)| a.saturating_sub(b)),
+        }),
+    ))
 }
 
 fn run(args: &Args) -> Result<(), String> {
@@ -98,13 +157,17 @@ fn run(args: &Args) -> Result<(), String> {
     for &condition in &args.conditions {
         let stray_before = stray.as_mut().map(Stray::cpu_seconds).transpose()?;
         let m = match condition {
-            Condition::Fair => Measured {
-                condition,
-                gaps: spin(duration_ns, threshold_ns),
-                stray_cpus: None,
-                shield: None,
-            },
-            Condition::Shielded => shielded(args.cpu, duration_ns, threshold_ns)?,
+            Condition::Fair => {
+                let (gaps, attributed) = looped(args, duration_ns, threshold_ns)?;
+                Measured {
+                    condition,
+                    gaps,
+                    stray_cpus: None,
+                    shield: None,
+                    attributed,
+                }
+            }
+            Condition::Shielded => shielded(args.cpu, || looped(args, duration_ns, threshold_ns))?,
         };
         let stray_cpus = match (stray.as_mut(), stray_before) {
             (Some(s), Some(before)) => {
@@ -124,7 +187,7 @@ fn run(args: &Args) -> Result<(), String> {
     if args.json {
         println!("{}", to_json(args, stray.as_ref(), &measured));
     } else {
-        print!("{}", notes(&measured));
+        print!("{}", notes(&measured, args.causes));
     }
     Ok(())
 }
@@ -158,6 +221,10 @@ fn check(args: &Args) -> Result<(), String> {
         ));
     }
     // SAFETY: geteuid has no preconditions.
+    if args.attribute && unsafe { libc::geteuid() } != 0 {
+        return Err("--attribute needs root: it traces the CPU through tracefs".into());
+    }
+    // SAFETY: geteuid has no preconditions.
     if args.conditions.contains(&Condition::Shielded) && unsafe { libc::geteuid() } != 0 {
         return Err(
             "the shielded condition needs root: it moves other processes' threads and interrupts \
@@ -186,7 +253,10 @@ fn normal_class() -> std::io::Result<()> {
 }
 
 /// The loop with `cpu` shielded and itself at SCHED_FIFO; everything undone before it returns.
-fn shielded(cpu: usize, duration_ns: u64, threshold_ns: u64) -> Result<Measured, String> {
+fn shielded(
+    cpu: usize,
+    run_loop: impl FnOnce() -> Result<(GapReport, Option<Attributed>), String>,
+) -> Result<Measured, String> {
     let spec = ShieldSpec {
         keep: vec![cpu],
         exempt_pids: vec![std::process::id()],
@@ -200,15 +270,17 @@ fn shielded(cpu: usize, duration_ns: u64, threshold_ns: u64) -> Result<Measured,
             shield::LOOP_PRIORITY
         ));
     }
-    let gaps = spin(duration_ns, threshold_ns);
+    let looped = run_loop();
     let back = normal_class();
     let undone = undo(shield);
     back.map_err(|e| format!("cannot return the loop to SCHED_OTHER: {e}"))?;
+    let (gaps, attributed) = looped?;
     Ok(Measured {
         condition: Condition::Shielded,
         gaps,
         stray_cpus: None,
         shield: Some((applied, undone)),
+        attributed,
     })
 }
 
@@ -373,13 +445,74 @@ fn row(m: &Measured) -> String {
     )
 }
 
-fn notes(measured: &[Measured]) -> String {
+fn notes(measured: &[Measured], causes: usize) -> String {
     let mut out = String::new();
+    for m in measured {
+        if let Some(a) = &m.attributed {
+            out.push_str(&attributed_table(m.condition, a, causes));
+        }
+    }
     for m in measured {
         if let Some((applied, undone)) = &m.shield {
             let _ = writeln!(out, "shield: {applied}");
             let _ = writeln!(out, "shield undone: {undone}");
         }
+    }
+    out
+}
+
+/// What had the gaps' time in one condition, most first.
+fn attributed_table(condition: Condition, a: &Attributed, causes: usize) -> String {
+    let at = &a.attribution;
+    let mut out = format!(
+        "\n{}: what had the time of {} gaps ({:.2} ms lost){}; the guest kernel accounted {} of \
+         steal time to the CPU\n",
+        condition.name(),
+        at.gaps,
+        at.lost_ns as f64 / 1e6,
+        match (a.unlogged, a.overrun) {
+            (0, 0) => String::new(),
+            (u, o) => format!(" (not attributed: {u} gaps past the log, {o} trace events lost)"),
+        },
+        a.steal_ns.map_or_else(
+            || "an unknown amount".into(),
+            |ns| format!("{:.1} ms", ns as f64 / 1e6)
+        ),
+    );
+    let _ = writeln!(
+        out,
+        "  {:<48} {:>10} {:>8} {:>8} {:>12}",
+        "cause",
+        "ms",
+        "% lost",
+        "gaps",
+        format!("led >{}us", LONG_GAP_NS / 1000)
+    );
+    for (cause, total) in at.causes.iter().take(causes) {
+        let _ = writeln!(
+            out,
+            "  {:<48} {:>10.3} {:>8.1} {:>8} {:>12}",
+            cause,
+            total.ns as f64 / 1e6,
+            at.share(cause) * 100.0,
+            total.gaps,
+            total.long_gaps_led
+        );
+    }
+    if at.causes.len() > causes {
+        let _ = writeln!(out, "  and {} more causes", at.causes.len() - causes);
+    }
+    for (gap, causes) in &at.longest {
+        let parts: Vec<String> = causes
+            .iter()
+            .map(|(c, ns)| format!("{c} {:.1}", *ns as f64 / 1e3))
+            .collect();
+        let _ = writeln!(
+            out,
+            "  a gap of {:.1} us: {} (us)",
+            (gap.end_ns - gap.start_ns) as f64 / 1e3,
+            parts.join(", ")
+        );
     }
     out
 }
@@ -398,6 +531,13 @@ fn to_json(args: &Args, stray: Option<&Stray>, measured: &[Measured]) -> serde_j
             if let Some((applied, undone)) = &m.shield {
                 v["shield"] = json!(applied);
                 v["shield_undone"] = json!(undone);
+            }
+            if let Some(a) = &m.attributed {
+                let mut at = a.attribution.to_json();
+                at["trace_events_lost"] = json!(a.overrun);
+                at["gaps_not_attributed"] = json!(a.unlogged);
+                at["steal_ns"] = json!(a.steal_ns);
+                v["attribution"] = at;
             }
             v
         }).collect::<Vec<_>>(),

@@ -915,7 +915,14 @@ fn shield_setting(
         (Some(text), _) => match text {
             "on" => (true, text.to_owned()),
             "off" => (false, text.to_owned()),
-            _ => return Err(invalid("shield", format!("{text:?}"), "expected on or off")),
+            _ => {
+                return Err(invalid(
+                    "shield",
+                    format!("{text:?}"),
+                    "expected on or off (from --shield, or the IOKERNELD_SHIELD environment \
+                     variable, which stands in for it)",
+                ));
+            }
         },
         (None, Some(toml::Value::Boolean(on))) => (*on, on.to_string()),
         (None, Some(other)) => {
@@ -1488,7 +1495,11 @@ mod tests {
         let err = shield_setting(Some("maybe"), None, true)
             .unwrap_err()
             .to_string();
-        assert_eq!(err, "invalid shield = \"maybe\": expected on or off");
+        assert_eq!(
+            err,
+            "invalid shield = \"maybe\": expected on or off (from --shield, or the \
+             IOKERNELD_SHIELD environment variable, which stands in for it)"
+        );
         let err = shield_setting(None, Some(&toml::Value::Integer(3)), true)
             .unwrap_err()
             .to_string();

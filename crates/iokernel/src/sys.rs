@@ -19,7 +19,16 @@ pub fn set_idle_policy(tid: i32, idle: bool) -> io::Result<()> {
     } else {
         libc::SCHED_OTHER
     };
-    let param = libc::sched_param { sched_priority: 0 };
+    set_scheduler(tid, policy, 0)
+}
+
+/// Puts thread `tid` (0: the caller) under `policy` at `priority` (0 outside the real-time
+/// classes). The fair classes keep the thread's nice value.
+pub fn set_scheduler(tid: i32, policy: i32, priority: u32) -> io::Result<()> {
+    let param = libc::sched_param {
+        sched_priority: i32::try_from(priority)
+            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?,
+    };
     // SAFETY: plain system call; `param` is a valid sched_param for the duration of the call.
     let rc = unsafe { libc::sched_setscheduler(tid, policy, &param) };
     if rc == 0 {

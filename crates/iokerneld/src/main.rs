@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory as _, Parser, Subcommand, ValueEnum};
 use corral_abi::control::{Reply, Request};
 use corral_gen::{GenArgs, GenBackend};
 use corral_iokernel::config::{self, Config, NicConfig, SettingArgs};
@@ -37,7 +37,7 @@ pub struct Cli {
 
     /// Undo what a shielding iokerneld that was killed left changed on the machine (thread and
     /// IRQ affinities, kernel scheduler settings), then exit. A new start does this too.
-    #[arg(long, conflicts_with = "command")]
+    #[arg(long)]
     pub unshield: bool,
 
     #[command(subcommand)]
@@ -70,6 +70,15 @@ pub enum StatsFormat {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if cli.unshield && cli.command.is_some() {
+        // clap's `conflicts_with` names arguments, not subcommands.
+        Cli::command()
+            .error(
+                clap::error::ErrorKind::ArgumentConflict,
+                "--unshield cannot be used with a subcommand",
+            )
+            .exit();
+    }
     match cli.command {
         Some(Command::Stats { socket, format }) => stats(socket, format, &cli.settings),
         Some(Command::Gen(args)) => {

@@ -70,7 +70,6 @@ fn read(path: &str) -> String {
 #[derive(Clone, Debug)]
 struct ThreadState {
     pid: u32,
-    #[allow(dead_code, reason = "shown in the messages, by Debug")]
     comm: String,
     cpus: String,
     policy: u64,
@@ -287,6 +286,37 @@ fn shielding_is_applied_and_undone_on_sigterm() {
         "the loop's class"
     );
     assert_eq!(read(RT_RUNTIME), "-1");
+    // CPU 0's own kernel workers stay there, above the loop, so that their work is not held
+    // up behind it; the record before the shield had them in the fair class.
+    let workers: Vec<_> = before
+        .threads
+        .iter()
+        .filter(|(_, t)| t.comm == "ksoftirqd/0" || t.comm.starts_with("kworker/0:"))
+        .collect();
+    assert!(
+        workers.iter().any(|(_, t)| t.comm == "ksoftirqd/0"),
+        "no ksoftirqd/0 on this machine"
+    );
+    let during = record();
+    for (key, _) in workers.iter().filter(|(_, t)| t.policy != SCHED_FIFO) {
+        let Some(now) = during.threads.get(key) else {
+            continue;
+        };
+        assert_eq!(
+            (now.policy, now.rt_priority),
+            (
+                SCHED_FIFO,
+                u64::from(corral_iokernel::shield::WORKER_PRIORITY)
+            ),
+            "{} during the shield",
+            now.comm
+        );
+    }
+    assert!(
+        daemon.log().contains("raised above the loop to SCHED_FIFO"),
+        "{}",
+        daemon.log()
+    );
     let moved = own_cpus(before_tid);
     assert!(
         !on_cpu_0(&moved),
@@ -531,29 +561,44 @@ fn bad_shield_settings_are_refused_by_name() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("h.sock");
-    let run = |args: &[&str]| {
-        let out = Command::new(IOKERNELD)
+    let run = |args: &[&str], env: Option<(&str, &str)>| {
+        let mut command = Command::new(IOKERNELD);
+        command
             .args(["--core", "0", "--managed-cores", "1", "--nic", "none"])
             .arg("--socket")
             .arg(&socket)
             .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
+            .stdin(Stdio::null());
+        if let Some((name, value)) = env {
+            command.env(name, value);
+        }
+        let out = command.output().unwrap();
         (
             out.status.code(),
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
     };
-    let (code, text) = run(&["--shield", "maybe"]);
+    let (code, text) = run(&["--shield", "maybe"], None);
     assert_eq!(code, Some(2), "{text}");
     assert!(
         text.contains("invalid shield = \"maybe\": expected on or off"),
         "{text}"
     );
+    let (code, text) = run(&[], Some(("IOKERNELD_SHIELD", "maybe")));
+    assert_eq!(code, Some(2), "{text}");
+    assert!(
+        text.contains("IOKERNELD_SHIELD environment variable"),
+        "{text}"
+    );
+    let (code, text) = run(&["--unshield", "stats"], None);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(
+        text.contains("--unshield cannot be used with a subcommand"),
+        "{text}"
+    );
     let config = dir.path().join("bad.toml");
     std::fs::write(&config, "shield = 3\n").unwrap();
-    let (code, text) = run(&["--config", config.to_str().unwrap()]);
+    let (code, text) = run(&["--config", config.to_str().unwrap()], None);
     assert_eq!(code, Some(2), "{text}");
     assert!(
         text.contains("invalid shield = 3: expected true or false"),

@@ -3,8 +3,9 @@
 //!
 //! On the kept CPUs, [`Shield::apply`]:
 //! - moves every other movable thread off them with `sched_setaffinity` (its mask minus the kept
-//!   CPUs). Threads allowed only there (per-CPU kernel threads, threads pinned there) stay and
-//!   are named in the summary. Affinity rather than a cpuset cgroup: this machine class has
+//!   CPUs). User threads pinned there are moved off all the same. Per-CPU kernel threads stay,
+//!   and those in a fair class are raised to SCHED_FIFO [`WORKER_PRIORITY`], above the loop,
+//!   so that work the kernel must do on that CPU is not held up behind it. Affinity rather than a cpuset cgroup: this machine class has
 //!   cgroup v1, where attaching a task to a cpuset overwrites its affinity, so the threads that
 //!   pinned themselves (runtimes' kthreads, load generators) would lose their pinning;
 //! - moves the unbound workqueues and every IRQ that can go elsewhere off them;
@@ -34,7 +35,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use log::{info, warn};
+use log::{debug, info, warn};
 
 use self::plan::{Entry, Lineage, Move, Unjournaled};
 use crate::cpus::format_cpu_list;
@@ -42,6 +43,11 @@ use crate::cpus::format_cpu_list;
 /// SCHED_FIFO priority of iokerneld's loop: just below the threaded interrupt handlers
 /// (priority 50), so that an interrupt that cannot leave the loop's CPU is still handled.
 pub const LOOP_PRIORITY: u32 = 49;
+/// SCHED_FIFO priority shielding gives the per-CPU kernel threads of the kept CPUs (kworkers,
+/// `ksoftirqd`): just above the loop, so that work the kernel must do on that CPU runs at once
+/// instead of after the fair server's wait of up to most of a second; level with the threaded
+/// interrupt handlers, which keep their turn.
+pub const WORKER_PRIORITY: u32 = LOOP_PRIORITY + 1;
 /// SCHED_FIFO priority of latency-critical kthreads on the managed cores: above every fair
 /// thread, below the loop and the interrupt handlers.
 pub const KTHREAD_PRIORITY: u32 = 1;
@@ -163,6 +169,8 @@ pub struct Shield {
     moved: HashMap<u32, (u64, Vec<usize>)>,
     /// Threads the kernel would not move.
     refused: HashSet<u32>,
+    /// Kernel threads raised to [`WORKER_PRIORITY`] so far, by tid: their start time.
+    raised: HashMap<u32, u64>,
 }
 
 /// What one sweep of the threads did.
@@ -172,6 +180,8 @@ pub struct Sweep {
     pub moved: usize,
     /// Of those, user threads that were allowed only on the kept CPUs: `comm[tid]`.
     pub evicted: Vec<String>,
+    /// Per-CPU kernel threads raised above the loop (born since the last sweep): `comm[tid]`.
+    pub raised: Vec<String>,
 }
 
 /// What applying did, for the summary.
@@ -183,6 +193,10 @@ struct Applied {
     refused: HashSet<u32>,
     /// User threads allowed only on kept CPUs, moved off all the same: `comm[tid]`.
     evicted: Vec<String>,
+    /// Kernel threads allowed only on kept CPUs, raised to [`WORKER_PRIORITY`]: their names.
+    raised: Vec<String>,
+    /// Kernel threads that could not be raised: `comm: error`.
+    not_raised: Vec<String>,
     failed: Vec<String>,
     irqs_moved: usize,
     irqs_refused: usize,
@@ -258,6 +272,7 @@ impl Shield {
             online,
             moved: HashMap::new(),
             refused: HashSet::new(),
+            raised: HashMap::new(),
         };
         // On an error the shield is dropped, which undoes what was journaled.
         let applied = shield.shield()?;
@@ -287,6 +302,7 @@ impl Shield {
         Ok(Sweep {
             moved: applied.moved,
             evicted: applied.evicted,
+            raised: applied.raised,
         })
     }
 
@@ -468,6 +484,8 @@ impl Shield {
         for _ in 0..SWEEPS {
             // (entry to journal, if the thread is new to the shield; tid; target; evicted name)
             let mut batch = Vec::new();
+            // Kernel threads that stay on the kept CPUs and go above the loop: (tgid, tid, stat).
+            let mut raises = Vec::new();
             let processes = machine::processes().map_err(io_error("list /proc"))?;
             for pid in processes.into_iter().filter(|p| !self.exempt.contains(p)) {
                 for tid in machine::threads(pid) {
@@ -486,6 +504,15 @@ impl Shield {
                         continue;
                     };
                     let user = stat.flags & plan::PF_KTHREAD == 0;
+                    let only_on_kept = plan::plan_move(&cpus, &keep) == Move::OnlyOnKept;
+                    // Per-CPU kernel threads (bound by the kernel, which refuses to move them)
+                    // stay where they are, above the loop.
+                    if only_on_kept
+                        && plan::raises_class(&stat)
+                        && self.raised.get(&tid) != Some(&stat.starttime)
+                    {
+                        raises.push((pid, tid, stat.clone()));
+                    }
                     if stat.flags & plan::PF_NO_SETAFFINITY != 0 {
                         self.refused.insert(tid);
                         continue;
@@ -497,7 +524,7 @@ impl Shield {
                     // A thread moved before that came back keeps its first original.
                     let original = known.map_or(&cpus, |(_, original)| original);
                     // Kernel threads allowed only on kept CPUs are per-CPU workers: they stay.
-                    let target = if user || plan::plan_move(&cpus, &keep) != Move::OnlyOnKept {
+                    let target = if user || !only_on_kept {
                         plan::thread_target(&cpus, &keep, &self.online)
                     } else {
                         None
@@ -511,8 +538,7 @@ impl Shield {
                         applied.stayed.insert(tid, (user, name));
                         continue;
                     };
-                    let evicted = (plan::plan_move(&cpus, &keep) == Move::OnlyOnKept)
-                        .then(|| format!("{}[{tid}]", stat.comm));
+                    let evicted = only_on_kept.then(|| format!("{}[{tid}]", stat.comm));
                     let entry = known.is_none().then(|| Entry::Thread {
                         tgid: pid,
                         tid,
@@ -523,6 +549,7 @@ impl Shield {
                     batch.push((entry, tid, stat.starttime, original, target, evicted));
                 }
             }
+            self.raise(raises, applied)?;
             if batch.is_empty() {
                 break;
             }
@@ -545,6 +572,40 @@ impl Shield {
             }
         }
         applied.refused.extend(self.refused.iter().copied());
+        Ok(())
+    }
+
+    /// Raises kernel threads that must stay on the kept CPUs to [`WORKER_PRIORITY`],
+    /// journaling each class first.
+    fn raise(
+        &mut self,
+        raises: Vec<(u32, u32, plan::ThreadStat)>,
+        applied: &mut Applied,
+    ) -> Result<(), ShieldError> {
+        self.journal.record(
+            raises
+                .iter()
+                .map(|(tgid, tid, stat)| Entry::Class {
+                    tgid: *tgid,
+                    tid: *tid,
+                    starttime: stat.starttime,
+                    policy: stat.policy,
+                    rt_priority: stat.rt_priority,
+                    raised_to: WORKER_PRIORITY,
+                })
+                .collect(),
+        )?;
+        for (_, tid, stat) in raises {
+            self.raised.insert(tid, stat.starttime);
+            let Ok(raw) = i32::try_from(tid) else {
+                continue;
+            };
+            match set_realtime(raw, WORKER_PRIORITY) {
+                Ok(()) => applied.raised.push(format!("{}[{tid}]", stat.comm)),
+                Err(e) if crate::cpus::is_gone(&e) => {}
+                Err(e) => applied.not_raised.push(format!("{}: {e}", stat.comm)),
+            }
+        }
         Ok(())
     }
 
@@ -634,6 +695,20 @@ fn summarize(keep: &[usize], applied: &Applied) -> String {
             applied.failed.join(", ")
         ));
     }
+    if !applied.raised.is_empty() {
+        parts.push(format!(
+            "{} of those (kernel workers) raised above the loop to SCHED_FIFO {WORKER_PRIORITY}: {}",
+            applied.raised.len(),
+            applied.raised.join(", ")
+        ));
+    }
+    if !applied.not_raised.is_empty() {
+        parts.push(format!(
+            "{} kernel workers keep their class ({})",
+            applied.not_raised.len(),
+            applied.not_raised.join(", ")
+        ));
+    }
     parts.push(format!(
         "{} IRQs moved off, {} refused",
         applied.irqs_moved, applied.irqs_refused
@@ -717,6 +792,8 @@ struct Undone {
     /// Threads changed by someone else since, left as they are.
     changed: usize,
     irqs: usize,
+    /// Raised kernel threads put back in their class.
+    classes: usize,
     notes: Vec<String>,
     failures: Vec<String>,
 }
@@ -739,6 +816,7 @@ fn undo_entries(entries: &[Entry]) -> Result<String, ShieldError> {
         }
     }
     let mut undone = Undone::default();
+    undo_classes(entries, &mut undone);
     undo_threads(entries, &keep, exempt, began, &mut undone);
     let mut mounted_here = false;
     for entry in entries.iter().rev() {
@@ -840,8 +918,8 @@ fn undo_entries(entries: &[Entry]) -> Result<String, ShieldError> {
     }
     let mut parts = vec![format!(
         "unshielded: restored {} threads and {} born during the shield ({} changed since by \
-         others, left as they are); {} IRQs restored",
-        undone.threads, undone.newborns, undone.changed, undone.irqs
+         others, left as they are); {} kernel workers back in their class; {} IRQs restored",
+        undone.threads, undone.newborns, undone.changed, undone.classes, undone.irqs
     )];
     parts.extend(undone.notes);
     let done = parts.join("; ");
@@ -852,6 +930,40 @@ fn undo_entries(entries: &[Entry]) -> Result<String, ShieldError> {
             done,
             failures: undone.failures,
         })
+    }
+}
+
+/// Puts the raised kernel threads that are still alive and still in the class the shield gave
+/// them back in their journaled class.
+fn undo_classes(entries: &[Entry], undone: &mut Undone) {
+    for entry in entries.iter().rev() {
+        let Entry::Class {
+            tgid,
+            tid,
+            starttime,
+            policy,
+            rt_priority,
+            raised_to,
+        } = entry
+        else {
+            continue;
+        };
+        let Ok(now) = machine::thread_stat(*tgid, *tid) else {
+            continue;
+        };
+        if now.starttime != *starttime || !plan::restore_class(&now, *raised_to) {
+            continue;
+        }
+        let (Ok(raw), Ok(policy)) = (i32::try_from(*tid), i32::try_from(*policy)) else {
+            continue;
+        };
+        match crate::sys::set_scheduler(raw, policy, *rt_priority) {
+            Ok(()) => undone.classes += 1,
+            Err(e) if crate::cpus::is_gone(&e) => {}
+            Err(e) => undone
+                .failures
+                .push(format!("class of {} [{tid}]: {e}", now.comm)),
+        }
     }
 }
 
@@ -1033,6 +1145,14 @@ fn keep_shield(
         match shield.sweep() {
             Ok(sweep) => {
                 failing = false;
+                if !sweep.raised.is_empty() {
+                    debug!(
+                        "raised kernel workers born on shielded CPU {} to SCHED_FIFO \
+                         {WORKER_PRIORITY}: {}",
+                        format_cpu_list(&shield.keep),
+                        sweep.raised.join(", ")
+                    );
+                }
                 if !sweep.evicted.is_empty() {
                     warn!(
                         "moved off shielded CPU {}, where they were pinned: {}",
@@ -1054,15 +1174,5 @@ fn keep_shield(
 
 /// Puts thread `tid` (0: the caller) under SCHED_FIFO at `priority`.
 pub fn set_realtime(tid: i32, priority: u32) -> io::Result<()> {
-    let param = libc::sched_param {
-        sched_priority: i32::try_from(priority)
-            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?,
-    };
-    // SAFETY: plain system call; `param` is a valid sched_param for the duration of the call.
-    let rc = unsafe { libc::sched_setscheduler(tid, libc::SCHED_FIFO, &param) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    crate::sys::set_scheduler(tid, libc::SCHED_FIFO, priority)
 }

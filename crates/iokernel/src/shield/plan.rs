@@ -142,6 +142,10 @@ pub struct ThreadStat {
     pub flags: u64,
     /// Clock ticks after boot at which it started: with the tid, names one thread for good.
     pub starttime: u64,
+    /// Its real-time priority (0 outside the real-time classes).
+    pub rt_priority: u32,
+    /// Its scheduling policy (`SCHED_OTHER` 0, `SCHED_FIFO` 1, ...).
+    pub policy: u32,
 }
 
 /// Parses a stat line. The name (field 2) may hold spaces and parentheses, so the fields are
@@ -167,7 +171,32 @@ pub fn parse_stat(text: &str) -> Result<ThreadStat, String> {
         ppid: u32::try_from(field(4)?).map_err(|_| "field 4 is out of range")?,
         flags: field(9)?,
         starttime: field(22)?,
+        rt_priority: u32::try_from(field(40)?).map_err(|_| "field 40 is out of range")?,
+        policy: u32::try_from(field(41)?).map_err(|_| "field 41 is out of range")?,
     })
+}
+
+/// `SCHED_OTHER`, `SCHED_FIFO`, `SCHED_BATCH` and `SCHED_IDLE`, as `/proc/TID/stat` numbers them.
+pub const SCHED_OTHER: u32 = 0;
+pub const SCHED_FIFO: u32 = 1;
+pub const SCHED_BATCH: u32 = 3;
+pub const SCHED_IDLE: u32 = 5;
+
+/// Whether shielding raises a thread that stays on the kept CPUs into the real-time class:
+/// a kernel thread (a per-CPU worker: `kworker/N:*`, `ksoftirqd/N`, `cpuhp/N`) in one of the
+/// fair classes. Left below the loop, such a worker waits until the kernel's fair server runs
+/// it, up to most of a second, and whatever waits for its work (a softirq's packets, a
+/// `lru_add_drain_all` on every CPU, a vmstat flush) waits as long. Above the loop it runs the
+/// moment it has work and the loop loses only that work's own time. User threads never: they
+/// are moved off instead.
+pub fn raises_class(stat: &ThreadStat) -> bool {
+    stat.flags & PF_KTHREAD != 0 && matches!(stat.policy, SCHED_OTHER | SCHED_BATCH | SCHED_IDLE)
+}
+
+/// Whether undo puts a raised thread back in its journaled class: it is still in the class
+/// shielding gave it (`priority` under `SCHED_FIFO`); one someone changed since is left alone.
+pub fn restore_class(now: &ThreadStat, priority: u32) -> bool {
+    now.policy == SCHED_FIFO && now.rt_priority == priority
 }
 
 /// One change, as the journal records it before it is made: what to put back.
@@ -203,6 +232,15 @@ pub enum Entry {
         tid: u32,
         starttime: u64,
         cpus: Vec<usize>,
+    },
+    /// A thread's scheduling class, before shielding raised it to `SCHED_FIFO` at `raised_to`.
+    Class {
+        tgid: u32,
+        tid: u32,
+        starttime: u64,
+        policy: u32,
+        rt_priority: u32,
+        raised_to: u32,
     },
 }
 
@@ -254,6 +292,17 @@ impl fmt::Display for Entry {
                 starttime,
                 cpus,
             } => write!(f, "thread {tgid} {tid} {starttime} {}", list(cpus)),
+            Entry::Class {
+                tgid,
+                tid,
+                starttime,
+                policy,
+                rt_priority,
+                raised_to,
+            } => write!(
+                f,
+                "class {tgid} {tid} {starttime} {policy} {rt_priority} {raised_to}"
+            ),
         }
     }
 }
@@ -329,6 +378,17 @@ impl Entry {
                     cpus: cpus(4)?,
                 },
                 5,
+            ),
+            "class" => (
+                Entry::Class {
+                    tgid: small(1)?,
+                    tid: small(2)?,
+                    starttime: number(3)?,
+                    policy: small(4)?,
+                    rt_priority: small(5)?,
+                    raised_to: small(6)?,
+                },
+                7,
             ),
             other => return Err(format!("unknown record {other:?}")),
         };
@@ -504,7 +564,8 @@ mod tests {
     #[test]
     fn stat_fields_are_counted_after_the_last_parenthesis() {
         let line = "1234 (a (b) c) S 77 1234 1234 0 -1 4194560 100 0 0 0 5 6 0 0 20 0 3 0 \
-                    987654 1000 10 18446744073709551615";
+                    987654 1000 10 18446744073709551615 0 0 0 0 0 0 0 2147483647 0 1 0 0 17 \
+                    0 49 1 0 0 0 0 0 0 0 0 0 0 0";
         let stat = parse_stat(line).unwrap();
         assert_eq!(
             stat,
@@ -512,11 +573,47 @@ mod tests {
                 comm: "a (b) c".into(),
                 ppid: 77,
                 flags: 4194560,
-                starttime: 987654
+                starttime: 987654,
+                rt_priority: 49,
+                policy: SCHED_FIFO,
             }
         );
         assert!(parse_stat("12 (x) S 1").unwrap_err().contains("field 9"));
         assert!(parse_stat("12 x S").is_err());
+        let short = "1234 (a) S 77 1234 1234 0 -1 4194560 100 0 0 0 5 6 0 0 20 0 3 0 987654";
+        assert!(parse_stat(short).unwrap_err().contains("field 40"));
+    }
+
+    /// `/proc/14/stat` of `ksoftirqd/0` on this machine class, with its flags, policy and
+    /// real-time priority replaced.
+    fn kernel_stat(flags: u64, policy: u32, rt_priority: u32) -> ThreadStat {
+        let line = format!(
+            "14 (ksoftirqd/0) S 2 0 0 0 -1 {flags} 0 0 0 0 40 116 0 0 20 0 1 0 21 0 0 \
+             18446744073709551615 0 0 0 0 0 0 0 2147483647 0 1 0 0 17 0 {rt_priority} {policy} \
+             0 0 0 0 0 0 0 0 0 0 0"
+        );
+        parse_stat(&line).unwrap()
+    }
+
+    #[test]
+    fn only_kernel_threads_in_a_fair_class_are_raised() {
+        // 69238848 is ksoftirqd's flags here: PF_KTHREAD among them.
+        assert_ne!(69238848 & PF_KTHREAD, 0);
+        assert!(raises_class(&kernel_stat(69238848, SCHED_OTHER, 0)));
+        assert!(raises_class(&kernel_stat(69238848, SCHED_BATCH, 0)));
+        assert!(raises_class(&kernel_stat(69238848, SCHED_IDLE, 0)));
+        // Already real-time (migration/N at 99, threaded IRQs at 50), or a user thread.
+        assert!(!raises_class(&kernel_stat(69238848, SCHED_FIFO, 99)));
+        assert!(!raises_class(&kernel_stat(69238848, 2, 50)));
+        assert!(!raises_class(&kernel_stat(
+            69238848 & !PF_KTHREAD,
+            SCHED_OTHER,
+            0
+        )));
+        // Undo puts back only what is still as the shield left it.
+        assert!(restore_class(&kernel_stat(69238848, SCHED_FIFO, 50), 50));
+        assert!(!restore_class(&kernel_stat(69238848, SCHED_FIFO, 60), 50));
+        assert!(!restore_class(&kernel_stat(69238848, SCHED_OTHER, 0), 50));
     }
 
     #[test]
@@ -547,6 +644,14 @@ mod tests {
                 starttime: 3,
                 cpus: vec![0, 1],
             },
+            Entry::Class {
+                tgid: 2,
+                tid: 14,
+                starttime: 21,
+                policy: SCHED_OTHER,
+                rt_priority: 0,
+                raised_to: 50,
+            },
         ];
         let text = format_journal(&entries);
         assert_eq!(parse_journal(&text).unwrap(), entries);
@@ -557,7 +662,7 @@ mod tests {
         assert_eq!(parse_journal("").unwrap(), vec![]);
         assert_eq!(parse_journal("corral-shield").unwrap(), vec![]);
         let err = parse_journal(&format!("{text}thread 5 6\n")).unwrap_err();
-        assert!(err.starts_with("line 13: "), "{err}");
+        assert!(err.starts_with("line 14: "), "{err}");
         let err = parse_journal("something else\n").unwrap_err();
         assert!(err.contains("line 1"), "{err}");
         assert!(parse_journal(&format!("{JOURNAL_HEADER}\nfrobnicate 1\n")).is_err());
@@ -649,7 +754,8 @@ mod tests {
             starttime in any::<u64>(),
         ) {
             let line = format!(
-                "99 ({comm}) R {ppid} 1 1 0 -1 {flags} 0 0 0 0 0 0 0 0 20 0 1 0 {starttime} 0 0"
+                "99 ({comm}) R {ppid} 1 1 0 -1 {flags} 0 0 0 0 0 0 0 0 20 0 1 0 {starttime} 0 0 \
+                 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0"
             );
             let stat = parse_stat(&line).unwrap();
             prop_assert_eq!(stat.comm, comm);
@@ -665,9 +771,12 @@ mod tests {
             starttime in any::<u64>(),
             cpus in cpu_set(),
             us in any::<i64>(),
+            policy in any::<u32>(),
+            rt_priority in any::<u32>(),
         ) {
             let entries = vec![
                 Entry::Thread { tgid, tid, starttime, cpus: cpus.clone() },
+                Entry::Class { tgid, tid, starttime, policy, rt_priority, raised_to: rt_priority / 2 },
                 Entry::Irq { irq: tid, cpus },
                 Entry::RtRuntime { us },
             ];
