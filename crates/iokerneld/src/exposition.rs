@@ -394,7 +394,7 @@ fn runtime(e: &mut Exposition, r: &RuntimeStats) {
         l(),
         r.waiting,
     );
-    let counters: [(&str, &'static str, u64); 14] = [
+    let counters: [(&str, &'static str, u64); 15] = [
         (
             "corral_runtime_grants_total",
             "Cores granted to the runtime.",
@@ -447,8 +447,15 @@ fn runtime(e: &mut Exposition, r: &RuntimeStats) {
         ),
         (
             "corral_runtime_cores_taken_in_place_total",
-            "Cores taken from its kthreads (idle class) by waking the taker on top of them.",
+            "Cores taken from its kthreads by waking the taker on top of them (idle class, or \
+             after a missed grace period).",
             r.taken_in_place,
+        ),
+        (
+            "corral_runtime_cores_taken_in_place_after_grace_total",
+            "Of those, cores taken after its kthread missed the grace period, for a taker that \
+             runs above it.",
+            r.taken_in_place_after_grace,
         ),
         (
             "corral_runtime_acks_left_waiting_total",
@@ -604,7 +611,7 @@ pub fn render(stats: &Stats) -> String {
         vec![],
         g.idle_cores,
     );
-    let counters: [(&str, &'static str, u64); 18] = [
+    let counters: [(&str, &'static str, u64); 19] = [
         (
             "corral_allocation_passes_total",
             "Core allocation passes run.",
@@ -677,8 +684,15 @@ pub fn render(stats: &Stats) -> String {
         ),
         (
             "corral_cores_taken_in_place_total",
-            "Cores taken from idle-class kthreads by waking the taker on top of them.",
+            "Cores taken from kthreads by waking the taker on top of them (idle class, or after \
+             a missed grace period).",
             g.taken_in_place,
+        ),
+        (
+            "corral_cores_taken_in_place_after_grace_total",
+            "Of those, cores taken after the kthread missed the grace period, for a taker that \
+             runs above it.",
+            g.taken_in_place_after_grace,
         ),
         (
             "corral_timer_wakeups_total",
@@ -1032,6 +1046,7 @@ mod tests {
                 "taken_in_place": base + 119, "acks_left_waiting": base + 120,
                 "ack_waits_expired": base + 121, "demotions": base + 122,
                 "stale_commands": base + 123, "active_kthreads": [0, 2],
+                "taken_in_place_after_grace": base + 125,
                 "net": if with_net {
                     let mut n = net(base + 200);
                     n["mac"] = json!("02:00:00:00:00:01");
@@ -1070,6 +1085,7 @@ mod tests {
                 }],
                 "timer_wakeups": 122, "kicks": 123, "parks": 124, "loop_stalls": 125,
                 "loop_stall_ns": 126, "loop_stall_max_ns": 127, "idle_cores": 1,
+                "taken_in_place_after_grace": 128,
             },
             "runtimes": [
                 runtime(7, "lc \"q\" \\ x", true),

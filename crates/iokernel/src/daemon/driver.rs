@@ -38,8 +38,12 @@ pub(super) struct DriverCounters {
     pub(super) cedes_cooperative: u64,
     /// Preemption signals sent with no `Preempt`, for network work or timers (see `kick`).
     pub(super) kicks: u64,
-    /// Cores taken from an idle-class kthread by waking the taker on top of it, with no signal.
+    /// Cores taken from a kthread by waking the taker on top of it: an idle-class kthread at
+    /// once, with no signal; another once it missed its grace period (see `signal_preemption`).
     pub(super) taken_in_place: u64,
+    /// Of those, cores taken from a kthread that missed its grace period, for a taker that
+    /// runs above it.
+    pub(super) taken_in_place_after_grace: u64,
 }
 
 /// How soon a runtime with work and no core is to get one.
@@ -163,7 +167,9 @@ impl CoreDriver {
     }
 
     /// Sends the preemption signal to a kthread still asked to give up its core (one that
-    /// parked meanwhile, or left, is not signalled).
+    /// parked meanwhile, or left, is not signalled). If the core was promised to a runtime
+    /// whose kthreads run above the victim's class, the core is also taken in place: the
+    /// taker need not wait for the victim to park.
     fn signal_preemption(
         &mut self,
         registry: &mut Registry,
@@ -171,6 +177,7 @@ impl CoreDriver {
         kthread: KthreadIndex,
         deadline: u64,
     ) {
+        let taker_above = self.taker_runs_above(registry, runtime, kthread);
         let Some(entry) = registry.get_mut(runtime).filter(|r| !r.evicting) else {
             return;
         };
@@ -184,9 +191,23 @@ impl CoreDriver {
         kt.cede_deadline = None;
         match sys::tgkill(pid, kt.tid, libc::SIGUSR1) {
             Ok(()) => {
-                kt.preempt_sent_at = Some(self.now());
                 entry.counters.preempt_signals += 1;
                 self.counters.preemptions_signalled += 1;
+                let now = self.now();
+                match taker_above {
+                    // A kthread that missed its grace period is most likely not running at all
+                    // (a fair thread holds the CPU), so the signal reaches it only when Linux
+                    // next runs it: milliseconds in the fair class. The taker, woken now,
+                    // preempts it at once, and it parks when it next runs, at the signal.
+                    Some(core) => {
+                        let kt = &mut entry.kthreads[kthread.index()];
+                        kt.preempt_sent_at = None;
+                        entry.counters.taken_in_place_after_grace += 1;
+                        self.counters.taken_in_place_after_grace += 1;
+                        self.take_in_place(entry, kthread, core, now);
+                    }
+                    None => entry.kthreads[kthread.index()].preempt_sent_at = Some(now),
+                }
             }
             Err(e) => registry.mark_for_eviction(
                 runtime,
@@ -196,6 +217,27 @@ impl CoreDriver {
                 ),
             ),
         }
+    }
+
+    /// The core a preempted kthread holds, if it was promised to a runtime whose kthreads run
+    /// in a class above the victim's (a latency-critical runtime at SCHED_FIFO over a fair or
+    /// idle-class batch kthread): there Linux lets the taker run at once over the victim.
+    fn taker_runs_above(
+        &self,
+        registry: &Registry,
+        victim: RuntimeId,
+        kthread: KthreadIndex,
+    ) -> Option<corral_policy::CoreId> {
+        let Ok(KthreadPlace::Active { core }) =
+            self.alloc.kthread(victim, kthread).map(|k| k.place)
+        else {
+            return None;
+        };
+        let (taker, _) = self.promised.get(core.index()).copied().flatten()?;
+        let victim_class = self.class_for(victim, registry.get(victim)?.preemption);
+        let taker_class = self.class_for(taker, registry.get(taker)?.preemption);
+        (taker_class == KthreadClass::Realtime && victim_class != KthreadClass::Realtime)
+            .then_some(core)
     }
 
     /// How long a bare TCP ACK may wait on the ring of a runtime that said it can.

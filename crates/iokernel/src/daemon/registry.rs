@@ -70,8 +70,11 @@ pub(super) struct TenantCounters {
     pub(super) kicks_timer: u64,
     /// Kicks sent because a runnable uthread waited a whole period behind one that spins.
     pub(super) kicks_run_queue: u64,
-    /// Cores taken from its idle-class kthreads by waking the taker on top of them.
+    /// Cores taken from its kthreads by waking the taker on top of them: idle-class kthreads
+    /// at once, others once they miss their grace period for a taker that runs above them.
     pub(super) taken_in_place: u64,
+    /// Of those, the ones taken after the grace period.
+    pub(super) taken_in_place_after_grace: u64,
     /// Bare TCP ACKs left on its rings without asking for a core, and how many times such
     /// ACKs waited out `ack_wait_us` and asked for one.
     pub(super) acks_left_waiting: u64,

@@ -105,10 +105,14 @@ pub struct GlobalStats {
     /// Preemptions answered within the grace period (`cede_grace_us`), with no signal.
     #[serde(default)]
     pub cedes_cooperative: u64,
-    /// Cores taken from kthreads in the idle class (runtimes registered as `idle_class`) by
-    /// waking the taker on top of them, with no request and no signal.
+    /// Cores taken from kthreads by waking the taker on top of them: from kthreads in the idle
+    /// class (runtimes registered as `idle_class`) at once, with no request and no signal, and
+    /// from others that missed their grace period, for a taker that runs above them.
     #[serde(default)]
     pub taken_in_place: u64,
+    /// Of `taken_in_place`, the cores taken after a missed grace period.
+    #[serde(default)]
+    pub taken_in_place_after_grace: u64,
     /// The `handover` setting: `local` or `remote`.
     #[serde(default)]
     pub handover: String,
@@ -182,9 +186,13 @@ pub struct RuntimeStats {
     /// that did not yield.
     #[serde(default)]
     pub kicks_run_queue: u64,
-    /// Cores taken from its kthreads by waking the taker on top of them (`idle_class`).
+    /// Cores taken from its kthreads by waking the taker on top of them (`idle_class`, or
+    /// after a missed grace period).
     #[serde(default)]
     pub taken_in_place: u64,
+    /// Of those, the ones taken after a missed grace period.
+    #[serde(default)]
+    pub taken_in_place_after_grace: u64,
     /// Bare TCP ACKs left on its rings without asking for a core, as it allowed when it
     /// parked (`ack_wait_us`).
     #[serde(default)]
@@ -306,6 +314,7 @@ impl Daemon {
             preemptions_signalled_at_once: c.preemptions_signalled_at_once,
             cedes_cooperative: c.cedes_cooperative,
             taken_in_place: c.taken_in_place,
+            taken_in_place_after_grace: c.taken_in_place_after_grace,
             handover: self.config.handover.name().to_owned(),
             cede_grace_us: self.config.cede_grace_us,
             share_quantum_us: self.config.share_quantum_us,
@@ -350,6 +359,7 @@ impl Daemon {
                     kicks_timer: r.counters.kicks_timer,
                     kicks_run_queue: r.counters.kicks_run_queue,
                     taken_in_place: r.counters.taken_in_place,
+                    taken_in_place_after_grace: r.counters.taken_in_place_after_grace,
                     acks_left_waiting: r.counters.acks_left_waiting,
                     ack_waits_expired: r.counters.ack_waits_expired,
                     demotions: r.counters.demotions,
