@@ -12,6 +12,10 @@
 //!
 //! Everything is deterministic for a seed: one seeded generator, and ties in the event queue
 //! broken by scheduling order. The library reads no clock.
+//!
+//! measured: 1.4 s for `time target/release/corral-sim --cores 64 --lc 8 --batch 8
+//! --lc-guaranteed 4 --loads 0.5 --seconds 1` (1 s of 64 cores, 16 runtimes, 5 µs passes;
+//! release build, this 2-vCPU machine class; see README.md).
 
 pub mod config;
 pub mod costs;

@@ -108,9 +108,13 @@ struct Args {
     #[arg(long, default_value = "shenango", help = policy_help())]
     policy: String,
 
-    /// Cost set: `measured` (this machine class's corral-bench-iokernel figures), `paper` (the
-    /// Shenango paper's), `zero`, or the path of a `corral-bench-iokernel --json` output (its
-    /// stdout, or just its JSON line) to derive the costs from.
+    /// Cost set: `measured` (this machine class's corral-bench-iokernel figures of
+    /// 2026-11-23), `paper` (the Shenango paper's, NSDI '19 §3-§5), `zero`, or the path of a
+    /// `corral-bench-iokernel --json` output (its stdout, or just its JSON line), whose
+    /// per-repetition medians give grant = wake_ns, preempt = preempt_signal_ns +
+    /// preempt_park_ns, cede = coop_preempt_ns - wake_ns, park = 2 us spin + preempt_park_ns,
+    /// handover = preempt_ns - preempt_signal_ns - preempt_park_ns - preempt_wake_ns (interval
+    /// and dispatch keep the measured set's values).
     #[arg(long, default_value = "measured")]
     costs: String,
 
