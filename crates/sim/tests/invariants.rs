@@ -117,6 +117,27 @@ fn an_unknown_policy_or_oversubscribed_guarantees_are_refused() {
     assert!(run_point(config).is_err());
 }
 
+#[test]
+fn the_static_policy_never_moves_a_core_between_runtimes() {
+    let config = SimConfig {
+        policy: "static".into(),
+        ..small(4, 1, 1, 0.3)
+    };
+    let config = SimConfig {
+        runtimes: vec![
+            runtime(RuntimeKind::LatencyCritical, 2, 4),
+            runtime(RuntimeKind::Batch, 0, 4),
+        ],
+        ..config
+    };
+    let result = run_point(config).unwrap();
+    assert_eq!(result.arrived, result.completed);
+    assert_eq!((result.reallocations, result.preemptions), (0, 0));
+    // The batch runtime has no guarantee, so no core; the two undedicated cores stay idle.
+    assert_eq!(result.batch_share, 0.0);
+    assert!(result.idle_share >= 0.5, "{result:?}");
+}
+
 fn runtime(kind: RuntimeKind, guaranteed: u16, max: u16) -> RuntimeConfig {
     RuntimeConfig {
         kind,
@@ -139,6 +160,7 @@ proptest! {
         seed in any::<u64>(),
         cooperative in any::<bool>(),
         zero_costs in any::<bool>(),
+        policy in prop_oneof![Just("shenango"), Just("static")],
         service in prop_oneof![
             Just(ServiceDist::Exponential { mean_ns: 10_000.0 }),
             Just(ServiceDist::Constant { ns: 3_000 }),
@@ -167,6 +189,7 @@ proptest! {
             drain_limit_ns: 1_000_000_000,
             load: LoadSchedule::constant(load),
             audit: true,
+            policy: policy.into(),
             ..SimConfig::simple(cores, 0, 0, 0, 0.0)
         };
         let every_lc_guaranteed = config
@@ -178,7 +201,8 @@ proptest! {
         // A latency-critical runtime with no guarantee, preempted with work left while batch
         // runtimes hold every core, gets a core back only for new work (`parked_with_work`
         // waits for an idle core), and none arrives after the window: only runtimes with a
-        // guarantee are sure to finish.
+        // guarantee are sure to finish. (Under the static policy a runtime with no guarantee
+        // never runs at all.)
         if every_lc_guaranteed {
             prop_assert_eq!(result.unfinished, 0);
         }
