@@ -70,6 +70,28 @@ fn a_grant_latency_alone_costs_core_time() {
 }
 
 #[test]
+fn a_lone_request_waits_exactly_the_grant_and_dispatch_costs() {
+    // One core, requests about 1 ms apart: each finds the runtime parked, is granted a core at
+    // once and runs alone, so its latency is grant + dispatch + service.
+    let mut costs = Costs::zero();
+    costs.set("grant", 4_000).unwrap();
+    costs.set("dispatch", 500).unwrap();
+    let config = SimConfig {
+        costs,
+        service: ServiceDist::Constant { ns: 10_000 },
+        duration_ns: 20_000_000,
+        ..small(1, 1, 0, 0.01)
+    };
+    let result = run_point(config).unwrap();
+    assert!(result.arrived > 10);
+    let expected = 4_000 + 500 + 10_000;
+    assert!(
+        result.p50_ns.abs_diff(expected) <= expected / 500,
+        "{result:?}"
+    );
+}
+
+#[test]
 fn costs_lower_efficiency_on_the_same_seed() {
     let zero = run_point(SimConfig {
         costs: Costs::zero(),
