@@ -44,7 +44,8 @@ pub struct Metrics {
     /// Service time run for latency-critical requests, inside the window.
     pub lc_useful_ns: u64,
     pub batch_core_ns: u64,
-    /// Wake decisions that gave a core to another runtime than its previous user.
+    /// Wake decisions that gave a core to another runtime than its previous user (a core's
+    /// first grant is not one).
     pub reallocations: u64,
     pub grants: u64,
     pub preemptions: u64,
