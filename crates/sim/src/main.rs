@@ -152,6 +152,12 @@ struct Args {
     #[arg(long)]
     csv: Option<PathBuf>,
 
+    /// Write the cores-over-time series here as CSV: one row per sample (every --sample-us) of
+    /// every point: cores held by latency-critical and by batch runtimes, requests queued, and
+    /// the p99.9 latency of the requests completed since the previous sample.
+    #[arg(long)]
+    series_csv: Option<PathBuf>,
+
     /// Write the costs, the configuration and every point with its series here as JSON.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -270,6 +276,10 @@ fn run(args: Args) -> Result<(), String> {
     print!("{}", report::results_table(&points));
     if let Some(path) = &args.csv {
         std::fs::write(path, report::csv(&points))
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    if let Some(path) = &args.series_csv {
+        std::fs::write(path, report::series_csv(&points))
             .map_err(|e| format!("{}: {e}", path.display()))?;
     }
     if let Some(path) = &args.json {

@@ -1,5 +1,5 @@
-//! Results as text: the table printed on stdout, CSV (one row per load point) and JSON (the
-//! costs, the configuration and every point with its series).
+//! Results as text: the table printed on stdout, CSV (one row per load point, and the series
+//! one row per sample) and JSON (the costs, the configuration and every point with its series).
 
 use std::fmt::Write as _;
 
@@ -92,6 +92,21 @@ pub fn csv(points: &[PointResult]) -> String {
     out
 }
 
+/// The cores-over-time series of every point, one row per sample, the point named by its load.
+pub fn series_csv(points: &[PointResult]) -> String {
+    let mut out = String::from("load,t_ns,lc_cores,batch_cores,lc_queued,window_p999_ns\n");
+    for p in points {
+        for s in &p.series {
+            let _ = writeln!(
+                out,
+                "{},{},{},{},{},{}",
+                p.load, s.t_ns, s.lc_cores, s.batch_cores, s.lc_queued, s.window_p999_ns
+            );
+        }
+    }
+    out
+}
+
 /// Everything about a sweep, for `--json`.
 #[derive(Serialize)]
 pub struct Report<'a> {
@@ -125,6 +140,7 @@ mod tests {
         assert_eq!(csv.lines().count(), 3);
         let columns = CSV_HEADER.split(',').count();
         assert!(csv.lines().all(|line| line.split(',').count() == columns));
+        assert_eq!(series_csv(&points).lines().count(), 1);
         let costs = Costs::measured();
         assert_eq!(costs_table(&costs).lines().count(), 8);
         let text = json(&Report {
