@@ -28,8 +28,12 @@ pub use corral_abi::RingPositions;
 pub use error::{AllocError, SpecError};
 pub use ids::{CoreId, KthreadIndex, RuntimeId};
 pub use policies::shenango::{BurstSharing, Shenango, ShenangoConfig};
+pub use policies::static_cores::{Static, StaticConfig};
 pub use policies::{PolicyEntry, PolicySettings, UnknownPolicy, build};
-pub use queues::{KthreadQueues, QueueFault, QueueKind, QueueSnapshot, check_counters};
+pub use queues::{
+    KthreadQueues, LastObservation, QueueFault, QueueKind, QueueSnapshot, check_counters,
+    check_sweep,
+};
 pub use spec::{KthreadPlace, MAX_KTHREADS, MAX_QUEUE_CAPACITY, RuntimeSpec, RuntimeStats};
 pub use topology::{MAX_CORES, Topology, TopologyError};
 pub use views::{CoreOccupancy, CoreStats, CoreView, Decision, KthreadView, RuntimeView};

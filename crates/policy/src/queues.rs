@@ -4,7 +4,9 @@
 
 use corral_abi::RingPositions;
 
-use crate::ids::KthreadIndex;
+use crate::error::AllocError;
+use crate::ids::{KthreadIndex, RuntimeId};
+use crate::spec::RuntimeSpec;
 
 /// One kthread's queues as seen at one pass.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -96,6 +98,89 @@ pub fn check_counters(
         }
     }
     Ok(())
+}
+
+/// A kthread's latest accepted observation, as a policy keeps it to judge the next one.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LastObservation {
+    pub queues: QueueSnapshot,
+    /// The pass it was made in, counted from 1; 0: never.
+    pub pass: u64,
+}
+
+/// Checks one runtime's sweep for `pass` as [`Policy::observe_runtime`](crate::Policy::observe_runtime)
+/// requires: kthreads that exist (`kthread` answers `None` for one that does not), in ascending
+/// order, active (`kthread` answers whether it is, and its last observation), not yet observed
+/// in this pass, with counters [`check_counters`] accepts against their previous pass's. Returns
+/// whether an item waited a whole pass on a kthread observed in the previous pass too
+/// (Algorithm 1's congestion). Records nothing: the caller records every kthread's observation
+/// once the whole sweep is accepted. For policies whose kthread records are not on a hot path;
+/// the Shenango policy keeps its own copy of these checks inline.
+pub fn check_sweep(
+    runtime: RuntimeId,
+    spec: &RuntimeSpec,
+    pass: u64,
+    sweep: &[KthreadQueues],
+    kthread: impl Fn(KthreadIndex) -> Option<(bool, LastObservation)>,
+) -> Result<bool, AllocError> {
+    let mut congested = false;
+    let mut lowest_allowed = 0;
+    for &KthreadQueues {
+        kthread: index,
+        queues,
+    } in sweep
+    {
+        let Some((active, last)) = kthread(index) else {
+            return Err(AllocError::NoSuchKthread {
+                runtime,
+                kthread: index,
+                kthreads: spec.kthreads,
+            });
+        };
+        if index.index() < lowest_allowed {
+            return Err(AllocError::ObservationsOutOfOrder {
+                runtime,
+                kthread: index,
+            });
+        }
+        lowest_allowed = index.index() + 1;
+        if !active {
+            return Err(AllocError::KthreadNotActive {
+                runtime,
+                kthread: index,
+            });
+        }
+        if last.pass == pass {
+            return Err(AllocError::AlreadyObserved {
+                runtime,
+                kthread: index,
+            });
+        }
+        let previous = (last.pass.wrapping_add(1) == pass).then_some(last.queues);
+        for (queue, now, before, capacity) in [
+            (
+                QueueKind::RunQueue,
+                queues.run_queue,
+                previous.map(|seen| seen.run_queue),
+                spec.run_queue_capacity,
+            ),
+            (
+                QueueKind::Ingress,
+                queues.ingress,
+                previous.map(|seen| seen.ingress),
+                spec.ingress_capacity,
+            ),
+        ] {
+            check_counters(before, now, capacity).map_err(|fault| AllocError::ImpossibleQueue {
+                runtime,
+                kthread: index,
+                queue,
+                fault,
+            })?;
+            congested |= before.is_some_and(|before| now.has_waited_since(before));
+        }
+    }
+    Ok(congested)
 }
 
 #[cfg(test)]

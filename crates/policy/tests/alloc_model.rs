@@ -529,3 +529,23 @@ fn a_second_policy_plugged_in_through_the_trait_keeps_the_contract() {
         assert_eq!(preemptions, 0, "seed {seed}: first-fit never preempts");
     }
 }
+
+#[test]
+fn the_static_policy_keeps_the_contract_and_never_preempts() {
+    for seed in 0..100 {
+        let preemptions = run_one(seed, 400, |topology, _| {
+            let settings = corral_policy::PolicySettings {
+                preemption_timeout: Some(20_000),
+                share_quantum: 0,
+            };
+            (
+                corral_policy::build("static", topology, &settings).unwrap(),
+                0,
+            )
+        });
+        assert_eq!(
+            preemptions, 0,
+            "seed {seed}: the static policy never preempts"
+        );
+    }
+}

@@ -16,6 +16,7 @@ macro_rules! registry {
 
 registry! {
     shenango,
+    static_cores,
 }
 
 /// How the daemon's settings that any policy may use map onto a policy; everything else about a

@@ -5,16 +5,15 @@
 
 use corral_policy::{
     AllocError, CoreId, CoreOccupancy, CoreStats, CoreView, Decision, KthreadIndex, KthreadPlace,
-    KthreadQueues, KthreadView, Policy, QueueKind, QueueSnapshot, RuntimeId, RuntimeSpec,
-    RuntimeStats, RuntimeView, SpecError, Topology, check_counters,
+    KthreadQueues, KthreadView, LastObservation, Policy, RuntimeId, RuntimeSpec, RuntimeStats,
+    RuntimeView, SpecError, Topology, check_sweep,
 };
 
 #[derive(Debug)]
 struct Kthread {
     place: KthreadPlace,
     last_core: Option<CoreId>,
-    last_seen: QueueSnapshot,
-    observed_in_pass: u64,
+    last: LastObservation,
 }
 
 #[derive(Debug)]
@@ -124,7 +123,7 @@ impl FirstFit {
         let entry = &mut tenant.kthreads[index];
         entry.place = KthreadPlace::Active { core: core_id };
         entry.last_core = Some(core_id);
-        entry.observed_in_pass = 0;
+        entry.last.pass = 0;
         tenant.has_pending_work = false;
         tenant.stats.grants += 1;
         let stats = &mut self.core_stats[core];
@@ -171,8 +170,7 @@ impl Policy for FirstFit {
             .map(|_| Kthread {
                 place: KthreadPlace::Parked { since: now },
                 last_core: None,
-                last_seen: QueueSnapshot::default(),
-                observed_in_pass: 0,
+                last: LastObservation::default(),
             })
             .collect();
         let (slot, generation) = match self.tenants.iter().position(|tenant| !tenant.live) {
@@ -219,50 +217,17 @@ impl Policy for FirstFit {
     ) -> Result<(), AllocError> {
         let slot = self.slot_of(runtime)?;
         let pass = self.pass;
-        let mut congested = false;
-        let mut lowest_allowed = 0;
-        for &KthreadQueues { kthread, queues } in kthreads {
-            let entry = self.kthread_of(slot, kthread)?;
-            if kthread.index() < lowest_allowed {
-                return Err(AllocError::ObservationsOutOfOrder { runtime, kthread });
-            }
-            lowest_allowed = kthread.index() + 1;
-            self.active_core_of(slot, kthread)?;
-            if entry.observed_in_pass == pass {
-                return Err(AllocError::AlreadyObserved { runtime, kthread });
-            }
-            let previous = (entry.observed_in_pass + 1 == pass).then_some(entry.last_seen);
-            let spec = &self.tenants[slot].spec;
-            for (queue, now, before, capacity) in [
-                (
-                    QueueKind::RunQueue,
-                    queues.run_queue,
-                    previous.map(|seen| seen.run_queue),
-                    spec.run_queue_capacity,
-                ),
-                (
-                    QueueKind::Ingress,
-                    queues.ingress,
-                    previous.map(|seen| seen.ingress),
-                    spec.ingress_capacity,
-                ),
-            ] {
-                check_counters(before, now, capacity).map_err(|fault| {
-                    AllocError::ImpossibleQueue {
-                        runtime,
-                        kthread,
-                        queue,
-                        fault,
-                    }
-                })?;
-                congested |= before.is_some_and(|before| now.has_waited_since(before));
-            }
-        }
+        let tenant = &self.tenants[slot];
+        let congested = check_sweep(runtime, &tenant.spec, pass, kthreads, |index| {
+            tenant.kthreads.get(index.index()).map(|kthread| {
+                let active = matches!(kthread.place, KthreadPlace::Active { .. });
+                (active, kthread.last)
+            })
+        })?;
         let tenant = &mut self.tenants[slot];
         for &KthreadQueues { kthread, queues } in kthreads {
             let entry = &mut tenant.kthreads[kthread.index()];
-            entry.last_seen = queues;
-            entry.observed_in_pass = pass;
+            entry.last = LastObservation { queues, pass };
         }
         if congested {
             self.report_congestion(runtime)?;

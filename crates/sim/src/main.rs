@@ -1,0 +1,314 @@
+//! `corral-sim`: simulate a machine's managed cores under a core allocation policy and print
+//! latency, core usage and efficiency per load point. Parses arguments and prints; the
+//! simulation is the library's.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, ValueEnum};
+use corral_policy::{PolicySettings, RuntimeSpec, policies::KNOWN};
+use corral_sim::report::{self, Report};
+use corral_sim::{
+    CedeMode, Costs, LoadSchedule, RuntimeConfig, RuntimeKind, ServiceDist, SimConfig, run_point,
+};
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Cede {
+    /// The victim is signalled and stops after the `preempt` cost.
+    Signal,
+    /// The victim parks by itself at its next scheduling point, after the `cede` cost.
+    Cooperative,
+}
+
+fn policy_help() -> String {
+    let names: Vec<String> = KNOWN
+        .iter()
+        .map(|entry| format!("{} ({})", entry.name, entry.summary))
+        .collect();
+    format!(
+        "The allocation policy, by the name corral_policy::build knows: {}",
+        names.join("; ")
+    )
+}
+
+/// Simulates N managed cores shared by latency-critical and batch runtimes under a real Corral
+/// core allocation policy, on a virtual clock with the costs of waking, preempting, parking
+/// and handing over cores, and prints per load point: p50/p99/p99.9 latency, mean cores held
+/// by the latency-critical runtimes, their CPU efficiency (service time run / core time held),
+/// the batch runtimes' share of all core time, the idle share, and core reallocations per
+/// second. Every cost used is printed with its source.
+#[derive(Parser, Debug)]
+#[command(name = "corral-sim", version)]
+struct Args {
+    /// Managed cores.
+    #[arg(long, default_value_t = 16)]
+    cores: u16,
+
+    /// Cores 2i and 2i+1 are hyperthread siblings (the policy prefers a sibling of a core the
+    /// runtime holds).
+    #[arg(long)]
+    hyperthreads: bool,
+
+    /// Latency-critical runtimes; the offered load is split evenly among them.
+    #[arg(long, default_value_t = 1)]
+    lc: u16,
+
+    /// Batch runtimes: always have runnable work, never park, want every core they can get.
+    #[arg(long, default_value_t = 1)]
+    batch: u16,
+
+    /// Guaranteed cores of each latency-critical runtime (a runtime below its guarantee takes a
+    /// core from a bursting one at once). Guarantees may not add up to more than --cores.
+    #[arg(long, default_value_t = 1)]
+    lc_guaranteed: u16,
+
+    /// Maximum cores (and kthreads) of each latency-critical runtime [default: --cores].
+    #[arg(long)]
+    lc_max: Option<u16>,
+
+    /// Guaranteed cores of each batch runtime.
+    #[arg(long, default_value_t = 0)]
+    batch_guaranteed: u16,
+
+    /// Maximum cores (and kthreads) of each batch runtime [default: --cores].
+    #[arg(long)]
+    batch_max: Option<u16>,
+
+    /// Offered loads, comma-separated, each a fraction of the cores' capacity (--cores / mean
+    /// service time requests per second over all latency-critical runtimes); one simulation per
+    /// load.
+    #[arg(long, value_delimiter = ',', default_value = "0.1,0.3,0.5,0.7,0.9")]
+    loads: Vec<f64>,
+
+    /// A load schedule instead of --loads: TIME:LOAD steps, e.g. `0s:0.05,100ms:0.6,200ms:0.05`
+    /// (the shape of the paper's Figure 5 burst); one simulation. Times need a unit (ns, us,
+    /// ms, s).
+    #[arg(long, conflicts_with = "loads")]
+    schedule: Option<String>,
+
+    /// Service time of each request: `const:10us`, `exp:10us`, `bimodal` (90% 5 us, 10% 55 us)
+    /// or `bimodal:SHORT:LONG:LONG_FRACTION` (the demo's syntax).
+    #[arg(long, default_value = "exp:10us")]
+    service: ServiceDist,
+
+    /// Simulated seconds of arrivals per load point (requests still in flight then are run to
+    /// completion, up to --drain-seconds more).
+    #[arg(long, default_value_t = 0.1)]
+    seconds: f64,
+
+    /// Longest simulated time past --seconds spent completing requests already arrived.
+    #[arg(long, default_value_t = 1.0)]
+    drain_seconds: f64,
+
+    /// Seed of the one random generator (arrivals, service times, steering). A seed gives the
+    /// same results every run.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+
+    #[arg(long, default_value = "shenango", help = policy_help())]
+    policy: String,
+
+    /// Cost set: `measured` (this machine class's corral-bench-iokernel figures of
+    /// 2026-11-23), `paper` (the Shenango paper's, NSDI '19 §3-§5), `zero`, or the path of a
+    /// `corral-bench-iokernel --json` output (its stdout, or just its JSON line), whose
+    /// per-repetition medians give grant = wake_ns, preempt = preempt_signal_ns +
+    /// preempt_park_ns, cede = coop_preempt_ns - wake_ns, park = 2 us spin + preempt_park_ns,
+    /// handover = preempt_ns - preempt_signal_ns - preempt_park_ns - preempt_wake_ns (interval
+    /// and dispatch keep the measured set's values).
+    #[arg(long, default_value = "measured")]
+    costs: String,
+
+    /// Override one cost: NAME=NANOSECONDS, repeatable. Names: interval (between allocation
+    /// passes), grant (wake decision to kthread running), preempt (signal decision to the
+    /// victim's park seen), cede (the same, cooperative), park (a kthread with no work holds its
+    /// core this long before its park is seen), handover (extra before running on a core
+    /// another runtime used last), dispatch (core time per request not counted as useful).
+    #[arg(long = "cost", value_name = "NAME=NS")]
+    cost_overrides: Vec<String>,
+
+    /// How a kthread asked for its core gives it up.
+    #[arg(long, value_enum, default_value = "signal")]
+    cede: Cede,
+
+    /// Microseconds a runtime keeps a granted core before a runtime of equal standing may take
+    /// it (the policy's share quantum; iokerneld's share_quantum_us).
+    #[arg(long, default_value_t = 1000)]
+    share_quantum_us: u64,
+
+    /// Microseconds a preempted kthread may keep its core before the policy reports it overdue
+    /// (it is then taken off at once); 0: never (iokerneld's preemption_timeout_us).
+    #[arg(long, default_value_t = 10_000)]
+    preemption_timeout_us: u64,
+
+    /// Period of the cores-over-time series, in microseconds.
+    #[arg(long, default_value_t = 1000)]
+    sample_us: u64,
+
+    /// Check the policy's contract and the simulator's bookkeeping after every event (slow).
+    #[arg(long)]
+    audit: bool,
+
+    /// Write one CSV row per load point here.
+    #[arg(long)]
+    csv: Option<PathBuf>,
+
+    /// Write the cores-over-time series here as CSV: one row per sample (every --sample-us) of
+    /// every point: cores held by latency-critical and by batch runtimes, requests queued, and
+    /// the p99.9 latency of the requests completed since the previous sample.
+    #[arg(long)]
+    series_csv: Option<PathBuf>,
+
+    /// Write the costs, the configuration and every point with its series here as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+fn costs(args: &Args) -> Result<Costs, String> {
+    let mut costs = match args.costs.as_str() {
+        "measured" => Costs::measured(),
+        "paper" => Costs::paper(),
+        "zero" => Costs::zero(),
+        path => {
+            let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+            Costs::from_bench_json(&text, path)?
+        }
+    };
+    for item in &args.cost_overrides {
+        let (name, ns) = item
+            .split_once('=')
+            .ok_or_else(|| format!("--cost {item}: expected NAME=NANOSECONDS"))?;
+        let ns = ns
+            .trim()
+            .parse()
+            .map_err(|_| format!("--cost {item}: the value must be whole nanoseconds"))?;
+        costs.set(name.trim(), ns)?;
+    }
+    Ok(costs)
+}
+
+fn secs_to_ns(seconds: f64, what: &str) -> Result<u64, String> {
+    if seconds.is_finite() && seconds >= 0.0 {
+        Ok((seconds * 1e9).round() as u64)
+    } else {
+        Err(format!("{what} must be a non-negative number of seconds"))
+    }
+}
+
+fn run(args: Args) -> Result<(), String> {
+    let costs = costs(&args)?;
+    let spec =
+        |guaranteed, max: Option<u16>| RuntimeSpec::new(guaranteed, max.unwrap_or(args.cores));
+    let mut runtimes = Vec::new();
+    for _ in 0..args.lc {
+        runtimes.push(RuntimeConfig {
+            kind: RuntimeKind::LatencyCritical,
+            spec: spec(args.lc_guaranteed, args.lc_max),
+        });
+    }
+    for _ in 0..args.batch {
+        runtimes.push(RuntimeConfig {
+            kind: RuntimeKind::Batch,
+            spec: spec(args.batch_guaranteed, args.batch_max),
+        });
+    }
+    let schedules = match &args.schedule {
+        Some(text) => vec![LoadSchedule::parse(text)?],
+        None => args
+            .loads
+            .iter()
+            .map(|&load| LoadSchedule::steps(vec![(0, load)]))
+            .collect::<Result<_, _>>()?,
+    };
+    let cede = match args.cede {
+        Cede::Signal => CedeMode::Signal,
+        Cede::Cooperative => CedeMode::Cooperative,
+    };
+    let base = SimConfig {
+        cores: args.cores,
+        hyperthreads: args.hyperthreads,
+        runtimes,
+        policy: args.policy.clone(),
+        settings: PolicySettings {
+            preemption_timeout: (args.preemption_timeout_us > 0)
+                .then(|| args.preemption_timeout_us * 1_000),
+            share_quantum: args.share_quantum_us * 1_000,
+        },
+        costs: costs.clone(),
+        cede,
+        service: args.service,
+        load: LoadSchedule::constant(0.0),
+        duration_ns: secs_to_ns(args.seconds, "--seconds")?,
+        drain_limit_ns: secs_to_ns(args.drain_seconds, "--drain-seconds")?,
+        sample_every_ns: args.sample_us.max(1) * 1_000,
+        seed: args.seed,
+        audit: args.audit,
+    };
+    println!(
+        "policy {}, {} cores{}, {} latency-critical runtime(s) (guaranteed {}, max {}), {} batch \
+         runtime(s) (guaranteed {}, max {}), service {}, {} s per point, seed {}, cede {:?}",
+        args.policy,
+        args.cores,
+        if args.hyperthreads {
+            " (hyperthread pairs)"
+        } else {
+            ""
+        },
+        args.lc,
+        args.lc_guaranteed,
+        args.lc_max.unwrap_or(args.cores),
+        args.batch,
+        args.batch_guaranteed,
+        args.batch_max.unwrap_or(args.cores),
+        args.service,
+        args.seconds,
+        args.seed,
+        args.cede
+    );
+    print!("{}", report::costs_table(&costs));
+    let mut points = Vec::new();
+    for schedule in schedules {
+        let config = SimConfig {
+            load: schedule,
+            ..base.clone()
+        };
+        points.push(run_point(config)?);
+    }
+    print!("{}", report::results_table(&points));
+    if let Some(path) = &args.csv {
+        std::fs::write(path, report::csv(&points))
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    if let Some(path) = &args.series_csv {
+        std::fs::write(path, report::series_csv(&points))
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    if let Some(path) = &args.json {
+        let text = report::json(&Report {
+            policy: &args.policy,
+            cores: args.cores,
+            latency_critical_runtimes: usize::from(args.lc),
+            batch_runtimes: usize::from(args.batch),
+            service: args.service.to_string(),
+            seconds: args.seconds,
+            seed: args.seed,
+            cede: match args.cede {
+                Cede::Signal => "signal",
+                Cede::Cooperative => "cooperative",
+            },
+            costs: &costs,
+            points: &points,
+        });
+        std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    match run(Args::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("corral-sim: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
