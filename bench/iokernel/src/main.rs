@@ -309,6 +309,9 @@ impl Daemon {
             .arg("--socket")
             .arg(&socket)
             .args(["--log-level", "warn", "--nic", "none"])
+            // Unshielded, as the raw peers it is compared with run: the two daemons alternate,
+            // and only one of them could hold a shield.
+            .args(["--shield", "off"])
             .arg("--handover")
             .arg(&args.handover)
             .arg("--cede-grace-us")
@@ -371,8 +374,10 @@ impl Daemon {
 
 impl Drop for Daemon {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        // Resumed (it may be paused) and stopped with SIGTERM, so that it undoes whatever it
+        // changed on the machine; killed only if it does not exit.
+        self.pause(false);
+        corral_iokernel::sys::stop_child(&mut self.child, Duration::from_secs(5));
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

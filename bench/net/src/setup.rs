@@ -160,8 +160,8 @@ impl Daemon {
 
 impl Drop for Daemon {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        // SIGTERM first: a shielding iokerneld undoes its shield as it exits.
+        corral_iokernel::sys::stop_child(&mut self.child, std::time::Duration::from_secs(5));
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -38,6 +38,24 @@ pub fn set_scheduler(tid: i32, policy: i32, priority: u32) -> io::Result<()> {
     }
 }
 
+/// Stops a child process (an iokerneld, say) with SIGTERM, so that it can undo what it changed
+/// on the machine, and kills it if it has not exited within `patience`.
+pub fn stop_child(child: &mut std::process::Child, patience: std::time::Duration) {
+    if let Ok(pid) = i32::try_from(child.id()) {
+        // SAFETY: plain system call; the child is not reaped yet, so its pid still names it.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+    }
+    let deadline = std::time::Instant::now() + patience;
+    while std::time::Instant::now() < deadline {
+        if !matches!(child.try_wait(), Ok(None)) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 /// The scheduling policy of thread `tid`.
 pub fn sched_policy(tid: i32) -> io::Result<i32> {
     // SAFETY: plain system call without pointers.
