@@ -18,6 +18,7 @@
 pub mod audit;
 mod error;
 mod ids;
+mod kthreads;
 pub mod policies;
 mod queues;
 mod spec;
@@ -27,6 +28,7 @@ mod views;
 pub use corral_abi::RingPositions;
 pub use error::{AllocError, SpecError};
 pub use ids::{CoreId, KthreadIndex, RuntimeId};
+pub use policies::arachne::{Arachne, ArachneConfig};
 pub use policies::shenango::{BurstSharing, Shenango, ShenangoConfig};
 pub use policies::static_cores::{Static, StaticConfig};
 pub use policies::{PolicyEntry, PolicySettings, UnknownPolicy, build};

@@ -85,6 +85,19 @@ impl RuntimeSpec {
     }
 }
 
+/// Refuses to promise `requested` more cores beside `already` promised ones on a machine of
+/// `cores`: a guarantee is a promise never to preempt, which oversubscription would break.
+pub(crate) fn check_cores_fit(requested: u16, already: u32, cores: usize) -> Result<(), SpecError> {
+    if already + u32::from(requested) > cores as u32 {
+        return Err(SpecError::GuaranteesOversubscribed {
+            requested,
+            already_guaranteed: already,
+            cores,
+        });
+    }
+    Ok(())
+}
+
 /// Counters kept per runtime while it is registered.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RuntimeStats {

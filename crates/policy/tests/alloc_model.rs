@@ -4,8 +4,8 @@
 //! core granted less than a share quantum ago, and refused calls change nothing.
 //!
 //! The harness drives any [`Policy`] through the trait alone: the Shenango policy in both burst
-//! sharing modes, and a trivial first-fit policy (`first_fit.rs`) that shows a second policy
-//! plugs into the same harness and auditor.
+//! sharing modes, the static and Arachne policies, and a trivial first-fit policy
+//! (`first_fit.rs`) that shows a second policy plugs into the same harness and auditor.
 
 #[path = "alloc_model/first_fit.rs"]
 mod first_fit;
@@ -14,9 +14,9 @@ use std::collections::HashMap;
 
 use corral_policy::audit::check_contract;
 use corral_policy::{
-    AllocError, BurstSharing, CoreId, CoreOccupancy, Decision, KthreadIndex, KthreadPlace,
-    KthreadQueues, Policy, QueueSnapshot, RingPositions, RuntimeId, RuntimeSpec, Shenango,
-    ShenangoConfig, SpecError, Topology,
+    AllocError, Arachne, ArachneConfig, BurstSharing, CoreId, CoreOccupancy, Decision,
+    KthreadIndex, KthreadPlace, KthreadQueues, Policy, QueueSnapshot, RingPositions, RuntimeId,
+    RuntimeSpec, Shenango, ShenangoConfig, SpecError, Topology,
 };
 
 /// Seeded, so a failing seed replays exactly.
@@ -548,4 +548,35 @@ fn the_static_policy_keeps_the_contract_and_never_preempts() {
             "seed {seed}: the static policy never preempts"
         );
     }
+}
+
+/// An Arachne policy deciding every few passes of the harness (its default 50 ms would never
+/// come), with a random share quantum.
+fn random_arachne(topology: Topology, rng: &mut Rng) -> PolicyUnderTest {
+    let share_quantum = if rng.percent(50) {
+        0
+    } else {
+        1 + rng.below(20_000) as u64
+    };
+    let config = ArachneConfig {
+        interval: 1 + rng.below(40_000) as u64,
+        preemption_timeout: Some(20_000),
+        share_quantum,
+        ..ArachneConfig::default()
+    };
+    (Box::new(Arachne::new(topology, config)), share_quantum)
+}
+
+#[test]
+fn the_arachne_policy_keeps_the_contract() {
+    let mut runs_with_preemptions = 0;
+    for seed in 0..200 {
+        let preemptions = run_one(seed, 400, random_arachne);
+        runs_with_preemptions += u32::from(preemptions > 0);
+    }
+    // Guards against a generator that never reaches a decision that takes a core.
+    assert!(
+        runs_with_preemptions > 100,
+        "only {runs_with_preemptions} runs preempted"
+    );
 }

@@ -160,6 +160,30 @@ fn the_static_policy_never_moves_a_core_between_runtimes() {
     assert!(result.idle_share >= 0.5, "{result:?}");
 }
 
+#[test]
+fn the_arachne_policy_scales_on_its_interval_and_completes_every_request_once() {
+    // Long enough for a few of its 50 ms decisions: the batch runtime scales up from its first
+    // core one core per decision while the latency-critical one keeps what it needs.
+    let config = SimConfig {
+        policy: "arachne".into(),
+        duration_ns: 160_000_000,
+        ..small(4, 1, 1, 0.4)
+    };
+    let result = run_point(config).unwrap();
+    assert!(result.arrived > 10_000, "{result:?}");
+    assert_eq!((result.arrived, result.unfinished), (result.completed, 0));
+    let batch_cores = |at_ns: u64| {
+        result
+            .series
+            .iter()
+            .find(|sample| sample.t_ns >= at_ns)
+            .map_or(0, |sample| sample.batch_cores)
+    };
+    // One core until the first decision, more after a few.
+    assert_eq!(batch_cores(40_000_000), 1, "{:?}", result.series);
+    assert!(batch_cores(155_000_000) >= 2, "{:?}", result.series);
+}
+
 fn runtime(kind: RuntimeKind, guaranteed: u16, max: u16) -> RuntimeConfig {
     RuntimeConfig {
         kind,
@@ -182,7 +206,7 @@ proptest! {
         seed in any::<u64>(),
         cooperative in any::<bool>(),
         zero_costs in any::<bool>(),
-        policy in prop_oneof![Just("shenango"), Just("static")],
+        policy in prop_oneof![Just("shenango"), Just("static"), Just("arachne")],
         service in prop_oneof![
             Just(ServiceDist::Exponential { mean_ns: 10_000.0 }),
             Just(ServiceDist::Constant { ns: 3_000 }),

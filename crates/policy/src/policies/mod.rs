@@ -15,6 +15,7 @@ macro_rules! registry {
 }
 
 registry! {
+    arachne,
     shenango,
     static_cores,
 }

@@ -10,11 +10,12 @@
 //! idle, still dedicated, until the runtime shows demand again.
 
 use super::{PolicyEntry, PolicySettings};
-use crate::queues::{LastObservation, check_sweep};
+use crate::kthreads::{KthreadRecord, kthread_record, kthread_to_wake, record_sweep};
+use crate::spec::check_cores_fit;
 use crate::{
     AllocError, CoreId, CoreOccupancy, CoreStats, CoreView, Decision, KthreadIndex, KthreadPlace,
     KthreadQueues, KthreadView, Policy, RuntimeId, RuntimeSpec, RuntimeStats, RuntimeView,
-    SpecError, Topology,
+    Topology,
 };
 
 /// Registered as `static`.
@@ -34,18 +35,11 @@ pub struct StaticConfig {
 }
 
 #[derive(Clone, Debug)]
-struct Kthread {
-    place: KthreadPlace,
-    last_core: Option<CoreId>,
-    last: LastObservation,
-}
-
-#[derive(Clone, Debug)]
 struct Tenant {
     id: RuntimeId,
     live: bool,
     spec: RuntimeSpec,
-    kthreads: Vec<Kthread>,
+    kthreads: Vec<KthreadRecord>,
     /// The cores it holds for good, ascending.
     dedicated: Vec<CoreId>,
     running: u32,
@@ -127,16 +121,13 @@ impl Static {
         }
     }
 
-    fn kthread_of(&self, slot: usize, kthread: KthreadIndex) -> Result<&Kthread, AllocError> {
+    fn kthread_of(
+        &self,
+        slot: usize,
+        kthread: KthreadIndex,
+    ) -> Result<&KthreadRecord, AllocError> {
         let tenant = &self.tenants[slot];
-        tenant
-            .kthreads
-            .get(kthread.index())
-            .ok_or(AllocError::NoSuchKthread {
-                runtime: tenant.id,
-                kthread,
-                kthreads: tenant.spec.kthreads,
-            })
+        kthread_record(&tenant.kthreads, tenant.id, &tenant.spec, kthread)
     }
 
     fn active_core_of(&self, slot: usize, kthread: KthreadIndex) -> Result<CoreId, AllocError> {
@@ -163,37 +154,13 @@ impl Static {
             if self.cores[core.index()].running.is_some() {
                 continue;
             }
-            let warm = self.cores[core.index()]
-                .last_user
-                .filter(|&(user, kthread)| {
-                    user == tenant.id
-                        && matches!(
-                            tenant.kthreads[kthread.index()].place,
-                            KthreadPlace::Parked { .. }
-                        )
-                })
-                .map(|(_, kthread)| kthread);
-            let longest = || {
-                tenant
-                    .kthreads
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(index, kthread)| match kthread.place {
-                        KthreadPlace::Parked { since } => Some((since, index)),
-                        KthreadPlace::Active { .. } => None,
-                    })
-                    .min()
-                    .map(|(_, index)| KthreadIndex(index as u16))
-            };
-            let Some(kthread) = warm.or_else(longest) else {
+            let last_user = self.cores[core.index()].last_user;
+            let Some(kthread) = kthread_to_wake(&tenant.kthreads, tenant.id, last_user) else {
                 break;
             };
             let id = tenant.id;
             let tenant = &mut self.tenants[slot];
-            let entry = &mut tenant.kthreads[kthread.index()];
-            entry.place = KthreadPlace::Active { core };
-            entry.last_core = Some(core);
-            entry.last.pass = 0;
+            tenant.kthreads[kthread.index()].activate(core);
             tenant.running += 1;
             tenant.stats.grants += 1;
             let entry = &mut self.cores[core.index()];
@@ -241,22 +208,8 @@ impl Policy for Static {
         let guaranteed: u32 = live().map(|t| u32::from(t.spec.guaranteed_cores)).sum();
         let dedicated: u32 = live().map(|t| t.dedicated.len() as u32).sum();
         let wanted = self.fixed_count(&spec);
-        if guaranteed + u32::from(spec.guaranteed_cores) > cores as u32 {
-            return Err(SpecError::GuaranteesOversubscribed {
-                requested: spec.guaranteed_cores,
-                already_guaranteed: guaranteed,
-                cores,
-            }
-            .into());
-        }
-        if dedicated + u32::from(wanted) > cores as u32 {
-            return Err(SpecError::GuaranteesOversubscribed {
-                requested: wanted,
-                already_guaranteed: dedicated,
-                cores,
-            }
-            .into());
-        }
+        check_cores_fit(spec.guaranteed_cores, guaranteed, cores)?;
+        check_cores_fit(wanted, dedicated, cores)?;
         self.now = now;
         let (slot, generation) = match self.tenants.iter().position(|tenant| !tenant.live) {
             Some(slot) => (slot, self.tenants[slot].id.generation() + 1),
@@ -277,13 +230,7 @@ impl Policy for Static {
             id: RuntimeId::from_parts(slot as u32, generation),
             live: true,
             spec,
-            kthreads: (0..spec.kthreads)
-                .map(|_| Kthread {
-                    place: KthreadPlace::Parked { since: now },
-                    last_core: None,
-                    last: LastObservation::default(),
-                })
-                .collect(),
+            kthreads: KthreadRecord::all_parked(spec.kthreads, now),
             dedicated: free.into_iter().map(|index| CoreId(index as u16)).collect(),
             running: 0,
             congested_in_pass: 0,
@@ -329,18 +276,8 @@ impl Policy for Static {
     ) -> Result<(), AllocError> {
         let slot = self.slot_of(runtime)?;
         let pass = self.pass;
-        let tenant = &self.tenants[slot];
-        let congested = check_sweep(runtime, &tenant.spec, pass, kthreads, |index| {
-            tenant.kthreads.get(index.index()).map(|kthread| {
-                let active = matches!(kthread.place, KthreadPlace::Active { .. });
-                (active, kthread.last)
-            })
-        })?;
         let tenant = &mut self.tenants[slot];
-        for &KthreadQueues { kthread, queues } in kthreads {
-            let entry = &mut tenant.kthreads[kthread.index()];
-            entry.last = LastObservation { queues, pass };
-        }
+        let congested = record_sweep(&mut tenant.kthreads, runtime, &tenant.spec, pass, kthreads)?;
         if congested {
             self.report_congestion(runtime)?;
         }
@@ -501,11 +438,7 @@ impl Policy for Static {
         kthread: KthreadIndex,
     ) -> Result<KthreadView, AllocError> {
         let slot = self.slot_of(runtime)?;
-        let entry = self.kthread_of(slot, kthread)?;
-        Ok(KthreadView {
-            place: entry.place,
-            last_core: entry.last_core,
-        })
+        Ok(self.kthread_of(slot, kthread)?.view())
     }
 
     /// Dedicated cores are disjoint, each runtime's list matches the cores' owners, kthreads run
@@ -549,6 +482,7 @@ impl Policy for Static {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::SpecError;
     use crate::audit::check_contract;
 
     fn policy(cores: usize) -> Static {

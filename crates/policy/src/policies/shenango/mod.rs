@@ -69,9 +69,10 @@ mod tests;
 
 use super::{PolicyEntry, PolicySettings};
 use crate::queues::{self, KthreadQueues, QueueKind};
+use crate::spec::check_cores_fit;
 use crate::{
     AllocError, CoreId, CoreOccupancy, CoreStats, CoreView, Decision, KthreadIndex, KthreadPlace,
-    KthreadView, MAX_CORES, MAX_RUNTIMES, Policy, RuntimeId, RuntimeSpec, RuntimeView, SpecError,
+    KthreadView, MAX_CORES, MAX_RUNTIMES, Policy, RuntimeId, RuntimeSpec, RuntimeView,
     Topology,
 };
 use cores::{Core, CoreSet, CoreState};
@@ -318,14 +319,7 @@ impl Policy for Shenango {
         self.check_clock(now)?;
         spec.validate()?;
         let core_count = self.topology.core_count();
-        if self.guaranteed_total + u32::from(spec.guaranteed_cores) > core_count as u32 {
-            return Err(SpecError::GuaranteesOversubscribed {
-                requested: spec.guaranteed_cores,
-                already_guaranteed: self.guaranteed_total,
-                cores: core_count,
-            }
-            .into());
-        }
+        check_cores_fit(spec.guaranteed_cores, self.guaranteed_total, core_count)?;
         let slot = match self.runtimes.iter().position(|runtime| !runtime.live) {
             Some(slot) => slot,
             None if self.runtimes.len() < MAX_RUNTIMES => {

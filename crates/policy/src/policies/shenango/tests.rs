@@ -3,7 +3,7 @@
 use std::collections::{HashMap, HashSet};
 
 use super::*;
-use crate::{MAX_KTHREADS, QueueFault, QueueSnapshot, RingPositions, TopologyError};
+use crate::{MAX_KTHREADS, QueueFault, QueueSnapshot, RingPositions, SpecError, TopologyError};
 
 /// Drives an allocator the way the daemon does: a clock, queue counters per kthread, and the
 /// decisions of the last call.
