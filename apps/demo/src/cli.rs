@@ -118,6 +118,12 @@ pub struct Args {
     #[arg(long, value_enum, value_name = "MODE")]
     pub handover: Option<Handover>,
 
+    /// iokerneld's core allocation policy (`--policy`): `shenango` (its default), `static`
+    /// (each runtime keeps its guarantee for good: the batch job, with none, never runs), or
+    /// any other policy iokerneld knows.
+    #[arg(long, value_name = "NAME")]
+    pub policy: Option<String>,
+
     /// iokerneld's `--cede-grace-us`: how long a batch kthread asked for its core may take to
     /// reach a preemption point (the batch job passes one every few microseconds) before it is
     /// sent the preemption signal; 0 signals at once.
@@ -314,6 +320,8 @@ pub struct Plan {
     pub spin_before_park_us: Option<u64>,
     /// iokerneld's `--handover`, when given.
     pub handover: Option<Handover>,
+    /// iokerneld's `--policy`, when given (a name iokerneld knows).
+    pub policy: Option<String>,
     pub cede_grace_us: u64,
     pub batch_preemption: BatchPreemption,
     pub intervals: Vec<u64>,
@@ -399,6 +407,15 @@ impl Args {
             s.dedup();
             s
         };
+        if self.policy.as_deref() == Some("static") && systems.contains(&System::Corral) {
+            return Err(
+                "invalid --policy static with Corral's co-location: each runtime keeps only its \
+                 guaranteed cores, and the batch job has none, so it would never run; measure \
+                 the static policy with --systems dedicated (the server alone on its \
+                 guaranteed core)"
+                    .into(),
+            );
+        }
         if matches!(self.experiment, Experiment::Intervals | Experiment::Burst)
             && systems != [System::Corral]
         {
@@ -496,6 +513,22 @@ impl Args {
             interval_us: self.interval_us,
             spin_before_park_us: self.spin_before_park_us,
             handover: self.handover,
+            policy: self
+                .policy
+                .as_deref()
+                .map(|name| {
+                    corral_policy::policies::KNOWN
+                        .iter()
+                        .any(|entry| entry.name == name)
+                        .then(|| name.to_owned())
+                        .ok_or_else(|| {
+                            format!(
+                                "invalid --policy: {}",
+                                corral_policy::UnknownPolicy { name: name.into() }
+                            )
+                        })
+                })
+                .transpose()?,
             cede_grace_us: self.cede_grace_us,
             batch_preemption: self.batch_preemption.unwrap_or(
                 if self.batch_cmd.is_some() || self.experiment == Experiment::Kv {
@@ -665,6 +698,25 @@ mod tests {
         let q = plan(&["--quick"]).unwrap();
         assert_eq!(q.loads, vec![0.2, 0.5]);
         assert!(q.point_secs <= 1.0);
+    }
+
+    #[test]
+    fn the_policy_is_taken_and_checked_against_iokernelds() {
+        assert_eq!(plan(&[]).unwrap().policy, None);
+        assert_eq!(
+            plan(&["--policy", "static", "--systems", "dedicated"])
+                .unwrap()
+                .policy
+                .as_deref(),
+            Some("static")
+        );
+        let err = plan(&["--policy", "static"]).unwrap_err();
+        assert!(err.contains("would never run"), "{err}");
+        let err = plan(&["--policy", "fastest"]).unwrap_err();
+        assert!(
+            err.contains("invalid --policy") && err.contains("\"shenango\""),
+            "{err}"
+        );
     }
 
     #[test]

@@ -219,6 +219,11 @@ pub fn run(args: &Args) -> Result<()> {
             mode.name()
         ));
     }
+    if let Some(policy) = &p.policy {
+        say(format!(
+            "iokerneld core allocation policy: --policy {policy}"
+        ));
+    }
     let mut record = json!({
         "experiment": p.experiment,
         "plan": p,

@@ -409,7 +409,7 @@ pub struct Corral<'e> {
 
 /// iokerneld's command line: its CPU, the application CPU to manage, the control socket, the
 /// generator as its NIC, the allocation interval, the cede grace period, the shield on or off,
-/// and `--handover` only when the plan names a mode.
+/// and `--handover` and `--policy` only when the plan names them.
 pub(crate) fn iokerneld_args(plan: &Plan, socket: &str, interval_us: u64) -> Vec<String> {
     let mut args: Vec<String> = vec![
         "--core".into(),
@@ -432,6 +432,9 @@ pub(crate) fn iokerneld_args(plan: &Plan, socket: &str, interval_us: u64) -> Vec
     ];
     if let Some(mode) = plan.handover {
         args.extend(["--handover".into(), mode.name().into()]);
+    }
+    if let Some(policy) = &plan.policy {
+        args.extend(["--policy".into(), policy.clone()]);
     }
     args
 }
@@ -1172,6 +1175,13 @@ mod tests {
         assert!(args.windows(2).any(|w| w == ["--shield", "on"]));
         let args = iokerneld_args(&plan(&["--no-shield"]), "/run/x.sock", 5);
         assert!(args.windows(2).any(|w| w == ["--shield", "off"]));
+        assert!(!args.iter().any(|a| a == "--policy"), "{args:?}");
+        let args = iokerneld_args(
+            &plan(&["--policy", "static", "--systems", "dedicated"]),
+            "/run/x.sock",
+            5,
+        );
+        assert!(args.windows(2).any(|w| w == ["--policy", "static"]));
         for mode in ["local", "remote"] {
             let args = iokerneld_args(&plan(&["--handover", mode]), "/run/x.sock", 5);
             assert!(
