@@ -15,9 +15,9 @@ macro_rules! registry {
 }
 
 registry! {
-    arachne,
     shenango,
     static_cores,
+    arachne,
 }
 
 /// How the daemon's settings that any policy may use map onto a policy; everything else about a
