@@ -17,9 +17,11 @@
 //! --lc-guaranteed 4 --loads 0.5 --seconds 1` (1 s of 64 cores, 16 runtimes, 5 µs passes;
 //! release build, this 2-vCPU machine class; see README.md).
 
+pub mod bound;
 pub mod config;
 pub mod costs;
 pub mod events;
+pub mod figure1;
 pub mod kthread;
 pub mod machine;
 pub mod metrics;

@@ -2,11 +2,15 @@
 //! latency, core usage and efficiency per load point. Parses arguments and prints; the
 //! simulation is the library's.
 
+mod plot;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, ValueEnum};
+use clap::{Parser, Subcommand, ValueEnum};
 use corral_policy::{PolicySettings, RuntimeSpec, policies::KNOWN};
+use corral_sim::bound::BoundParams;
+use corral_sim::figure1::{self, Figure1Config};
 use corral_sim::report::{self, Report};
 use corral_sim::{
     CedeMode, Costs, LoadSchedule, RuntimeConfig, RuntimeKind, ServiceDist, SimConfig, run_point,
@@ -38,8 +42,11 @@ fn policy_help() -> String {
 /// the batch runtimes' share of all core time, the idle share, and core reallocations per
 /// second. Every cost used is printed with its source.
 #[derive(Parser, Debug)]
-#[command(name = "corral-sim", version)]
+#[command(name = "corral-sim", version, args_conflicts_with_subcommands = true)]
 struct Args {
+    #[command(subcommand)]
+    command: Option<Command>,
+
     /// Managed cores.
     #[arg(long, default_value_t = 16)]
     cores: u16,
@@ -163,8 +170,80 @@ struct Args {
     json: Option<PathBuf>,
 }
 
-fn costs(args: &Args) -> Result<Costs, String> {
-    let mut costs = match args.costs.as_str() {
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// The paper's Figure 1, extended: per offered load (in cores' worth of work), the fewest
+    /// cores an allocator re-deciding every 1 ms needs (M/M/n, queue empty at each interval's
+    /// start, p99.9 within the limit) and the efficiency that bounds, beside Corral's simulated
+    /// efficiency and p99.9 (Shenango policy, one latency-critical runtime guaranteed 1 core).
+    /// Writes DIR/figure1.csv, DIR/figure1.png and DIR/figure1.svg and prints a table.
+    Figure1(Figure1Args),
+}
+
+#[derive(clap::Args, Debug)]
+struct Figure1Args {
+    /// The highest offered load, in cores' worth of work.
+    #[arg(long, default_value_t = 16)]
+    max_cores: u16,
+
+    /// Offered loads in cores' worth of work, comma-separated [default: 0.1, then every 0.25 up
+    /// to --max-cores].
+    #[arg(long, value_delimiter = ',')]
+    loads: Option<Vec<f64>>,
+
+    /// Where figure1.csv, figure1.png and figure1.svg go (created if missing).
+    #[arg(long, default_value = ".")]
+    out: PathBuf,
+
+    /// Mean of the exponential service time, microseconds.
+    #[arg(long, default_value_t = 10.0)]
+    service_mean_us: f64,
+
+    /// The bound's latency limit, microseconds.
+    #[arg(long, default_value_t = 100.0)]
+    latency_limit_us: f64,
+
+    /// The quantile held to the latency limit.
+    #[arg(long, default_value_t = 0.999)]
+    quantile: f64,
+
+    /// The bound's allocation interval, microseconds.
+    #[arg(long, default_value_t = 1000.0)]
+    interval_us: f64,
+
+    /// Requests the bound simulates per trial, at least.
+    #[arg(long, default_value_t = 1_000_000)]
+    bound_requests: u64,
+
+    /// Batch runtimes beside Corral's latency-critical one (0: its cores come from the idle
+    /// pool, as the paper's runtime running alone; 1: taken from a batch runtime, which the
+    /// policy lets keep a core for a share quantum, so p99.9 leaves the limit behind).
+    #[arg(long, default_value_t = 0)]
+    batch: u16,
+
+    /// Simulated seconds of arrivals per Corral point.
+    #[arg(long, default_value_t = 0.1)]
+    seconds: f64,
+
+    /// Cost set for Corral's runs: `measured`, `paper`, `zero` or a `corral-bench-iokernel
+    /// --json` output (see the main command's --costs).
+    #[arg(long, default_value = "measured")]
+    costs: String,
+
+    /// Seed of the bound's and the simulator's generators.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+
+    /// TrueType font for the plot's text.
+    #[arg(
+        long,
+        default_value = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"
+    )]
+    font: PathBuf,
+}
+
+fn cost_set(name: &str) -> Result<Costs, String> {
+    Ok(match name {
         "measured" => Costs::measured(),
         "paper" => Costs::paper(),
         "zero" => Costs::zero(),
@@ -172,7 +251,70 @@ fn costs(args: &Args) -> Result<Costs, String> {
             let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
             Costs::from_bench_json(&text, path)?
         }
+    })
+}
+
+fn run_figure1(args: Figure1Args) -> Result<(), String> {
+    let positive = |value: f64, what: &str| {
+        if value.is_finite() && value > 0.0 {
+            Ok(value)
+        } else {
+            Err(format!("{what} must be a positive number"))
+        }
     };
+    if !(args.quantile > 0.0 && args.quantile < 1.0) {
+        return Err("--quantile must lie between 0 and 1".into());
+    }
+    let bound = BoundParams {
+        service_mean_ns: positive(args.service_mean_us, "--service-mean-us")? * 1e3,
+        latency_limit_ns: positive(args.latency_limit_us, "--latency-limit-us")? * 1e3,
+        quantile: args.quantile,
+        interval_ns: positive(args.interval_us, "--interval-us")? * 1e3,
+        requests: args.bound_requests.max(1),
+        seed: args.seed,
+    };
+    let config = Figure1Config {
+        loads: args
+            .loads
+            .clone()
+            .unwrap_or_else(|| Figure1Config::default_loads(args.max_cores)),
+        max_cores: args.max_cores,
+        bound,
+        costs: cost_set(&args.costs)?,
+        batch_runtimes: args.batch,
+        duration_ns: secs_to_ns(args.seconds, "--seconds")?,
+        seed: args.seed,
+    };
+    plot::load_font(&args.font)?;
+    println!(
+        "figure1: bound M/M/n, exp service mean {} us, p{} <= {} us, {} us intervals, >= {} \
+         requests per trial; Corral: shenango policy, 1 latency-critical runtime (guaranteed 1), \
+         {} batch runtime(s), {} s per point, seed {}",
+        args.service_mean_us,
+        args.quantile * 100.0,
+        args.latency_limit_us,
+        args.interval_us,
+        bound.requests,
+        args.batch,
+        args.seconds,
+        args.seed
+    );
+    print!("{}", report::costs_table(&config.costs));
+    let rows = figure1::run(&config)?;
+    print!("{}", figure1::table(&rows));
+    std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
+    let csv = args.out.join("figure1.csv");
+    std::fs::write(&csv, figure1::csv(&rows)).map_err(|e| format!("{}: {e}", csv.display()))?;
+    let written = plot::figure1(&args.out, &rows, &bound)?;
+    println!("wrote {}", csv.display());
+    for path in written {
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+fn costs(args: &Args) -> Result<Costs, String> {
+    let mut costs = cost_set(&args.costs)?;
     for item in &args.cost_overrides {
         let (name, ns) = item
             .split_once('=')
@@ -194,7 +336,10 @@ fn secs_to_ns(seconds: f64, what: &str) -> Result<u64, String> {
     }
 }
 
-fn run(args: Args) -> Result<(), String> {
+fn run(mut args: Args) -> Result<(), String> {
+    if let Some(Command::Figure1(figure)) = args.command.take() {
+        return run_figure1(figure);
+    }
     let costs = costs(&args)?;
     let spec =
         |guaranteed, max: Option<u16>| RuntimeSpec::new(guaranteed, max.unwrap_or(args.cores));
