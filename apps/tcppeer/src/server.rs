@@ -71,10 +71,15 @@ impl Served {
 
     /// A copy of every outcome so far.
     pub fn outcomes(&self) -> Vec<Outcome> {
+        let _uninterrupted = corral::preempt::PreemptGuard::new();
         self.outcomes.lock().expect("outcomes lock").clone()
     }
 
     fn record(&self, outcome: Outcome) {
+        // A uthread preempted while it holds this OS lock would leave the next uthread of its
+        // kthread to lock it blocking the kthread itself, so the holder never runs again.
+        // (On an OS thread the guard does nothing.)
+        let _uninterrupted = corral::preempt::PreemptGuard::new();
         self.outcomes.lock().expect("outcomes lock").push(outcome);
         self.finished.fetch_add(1, Ordering::AcqRel);
     }

@@ -33,6 +33,12 @@ pub const DEFAULT_SHARE_QUANTUM_US: u64 = 1000;
 pub const DEFAULT_HELPER_SPIN_MAX_US: u64 = 1000;
 /// How long a bare TCP ACK may wait on the ring of a runtime that said it can, by default.
 pub const DEFAULT_ACK_WAIT_US: u64 = 2000;
+/// Frames iokerneld holds for one runtime whose receive buffers or ingress ring are full, by
+/// default: a burst of this many small requests (incast) is absorbed without a drop.
+pub const DEFAULT_RX_BACKLOG_FRAMES: u64 = 4096;
+/// The most frames a runtime's backlog may be configured to hold (each takes up to
+/// [`crate::daemon::BACKLOG_SLOT_BYTES`] of iokerneld's memory while held).
+pub const MAX_RX_BACKLOG_FRAMES: u64 = 1 << 16;
 /// The longest grace period, share quantum or ACK wait accepted: one second.
 pub const MAX_SETTING_DELAY_US: u64 = 1_000_000;
 pub const DEFAULT_LOG_LEVEL: &str = "info";
@@ -100,6 +106,13 @@ pub struct SettingArgs {
     /// segment [default: 2000].
     #[arg(long, value_name = "MICROSECONDS")]
     pub ack_wait_us: Option<u64>,
+
+    /// `rx_backlog_frames`: frames iokerneld holds, in arrival order, for a runtime whose
+    /// posted receive buffers or ingress ring cannot take them yet (a burst arriving while it
+    /// waits for a core); they are handed over as it posts buffers again. One more is dropped
+    /// and counted (`rx_backlog_full`). 0 drops at once [default: 4096, at most 65536].
+    #[arg(long, value_name = "FRAMES")]
+    pub rx_backlog_frames: Option<u64>,
 
     /// `helper_spin_max_us`: longest a helper spins on its idle core waiting for a grant
     /// before it sleeps (it spins about twice the recent idle gaps, within 5 us and this)
@@ -199,6 +212,7 @@ pub struct FileConfig {
     pub cede_grace_us: Option<i64>,
     pub share_quantum_us: Option<i64>,
     pub ack_wait_us: Option<i64>,
+    pub rx_backlog_frames: Option<i64>,
     pub helper_spin_max_us: Option<i64>,
     pub control_poll_us: Option<i64>,
     pub log_level: Option<String>,
@@ -333,6 +347,8 @@ pub struct Config {
     pub share_quantum_us: u64,
     /// 0: every frame for a runtime without a core asks for one.
     pub ack_wait_us: u64,
+    /// 0: a frame that finds no buffer or ring room is dropped at once.
+    pub rx_backlog_frames: u64,
     pub helper_spin_max_us: u64,
     pub control_poll_us: u64,
     pub log_level: LogLevel,
@@ -825,6 +841,18 @@ impl Config {
             file.ack_wait_us,
             DEFAULT_ACK_WAIT_US,
         )?;
+        let rx_backlog_frames = match (args.rx_backlog_frames, file.rx_backlog_frames) {
+            (Some(v), _) => v,
+            (None, Some(v)) => non_negative("rx_backlog_frames", v)?,
+            (None, None) => DEFAULT_RX_BACKLOG_FRAMES,
+        };
+        if rx_backlog_frames > MAX_RX_BACKLOG_FRAMES {
+            return Err(invalid(
+                "rx_backlog_frames",
+                rx_backlog_frames,
+                format!("must be at most {MAX_RX_BACKLOG_FRAMES}"),
+            ));
+        }
         let helper_spin_max_us = number(
             "helper_spin_max_us",
             args.helper_spin_max_us,
@@ -883,6 +911,7 @@ impl Config {
             cede_grace_us,
             share_quantum_us,
             ack_wait_us,
+            rx_backlog_frames,
             helper_spin_max_us,
             control_poll_us,
             log_level,
@@ -1088,6 +1117,7 @@ mod tests {
         assert_eq!(config.cede_grace_us, 0);
         assert_eq!(config.share_quantum_us, 1000);
         assert_eq!(config.ack_wait_us, 2000);
+        assert_eq!(config.rx_backlog_frames, 4096);
         assert_eq!(config.helper_spin_max_us, 1000);
         assert_eq!(config.control_poll_us, 50);
         assert_eq!(config.log_level, LogLevel(log::LevelFilter::Info));
@@ -1192,6 +1222,14 @@ mod tests {
         check(
             "ack_wait_us = 1000001",
             "invalid ack_wait_us = 1000001: must be at most 1000000",
+        );
+        check(
+            "rx_backlog_frames = -1",
+            "invalid rx_backlog_frames = -1: must not be negative",
+        );
+        check(
+            "rx_backlog_frames = 65537",
+            "invalid rx_backlog_frames = 65537: must be at most 65536",
         );
         check(
             "share_quantum_us = 1000001",

@@ -232,7 +232,7 @@ fn with(labels: &Labels, more: &[(&'static str, &str)]) -> Labels {
 /// runtime (`corral_runtime`). Every drop reason, the switch's own and the steering parse's
 /// (two sets with no name in common), is one `reason` of one family.
 fn packet_counters(e: &mut Exposition, prefix: &str, labels: &Labels, net: &NetStats) {
-    let counters: [(&str, &'static str, u64); 6] = [
+    let counters: [(&str, &'static str, u64); 7] = [
         (
             "rx_frames_total",
             "Frames steered to a runtime.",
@@ -262,6 +262,11 @@ fn packet_counters(e: &mut Exposition, prefix: &str, labels: &Labels, net: &NetS
             "rx_buffer_posts_total",
             "Receive buffers posted by runtimes.",
             net.rx_buffer_posts,
+        ),
+        (
+            "rx_backlogged_frames_total",
+            "Frames held in a runtime's backlog (its buffers or ring were full) before delivery.",
+            net.rx_backlogged,
         ),
     ];
     for (suffix, help, value) in counters {
@@ -532,6 +537,24 @@ fn runtime(e: &mut Exposition, r: &RuntimeStats) {
             "Receive buffers posted and not yet filled, over all its kthreads.",
             l(),
             net.rx_buffers_posted,
+        );
+        e.gauge(
+            "corral_runtime_rx_backlog_frames",
+            "Frames held for it in iokerneld's backlog now.",
+            l(),
+            net.rx_backlog_held,
+        );
+        e.gauge(
+            "corral_runtime_rx_backlog_high_water_frames",
+            "The most frames held for it at once.",
+            l(),
+            net.rx_backlog_high_water,
+        );
+        e.gauge(
+            "corral_runtime_rx_backlog_capacity_frames",
+            "The most frames its backlog may hold (rx_backlog_frames).",
+            l(),
+            net.rx_backlog_capacity,
         );
     }
     packet_counters(e, "corral_runtime", &labels, &r.packets);
@@ -1019,7 +1042,7 @@ mod tests {
             json!({
                 "rx_packets": base, "rx_bytes": base + 1, "tx_packets": base + 2,
                 "tx_bytes": base + 3, "local_switched": base + 4, "rx_buffer_posts": base + 5,
-                "drops": drops(base + 10), "rx_parse_drops": parse_drops(base + 30),
+                "rx_backlogged": base + 6, "drops": drops(base + 10), "rx_parse_drops": parse_drops(base + 30),
             })
         };
         let reported: serde_json::Map<String, Json> = corral_abi::REPORTED_COUNTERS
@@ -1052,6 +1075,9 @@ mod tests {
                     n["mac"] = json!("02:00:00:00:00:01");
                     n["ipv4"] = json!("10.0.0.1");
                     n["rx_buffers_posted"] = json!(base + 124);
+                    n["rx_backlog_held"] = json!(base + 126);
+                    n["rx_backlog_high_water"] = json!(base + 127);
+                    n["rx_backlog_capacity"] = json!(base + 128);
                     n
                 } else {
                     Json::Null
@@ -1194,8 +1220,9 @@ mod tests {
         ] {
             template["runtimes"][0]["net"][key] = template["runtimes"][0]["packets"][key].clone();
         }
-        template["runtimes"][0]["net"]["rx_buffer_posts"] =
-            template["runtimes"][0]["packets"]["rx_buffer_posts"].clone();
+        for key in ["rx_buffer_posts", "rx_backlogged"] {
+            template["runtimes"][0]["net"][key] = template["runtimes"][0]["packets"][key].clone();
+        }
         template["runtimes"][0]["net"]["rx_parse_drops"] =
             template["runtimes"][0]["packets"]["rx_parse_drops"].clone();
         let stats: Stats = serde_json::from_value(template.clone()).unwrap();

@@ -543,6 +543,77 @@ fn malformed_frames_from_the_host_are_counted_and_harm_nobody() {
     udp_round_trip(host, client_ip, b"still here");
 }
 
+/// A runtime that registers addresses but never posts a receive buffer (nor reads its ring):
+/// iokerneld holds at most `rx_backlog_frames` of its frames, drops and counts the rest, and
+/// gives the memory back when the runtime goes. Another runtime on the same TAP is untouched.
+#[test]
+fn a_runtime_that_never_takes_its_frames_costs_only_its_backlog() {
+    const BACKLOG: u64 = 64;
+    const SENT: u64 = 200;
+    let _serial = serial();
+    let (tap, [a, b, c]) = tap_setup(3);
+    let host = Ipv4Addr::new(a, b, c, 1);
+    let stuck_ip = Ipv4Addr::new(a, b, c, 2);
+    let echo_ip = Ipv4Addr::new(a, b, c, 3);
+    let cidr = format!("{host}/24");
+    let backlog = BACKLOG.to_string();
+    let tap_args = ["--nic", "tap", "--tap-name", &tap, "--host-ip", &cidr];
+    let mut daemon = Daemon::start(&[&tap_args[..], &["--rx-backlog-frames", &backlog]].concat());
+    // `idle` with addresses: registered for frames, but with no packet area it posts nothing.
+    let stuck_args = [
+        "--mode",
+        "idle",
+        "--mac",
+        MAC_A,
+        "--ip",
+        &stuck_ip.to_string(),
+    ]
+    .map(String::from);
+    let stuck = daemon.client("stuck", &strs(&stuck_args));
+    let _echo = daemon.client("echo", &strs(&echo_args(MAC_B, &echo_ip.to_string())));
+    udp_round_trip(host, echo_ip, b"before");
+
+    let raw = RawSocket::open(&tap);
+    let frame = udp_frame(mac_bytes(MAC_A), host.octets(), stuck_ip.octets());
+    for i in 0..SENT {
+        raw.send(&frame);
+        if i % 20 == 19 {
+            // Paced, so that the TAP device's own queue never overflows and every frame
+            // reaches iokerneld.
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+    let stats = daemon.wait_for(
+        "every frame to the stuck runtime to be held or dropped",
+        |s| {
+            let r = runtime(s, "stuck");
+            r.net.as_ref().unwrap().rx_backlog_held as u64 + drops(r, "rx_backlog_full") >= SENT
+        },
+    );
+    let r = runtime(&stats, "stuck");
+    let net = r.net.as_ref().unwrap();
+    assert_eq!(net.rx_backlog_held as u64, BACKLOG, "{r:#?}");
+    assert_eq!(net.rx_backlog_high_water as u64, BACKLOG, "{r:#?}");
+    assert_eq!(net.rx_backlog_capacity as u64, BACKLOG, "{r:#?}");
+    assert_eq!(r.packets.rx_backlogged, BACKLOG, "{r:#?}");
+    assert_eq!(drops(r, "rx_backlog_full"), SENT - BACKLOG, "{r:#?}");
+    assert_eq!(r.packets.rx_packets, 0, "it posted no buffer: {r:#?}");
+    assert_eq!(
+        drops(r, "rx_no_buffer") + drops(r, "rx_ring_full"),
+        0,
+        "{r:#?}"
+    );
+    let echo = runtime(&stats, "echo");
+    assert_eq!(echo.net.as_ref().unwrap().rx_backlog_held, 0, "{echo:#?}");
+
+    drop(stuck);
+    daemon.wait_for("the stuck runtime to go", |s| {
+        s.runtimes.iter().all(|r| r.name != "stuck")
+    });
+    daemon.assert_alive();
+    udp_round_trip(host, echo_ip, b"after");
+}
+
 /// A small deterministic scrambler for the random frames (splitmix64).
 fn fastrand_like(seed: u64) -> u64 {
     let mut z = seed.wrapping_add(0x9e37_79b9_7f4a_7c15);

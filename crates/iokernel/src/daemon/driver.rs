@@ -310,6 +310,14 @@ impl CoreDriver {
         }
     }
 
+    /// Counts runtime `id` as congested in the current pass: work is waiting for it now (frames
+    /// held in its backlog) and the pass need not wait an interval to see it.
+    pub(super) fn report_congestion(&mut self, id: RuntimeId) {
+        if let Err(e) = self.alloc.report_congestion(id) {
+            error!("congestion report refused for {id}: {e}");
+        }
+    }
+
     /// Drains every registered kthread's egress command ring.
     pub(super) fn drain_commands(&mut self, registry: &mut Registry) {
         for slot in 0..registry.slots() {

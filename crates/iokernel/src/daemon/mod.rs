@@ -14,6 +14,7 @@
 //! cores, its cores reclaimed) and nothing else. All per-runtime state lives in tables that
 //! are allocated at registration; a pass and a loop iteration allocate nothing.
 
+mod backlog;
 mod control_plane;
 mod driver;
 pub mod faults;
@@ -39,6 +40,7 @@ use corral_policy::{Policy, RuntimeId};
 use driver::CoreDriver;
 use registry::Registry;
 
+pub use backlog::BACKLOG_SLOT_BYTES;
 pub use handoff::HandoffStats;
 use net::Switch;
 pub use net::{CONTROL_RESERVE, MAX_FRAME, NetDrop, NetStats, TX_BURST};
@@ -127,6 +129,8 @@ impl Daemon {
                 c.stall_ns += took;
                 c.stall_max_ns = c.stall_max_ns.max(took);
             }
+            self.switch
+                .drain_backlogs(now, &mut self.registry, &mut self.driver);
             self.switch
                 .poll_nic(now, &mut self.registry, &mut self.driver);
             self.switch

@@ -68,6 +68,8 @@ pub enum NetDrop {
     RxNoBuffer,
     /// The receiving kthread's ingress ring had no room.
     RxRingFull,
+    /// No posted buffer or ring room, and the runtime's backlog was full (or off).
+    RxBacklogFull,
     /// Longer than [`MAX_FRAME`].
     RxTooBig,
     /// Unicast to a MAC no runtime registered.
@@ -91,9 +93,10 @@ pub enum NetDrop {
 }
 
 impl NetDrop {
-    pub const ALL: [NetDrop; 11] = [
+    pub const ALL: [NetDrop; 12] = [
         NetDrop::RxNoBuffer,
         NetDrop::RxRingFull,
+        NetDrop::RxBacklogFull,
         NetDrop::RxTooBig,
         NetDrop::RxUnknownMac,
         NetDrop::RxArpNotLocal,
@@ -110,6 +113,7 @@ impl NetDrop {
         match self {
             NetDrop::RxNoBuffer => "rx_no_buffer",
             NetDrop::RxRingFull => "rx_ring_full",
+            NetDrop::RxBacklogFull => "rx_backlog_full",
             NetDrop::RxTooBig => "rx_too_big",
             NetDrop::RxUnknownMac => "rx_unknown_mac",
             NetDrop::RxArpNotLocal => "rx_arp_not_local",
@@ -133,6 +137,8 @@ pub struct NetCounters {
     /// Frames sent from one runtime to another (or itself) without the NIC.
     pub local_switched: u64,
     pub rx_buffer_posts: u64,
+    /// Frames that waited in a runtime's backlog before they were delivered or dropped.
+    pub rx_backlogged: u64,
     pub drops: [u64; NetDrop::COUNT],
     /// Received frames that failed the steering parse, by corral-wire's reason.
     pub rx_parse_drops: [u64; DropReason::COUNT],
@@ -153,6 +159,7 @@ impl NetCounters {
             tx_bytes: self.tx_bytes,
             local_switched: self.local_switched,
             rx_buffer_posts: self.rx_buffer_posts,
+            rx_backlogged: self.rx_backlogged,
             drops: NetDrop::ALL
                 .iter()
                 .map(|d| (d.as_str().to_owned(), self.drops[*d as usize]))
@@ -174,6 +181,9 @@ pub struct NetStats {
     pub tx_bytes: u64,
     pub local_switched: u64,
     pub rx_buffer_posts: u64,
+    /// Frames that waited in a runtime's backlog.
+    #[serde(default)]
+    pub rx_backlogged: u64,
     /// By [`NetDrop`] name.
     pub drops: BTreeMap<String, u64>,
     /// By corral-wire `DropReason` name.
@@ -579,8 +589,10 @@ impl Reserve {
     };
 }
 
-/// Copies `frame` into a buffer of the runtime in `slot` and announces it. Returns whether it
-/// was delivered; a drop is counted on the runtime and globally.
+/// Copies `frame` into a buffer of the runtime in `slot` and announces it, or holds it in the
+/// runtime's backlog when its buffers or ring cannot take it yet (or something is held
+/// already: a flow's frames keep their order). Returns whether it was delivered or held; a
+/// drop is counted on the runtime and globally.
 fn deliver(
     delivery: Delivery<'_>,
     slot: usize,
@@ -599,6 +611,50 @@ fn deliver(
         global.drop(NetDrop::RxUnknownMac);
         return false;
     };
+    if rt.backlog.is_empty() {
+        match place(rt, rss, frame, class, reserve) {
+            Ok(index) => {
+                delivered(rt, index, frame.len(), class, driver, global, now);
+                return true;
+            }
+            Err(why) if rt.backlog.capacity() == 0 => {
+                rt.net_counters.drop(why);
+                global.drop(why);
+                return false;
+            }
+            Err(_) => {}
+        }
+    }
+    if !rt.backlog.push(frame) {
+        rt.net_counters.drop(NetDrop::RxBacklogFull);
+        global.drop(NetDrop::RxBacklogFull);
+        return false;
+    }
+    rt.net_counters.rx_backlogged += 1;
+    global.rx_backlogged += 1;
+    // The runtime is not keeping up: one with no core gets one at once, one that is running
+    // counts as congested in this pass (Algorithm 1 grants it another core at the pass's end)
+    // rather than after its queue has waited a whole interval.
+    if rt.active.is_empty() {
+        if !rt.core_requested {
+            rt.core_requested = true;
+            driver.request_core(rt.id, CoreRequest::Now);
+        }
+    } else {
+        driver.report_congestion(rt.id);
+    }
+    true
+}
+
+/// Puts `frame` in a posted buffer of the kthread of `rt` it is steered to and announces it on
+/// that kthread's ring. Returns the kthread, or why it did not fit (nothing counted).
+fn place(
+    rt: &mut Tenant,
+    rss: &RssHasher,
+    frame: &[u8],
+    class: &Classification,
+    reserve: Reserve,
+) -> Result<usize, NetDrop> {
     let index = match rt.active.len() {
         0 => 0,
         1 => usize::from(rt.active[0]),
@@ -612,6 +668,7 @@ fn deliver(
             usize::from(rt.active[((u64::from(hash) * n as u64) >> 32) as usize])
         }
     };
+    let slot = rt.id.slot() as usize;
     let kt = &mut rt.kthreads[index];
     let need = if (reserve.slot, reserve.index) == (slot, index) {
         1 + reserve.slots
@@ -619,14 +676,10 @@ fn deliver(
         1
     };
     if kt.ingress.data_room(need) < need {
-        rt.net_counters.drop(NetDrop::RxRingFull);
-        global.drop(NetDrop::RxRingFull);
-        return false;
+        return Err(NetDrop::RxRingFull);
     }
     let Some(offset) = kt.rx_buffers.pop() else {
-        rt.net_counters.drop(NetDrop::RxNoBuffer);
-        global.drop(NetDrop::RxNoBuffer);
-        return false;
+        return Err(NetDrop::RxNoBuffer);
     };
     let len = frame.len();
     // The buffer was checked to hold MAX_FRAME bytes when it was posted and frames are never
@@ -637,9 +690,7 @@ fn deliver(
         .check(offset, len as u32)
         .and_then(|p| rt.region.packet_bytes(p))
     else {
-        rt.net_counters.drop(NetDrop::RxNoBuffer);
-        global.drop(NetDrop::RxNoBuffer);
-        return false;
+        return Err(NetDrop::RxNoBuffer);
     };
     // SAFETY: `dst` is `len` bytes inside the runtime's packet area, which stays mapped while
     // the runtime is in the table; no reference to that memory exists in this process (the
@@ -654,20 +705,34 @@ fn deliver(
         == 0
     {
         // Only when the kthread lied about its ring position; the buffer is lost to it.
-        rt.net_counters.drop(NetDrop::RxRingFull);
-        global.drop(NetDrop::RxRingFull);
-        return false;
+        return Err(NetDrop::RxRingFull);
     }
+    Ok(index)
+}
+
+/// Counts a frame of `len` bytes just placed on kthread `index` of `rt` and makes sure it will
+/// be read: by a running kthread, or by one woken for it now (or, for a bare ACK the runtime
+/// said may wait, when it next runs).
+fn delivered(
+    rt: &mut Tenant,
+    index: usize,
+    len: usize,
+    class: &Classification,
+    driver: &mut CoreDriver,
+    global: &mut NetCounters,
+    now: u64,
+) {
     rt.net_counters.rx_packets += 1;
     rt.net_counters.rx_bytes += len as u64;
     global.rx_packets += 1;
     global.rx_bytes += len as u64;
+    let kt = &mut rt.kthreads[index];
     if rt.active.is_empty() && class.bare_tcp_ack && may_wait(rt.acks_can_wait, kt, driver) {
         // Read when the runtime next runs, or once it has waited `ack_wait_us`.
         kt.waiting_ack_position = Some(kt.ingress.position());
         rt.acks_waiting_since.get_or_insert(now);
         rt.counters.acks_left_waiting += 1;
-        return true;
+        return;
     }
     kt.last_rx_position = kt.ingress.position();
     kt.waiting_ack_position = None;
@@ -677,7 +742,6 @@ fn deliver(
         rt.core_requested = true;
         driver.request_core(rt.id, CoreRequest::Now);
     }
-    true
 }
 
 /// Whether a bare TCP ACK just pushed to `kt`'s ring may wait there without a core being
@@ -806,6 +870,49 @@ impl Switch {
                 };
                 receive(&sw.tables, to, frame, Reserve::NONE);
             });
+        }
+    }
+
+    /// Hands the frames held in runtimes' backlogs to them, oldest first, as far as their posted
+    /// buffers and rings take them now (buffers come back with the commands drained just
+    /// before). One branch per runtime when nothing is held.
+    pub(super) fn drain_backlogs(
+        &mut self,
+        now: u64,
+        registry: &mut Registry,
+        driver: &mut CoreDriver,
+    ) {
+        for slot in 0..registry.slots() {
+            let Some(rt) = registry.live_at_mut(slot) else {
+                continue;
+            };
+            if rt.backlog.is_empty() {
+                continue;
+            }
+            // Taken out for the loop so that its frames can be read while the runtime's rings
+            // are written; an empty backlog owns no memory, so this moves two pointers.
+            let mut backlog = std::mem::take(&mut rt.backlog);
+            while let Some(frame) = backlog.front() {
+                // It was classified when it arrived; only its steering is needed again.
+                let Ok(class) = classify(frame) else {
+                    backlog.pop_front();
+                    continue;
+                };
+                let Ok(index) = place(rt, &self.rss, frame, &class, Reserve::NONE) else {
+                    break;
+                };
+                delivered(
+                    rt,
+                    index,
+                    frame.len(),
+                    &class,
+                    driver,
+                    &mut self.counters,
+                    now,
+                );
+                backlog.pop_front();
+            }
+            rt.backlog = backlog;
         }
     }
 

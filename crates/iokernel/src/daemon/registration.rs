@@ -10,6 +10,7 @@ use corral_abi::transport::server::RegistrationFds;
 use corral_abi::{Region, RingKind, RingPositions};
 use log::info;
 
+use super::backlog::Backlog;
 use super::control_plane::ConnRef;
 use super::net::{Ingress, NetCounters, RxBuffers, Switch};
 use super::registry::{Handover, Kthread, Registry, Tenant, TenantCounters};
@@ -43,7 +44,13 @@ impl Daemon {
             ingress_capacity: memory.region.layout().ring_slots(RingKind::Ingress),
         };
         let id = self.driver.register(spec)?;
-        let tenant = tenant(id, pid, conn, &reg, memory);
+        // Only a runtime with addresses receives frames to hold.
+        let backlog = if reg.net.is_some() {
+            self.config.rx_backlog_frames as usize
+        } else {
+            0
+        };
+        let tenant = tenant(id, pid, conn, &reg, memory, Backlog::new(backlog));
         log_registration(&tenant, &reg);
         if let Some(net) = reg.net {
             self.switch.attach(net.mac, net.ipv4, id.slot() as usize);
@@ -147,6 +154,7 @@ fn tenant(
     conn: ConnRef,
     reg: &Registration,
     memory: SharedMemory,
+    backlog: Backlog,
 ) -> Tenant {
     let SharedMemory { region, mapping } = memory;
     let ingress_slots = region.layout().ring_slots(RingKind::Ingress) as usize;
@@ -198,6 +206,7 @@ fn tenant(
         core_requested: false,
         acks_can_wait: false,
         acks_waiting_since: None,
+        backlog,
         kthreads,
         region,
         mapping,

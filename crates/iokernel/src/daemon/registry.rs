@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use corral_abi::control::{NetIdentity, PreemptionMode};
 use corral_abi::{Consumer, KthreadView, QueuePositions, Region, RingPositions};
 
+use super::backlog::Backlog;
 use super::control_plane::ConnRef;
 use super::net::{Ingress, NetCounters, RxBuffers};
 use crate::sys::Mapping;
@@ -153,6 +154,8 @@ pub(super) struct Tenant {
     pub(super) acks_can_wait: bool,
     /// When the oldest bare ACK still waiting on its rings arrived.
     pub(super) acks_waiting_since: Option<u64>,
+    /// Frames for it that did not fit its buffers or rings yet, in arrival order.
+    pub(super) backlog: Backlog,
     /// Declared before `mapping`, so the views into the region are dropped first.
     pub(super) kthreads: Vec<Kthread>,
     pub(super) region: Region<'static>,

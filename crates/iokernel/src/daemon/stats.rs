@@ -68,6 +68,14 @@ pub struct RuntimeNetStats {
     pub ipv4: String,
     /// Receive buffers posted and not yet filled, over all its kthreads.
     pub rx_buffers_posted: usize,
+    /// Frames held in its backlog now, the most held at once, and how many it may hold
+    /// (`rx_backlog_frames`).
+    #[serde(default)]
+    pub rx_backlog_held: usize,
+    #[serde(default)]
+    pub rx_backlog_high_water: usize,
+    #[serde(default)]
+    pub rx_backlog_capacity: usize,
     #[serde(flatten)]
     pub counters: NetStats,
 }
@@ -374,6 +382,9 @@ impl Daemon {
                             ),
                             ipv4: std::net::Ipv4Addr::from(net.ipv4).to_string(),
                             rx_buffers_posted: r.kthreads.iter().map(|k| k.rx_buffers.len()).sum(),
+                            rx_backlog_held: r.backlog.len(),
+                            rx_backlog_high_water: r.backlog.high_water(),
+                            rx_backlog_capacity: r.backlog.capacity(),
                             counters: r.net_counters.stats(),
                         }
                     }),

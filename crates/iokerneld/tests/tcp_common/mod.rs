@@ -132,10 +132,20 @@ pub const STACK: Stack = Stack::Corral;
 /// TIME-WAIT in the test runtimes: short, so that tests see the tables empty soon after close.
 pub const TIME_WAIT: Duration = Duration::from_secs(1);
 
-/// A runtime with one kthread at `ip` under `daemon`, with a short TIME-WAIT.
-pub fn runtime(daemon: &TcpDaemon, name: &str, ip: Ipv4Addr) -> Runtime {
+/// The test runtimes' TCP settings: the defaults with a short TIME-WAIT.
+pub fn test_tcp_settings() -> TcpSettings {
     let mut tcp = TcpSettings::default();
     tcp.tcp.time_wait = TIME_WAIT.as_nanos() as u64;
+    tcp
+}
+
+/// A runtime with one kthread at `ip` under `daemon`, with a short TIME-WAIT.
+pub fn runtime(daemon: &TcpDaemon, name: &str, ip: Ipv4Addr) -> Runtime {
+    runtime_with(daemon, name, ip, test_tcp_settings())
+}
+
+/// A runtime with one kthread at `ip` under `daemon`, with TCP settings `tcp`.
+pub fn runtime_with(daemon: &TcpDaemon, name: &str, ip: Ipv4Addr, tcp: TcpSettings) -> Runtime {
     Runtime::new(
         Config::default()
             .kthreads(1)
@@ -161,7 +171,18 @@ pub fn start_corral_server(
     ip: Ipv4Addr,
     source_len: u64,
 ) -> Server {
-    let rt = runtime(daemon, name, ip);
+    start_corral_server_with(daemon, name, ip, source_len, test_tcp_settings())
+}
+
+/// The test peer in a new runtime called `name` at `ip`, with TCP settings `tcp`.
+pub fn start_corral_server_with(
+    daemon: &TcpDaemon,
+    name: &str,
+    ip: Ipv4Addr,
+    source_len: u64,
+    tcp: TcpSettings,
+) -> Server {
+    let rt = runtime_with(daemon, name, ip, tcp);
     let services = services(ip, source_len);
     let (_, served) = rt
         .block_on(move || serve::<CorralNet>(&services))
