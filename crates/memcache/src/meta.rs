@@ -193,8 +193,11 @@ pub(crate) fn mget(store: &Store, now: u32, t: &Tokens, out: &mut Vec<u8>) {
     bump(&store.counters.meta_cmds);
     let mut g = store.lock(&key, now);
     let mut created = false;
-    if g.get().is_none() && of.vivify && g.link(Item::new(Vec::new().into(), 0, 0), false).is_ok() {
-        created = true;
+    if g.get().is_none() && of.vivify {
+        // The new item remembers a base64 key (memcached's does not, and echoes it raw).
+        let mut fresh = Item::new(Vec::new().into(), 0, 0);
+        fresh.key_binary = of.key_binary;
+        created = g.link(fresh, false).is_ok();
     }
     let c = &store.counters;
     let Some(item) = g.get() else {
@@ -253,7 +256,8 @@ pub(crate) fn mget(store: &Store, now: u32, t: &Tokens, out: &mut Vec<u8>) {
                 line.push(b' ');
                 line.extend_from_slice(tok);
             }
-            b'k' => push_key(&mut line, &key, of.key_binary),
+            // A hit echoes the key as the item holds it: base64 if it was created so.
+            b'k' => push_key(&mut line, &key, item.key_binary),
             _ => {}
         }
     }
@@ -383,6 +387,7 @@ pub(crate) fn mset(sess: &mut Session, store: &Store, now: u32, t: &Tokens, out:
         cas: of.req_cas,
         total,
         noreply: of.no_reply,
+        key_binary: of.key_binary,
         meta: Some(meta),
     });
 }
@@ -526,7 +531,8 @@ pub(crate) fn marith(store: &Store, now: u32, t: &Tokens, out: &mut Vec<u8>) {
         }
         Delta::NotFound if of.vivify => {
             digits = of.initial.to_string();
-            let item = Item::new(digits.as_bytes().into(), 0, 0);
+            let mut item = Item::new(digits.as_bytes().into(), 0, 0);
+            item.key_binary = of.key_binary;
             match store_item(store, now, StoreKind::Add, &key, item, false) {
                 StoreOutcome::Stored(_) => created = true,
                 StoreOutcome::OutOfMemory => {
@@ -631,7 +637,7 @@ pub(crate) fn mdebug(store: &Store, now: u32, t: &Tokens, out: &mut Vec<u8>) {
             };
             let size = crate::store::item_total_size(key.len(), item.value.len(), item.flags);
             out.extend_from_slice(b"ME ");
-            if binary {
+            if item.key_binary {
                 out.extend_from_slice(&base64_encode(&key));
             } else {
                 out.extend_from_slice(&key);
@@ -672,25 +678,35 @@ fn base64_encode(data: &[u8]) -> Vec<u8> {
     out
 }
 
+/// Decodes a base64 key as memcached 1.6.18 does (RFC 2045 rules, as MIME decoders read):
+/// bytes outside the alphabet are skipped; the remaining characters must come in whole groups
+/// of four; the first group holding any `=` ends the data (one `=` drops one byte, two drop two,
+/// more is an error) and whatever follows it is ignored. `None` on error; never empty.
 fn base64_decode(text: &[u8]) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(4) {
+    let sextet = |c: u8| B64.iter().position(|&x| x == c).map(|v| v as u32);
+    let chars: Vec<u8> = text
+        .iter()
+        .copied()
+        .filter(|&c| c == b'=' || sextet(c).is_some())
+        .collect();
+    if chars.is_empty() || !chars.len().is_multiple_of(4) {
         return None;
     }
-    let mut out = Vec::with_capacity(text.len() / 4 * 3);
-    for (ci, chunk) in text.chunks(4).enumerate() {
-        let last = ci == text.len() / 4 - 1;
-        let pad = chunk.iter().rev().take_while(|&&b| b == b'=').count();
-        if pad > 2 || (pad > 0 && !last) {
-            return None;
-        }
-        let mut n: u32 = 0;
-        for &c in &chunk[..4 - pad] {
-            let v = B64.iter().position(|&x| x == c)? as u32;
-            n = (n << 6) | v;
-        }
-        n <<= 6 * pad as u32;
+    let mut out = Vec::with_capacity(chars.len() / 4 * 3);
+    for group in chars.chunks(4) {
+        let pad = group.iter().filter(|&&c| c == b'=').count();
+        let n = group
+            .iter()
+            .fold(0u32, |n, &c| (n << 6) | sextet(c).unwrap_or(0));
         let bytes = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
-        out.extend_from_slice(&bytes[..3 - pad]);
+        match pad {
+            0 => out.extend_from_slice(&bytes),
+            1 | 2 => {
+                out.extend_from_slice(&bytes[..3 - pad]);
+                break;
+            }
+            _ => return None,
+        }
     }
     Some(out)
 }
@@ -701,11 +717,30 @@ mod tests {
 
     #[test]
     fn base64_round_trip() {
-        for data in [&b""[..], b"a", b"ab", b"abc", b"abcd", b"\x00\xff\x10"] {
+        for data in [&b"a"[..], b"ab", b"abc", b"abcd", b"\x00\xff\x10"] {
             assert_eq!(base64_decode(&base64_encode(data)).unwrap(), data);
         }
         assert_eq!(base64_encode(b"foo"), b"Zm9v");
         assert!(base64_decode(b"Zm9").is_none());
-        assert!(base64_decode(b"Z=9v").is_none());
+    }
+
+    #[test]
+    fn base64_decodes_as_memcached() {
+        // Bytes outside the alphabet are skipped, wherever they are.
+        assert_eq!(base64_decode(b"QUJD\x01").unwrap(), b"ABC");
+        assert_eq!(base64_decode(b"Q\x01U\x7fJ\xffD").unwrap(), b"ABC");
+        assert_eq!(base64_decode(b"QU.J-D").unwrap(), b"ABC");
+        // What is left must be whole groups of four, and something.
+        assert!(base64_decode(b"QUJ\x01").is_none());
+        assert!(base64_decode(b"!!!!").is_none());
+        assert!(base64_decode(b"").is_none());
+        assert!(base64_decode(b"QQ==Q").is_none());
+        // The first group with padding ends the data; an `=` counts wherever it stands.
+        assert_eq!(base64_decode(b"QQ==QUJD").unwrap(), b"A");
+        assert_eq!(base64_decode(b"QUI=QUJD").unwrap(), b"AB");
+        assert_eq!(base64_decode(b"Q=JD").unwrap(), [0x40, 0x02]);
+        assert!(base64_decode(b"Q===").is_none());
+        assert!(base64_decode(b"====").is_none());
+        assert!(base64_decode(b"QUJD====").is_none());
     }
 }

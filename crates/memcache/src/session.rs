@@ -48,6 +48,8 @@ pub(crate) struct PendingStore {
     /// Data length including the CRLF that must end it.
     pub total: usize,
     pub noreply: bool,
+    /// The key was given base64-encoded (`ms ... b`).
+    pub key_binary: bool,
     /// For `ms`: the reply flags to echo once stored.
     pub meta: Option<crate::meta::SetReply>,
 }

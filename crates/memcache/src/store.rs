@@ -85,6 +85,9 @@ pub struct Item {
     pub stale: bool,
     /// A recache token was handed out (meta `W`/`Z`).
     pub token_sent: bool,
+    /// The key was given base64-encoded (meta `b`) when the item was created: meta `k` and `me`
+    /// echo it re-encoded, followed by ` b`. Kept when the item's value changes.
+    pub key_binary: bool,
 }
 
 impl Item {
@@ -98,6 +101,7 @@ impl Item {
             fetched: false,
             stale: false,
             token_sent: false,
+            key_binary: false,
         }
     }
 }
@@ -610,6 +614,17 @@ impl KeyGuard<'_> {
                 self.shard.detach(slot);
                 self.shard.push_front(slot);
             }
+        }
+    }
+
+    /// Marks the item most recently used and stamps its access time now, whatever the interval:
+    /// what a write that keeps the item (an in-place incr/decr, an add that finds it) does, as
+    /// memcached's `do_item_update` under its default segmented LRU.
+    pub fn stamp(&mut self) {
+        if let Some(slot) = self.slot() {
+            self.shard.node_mut(slot).item.time = self.now;
+            self.shard.detach(slot);
+            self.shard.push_front(slot);
         }
     }
 

@@ -383,6 +383,7 @@ fn update(
         cas,
         total,
         noreply,
+        key_binary: false,
         meta: None,
     });
 }
@@ -399,16 +400,23 @@ pub(crate) fn store_item(
     let c = &store.counters;
     let mut g = store.lock(key, now);
     let req_cas = item.cas;
-    let old = g
-        .get()
-        .map(|o| (o.cas, o.value.clone(), o.flags, o.exptime, o.token_sent));
+    let old = g.get().map(|o| {
+        (
+            o.cas,
+            o.value.clone(),
+            o.flags,
+            o.exptime,
+            o.token_sent,
+            o.key_binary,
+        )
+    });
     let link = |g: &mut crate::store::KeyGuard, item: Item| match g.link(item, false) {
         Ok(cas) => StoreOutcome::Stored(cas),
         Err(LinkError::TooLarge) => StoreOutcome::NotStored,
         Err(LinkError::OutOfMemory) => StoreOutcome::OutOfMemory,
     };
     match old {
-        Some((old_cas, old_value, old_flags, old_exptime, old_token)) => {
+        Some((old_cas, old_value, old_flags, old_exptime, old_token, old_key_binary)) => {
             #[derive(PartialEq)]
             enum CasRes {
                 None,
@@ -427,7 +435,7 @@ pub(crate) fn store_item(
             };
             match kind {
                 StoreKind::Add => {
-                    g.bump();
+                    g.stamp();
                     StoreOutcome::NotStored
                 }
                 StoreKind::Cas => match res {
@@ -459,7 +467,11 @@ pub(crate) fn store_item(
                         v.extend_from_slice(&item.value);
                         v.extend_from_slice(&old_value);
                     }
-                    link(&mut g, Item::new(v.into(), old_flags, old_exptime))
+                    // The item changes value, not identity: its key keeps the form it was
+                    // created with (memcached's rebuilt item forgets a base64 key).
+                    let mut joined = Item::new(v.into(), old_flags, old_exptime);
+                    joined.key_binary = old_key_binary;
+                    link(&mut g, joined)
                 }
                 StoreKind::Replace | StoreKind::Set => link(&mut g, item),
             }
@@ -495,6 +507,7 @@ pub(crate) fn complete_store(
     let value: Arc<[u8]> = data[..data.len() - 2].into();
     let mut item = Item::new(value, p.flags, p.exptime);
     item.cas = p.cas;
+    item.key_binary = p.key_binary;
     let set_stale = p.meta.as_ref().is_some_and(|m| m.set_stale);
     let result = store_item(store, now, p.kind, &p.key, item, set_stale);
     if let Some(m) = p.meta {
@@ -557,10 +570,11 @@ pub(crate) fn add_delta(
         v.resize(item.value.len(), b' ');
         item.value = v.into();
         item.cas = store.next_cas();
-        g.bump();
+        g.stamp();
         Delta::Ok(value)
     } else {
-        let fresh = Item::new(digits.into_bytes().into(), item.flags, item.exptime);
+        let mut fresh = Item::new(digits.into_bytes().into(), item.flags, item.exptime);
+        fresh.key_binary = item.key_binary;
         match g.link(fresh, false) {
             Ok(_) => Delta::Ok(value),
             Err(_) => Delta::OutOfMemory,
@@ -642,9 +656,11 @@ fn touch(store: &Store, now: u32, t: &Tokens, out: &mut Vec<u8>) {
     let exptime = store.expiry_from_wire(exptime, now);
     let mut g = store.lock(key, now);
     bump(&store.counters.cmd_touch);
+    // A touch is a hit: it marks the item fetched, as `gat` and `mg T` do.
     let hit = match g.get() {
         Some(item) => {
             item.exptime = exptime;
+            item.fetched = true;
             true
         }
         None => false,

@@ -155,13 +155,18 @@ pub fn roundtrip(stream: &mut TcpStream, request: &[u8]) -> Vec<u8> {
     let mut req = request.to_vec();
     req.extend_from_slice(b"mn\r\n");
     stream.write_all(&req).unwrap();
+    let mut got = read_until(stream, |got| {
+        got.ends_with(b"MN\r\n") && (got.len() == 4 || got[..got.len() - 4].ends_with(b"\r\n"))
+    });
+    got.truncate(got.len() - 4);
+    got
+}
+
+/// Reads until what the server sent satisfies `done`; returns it all.
+pub fn read_until(stream: &mut TcpStream, done: impl Fn(&[u8]) -> bool) -> Vec<u8> {
     let mut got = Vec::new();
     let mut buf = [0u8; 65536];
-    loop {
-        if got.ends_with(b"MN\r\n") && (got.len() == 4 || got[..got.len() - 4].ends_with(b"\r\n")) {
-            got.truncate(got.len() - 4);
-            return got;
-        }
+    while !done(&got) {
         let n = stream.read(&mut buf).expect("reply before timeout");
         assert!(
             n > 0,
@@ -170,6 +175,7 @@ pub fn roundtrip(stream: &mut TcpStream, request: &[u8]) -> Vec<u8> {
         );
         got.extend_from_slice(&buf[..n]);
     }
+    got
 }
 
 /// Reads until the server closes the connection (or 20 s pass); returns what it sent.
