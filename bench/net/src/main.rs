@@ -7,8 +7,8 @@
 //!   pinned to the same CPU.
 //!
 //! Experiments: UDP echo round trips (the default), one-way UDP rates (`--rates`), and for TCP
-//! round trips on one connection (`--tcp`), connections per second (`--tcp-connections`) and
-//! bulk throughput (`--tcp-bulk`, with the TAP device's and the local switch's full-size frame
+//! round trips on one connection (`--tcp`), connections per second (`--tcp-connections`),
+//! incast (`--tcp-incast`: many connections send one request each at once) and bulk throughput (`--tcp-bulk`, with the TAP device's and the local switch's full-size frame
 //! rates as ceilings).
 //!
 //! A round-trip client runs closed-loop (one request in flight), pinned to iokerneld's CPU, and
@@ -72,6 +72,10 @@ pub struct Args {
     /// Which paths `--tcp-bulk` measures.
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = [BulkPath::Tap, BulkPath::Local])]
     bulk_paths: Vec<BulkPath>,
+    /// Incast instead: `--samples` connections to an echo server each send one request at
+    /// the same moment, `--reps` bursts, a Corral server parked before each.
+    #[arg(long)]
+    tcp_incast: bool,
     /// Memory per idle established TCP connection instead, server side, over `--samples`
     /// connections.
     #[arg(long)]
@@ -136,6 +140,35 @@ fn main() {
         println!(
             "ratio to one Linux end                  {:>7.2}x",
             m.corral_server / (m.linux_pair / 2.0)
+        );
+    } else if args.tcp_incast {
+        let (linux, corral) = tcp::incast(&args, &binary);
+        println!(
+            "TCP incast: {} connections send {} B each at once, then a new connection's probe; \
+             {} bursts",
+            args.samples, args.payload, args.reps
+        );
+        println!(
+            "{:<14} {:>16} {:>14} {:>16}",
+            "server", "all answered ms", "probe us", "retransmissions"
+        );
+        let m = |b: &[tcp::Burst], f: fn(&tcp::Burst) -> f64| median(b.iter().map(f).collect());
+        for (name, bursts) in [("linux (veth)", &linux), ("corral (TAP)", &corral)] {
+            println!(
+                "{name:<14} {:>16.2} {:>14.0} {:>16}   runs {:.2?} ms",
+                m(bursts, |b| b.all_answered_us) / 1e3,
+                m(bursts, |b| b.probe_us),
+                bursts.iter().map(|b| b.retransmits).sum::<u64>(),
+                bursts
+                    .iter()
+                    .map(|b| b.all_answered_us / 1e3)
+                    .collect::<Vec<_>>()
+            );
+        }
+        println!(
+            "ratio          {:>15.2}x {:>13.2}x",
+            m(&corral, |b| b.all_answered_us) / m(&linux, |b| b.all_answered_us),
+            m(&corral, |b| b.probe_us) / m(&linux, |b| b.probe_us)
         );
     } else if args.tcp_connections {
         let (linux, corral) = tcp::connections(&args, &binary);

@@ -395,3 +395,97 @@ pub fn bulk_between_runtimes(args: &Args, binary: &Path, seconds: f64) -> f64 {
         )
     })
 }
+
+/// One incast burst as the clients saw it.
+#[derive(Clone, Copy, Debug)]
+pub struct Burst {
+    /// From the first request written to the last answer read, in microseconds.
+    pub all_answered_us: f64,
+    /// A new connection opened right after the burst was written: its connect and one round
+    /// trip, in microseconds.
+    pub probe_us: f64,
+    /// Segments the clients' kernel retransmitted during the burst and the probe.
+    pub retransmits: u64,
+}
+
+/// Segments the kernel has retransmitted on `stream` over its lifetime (`TCP_INFO`).
+fn total_retransmits(stream: &TcpStream) -> u64 {
+    use std::os::fd::AsRawFd;
+    // SAFETY: tcp_info is plain old data; all-zero is a valid value.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: `info` and `len` are valid for writes of `len` bytes; the descriptor is open.
+    let rc = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&raw mut info).cast(),
+            &mut len,
+        )
+    };
+    assert_eq!(rc, 0, "TCP_INFO: {}", std::io::Error::last_os_error());
+    u64::from(info.tcpi_total_retrans)
+}
+
+/// `args.samples` connections held open to an echo server; `args.reps` times, after a pause
+/// long enough for a Corral server to park, one request of `args.payload` bytes on every
+/// connection at once, then a probe on a new connection, then every answer read.
+fn incast_bursts(server: SocketAddrV4, args: &Args) -> Vec<Burst> {
+    raise_file_limit(args.samples + 1024);
+    as_remote_client(args.iokernel_cpu, || {
+        let connect = || {
+            let s = TcpStream::connect_timeout(&server.into(), Duration::from_secs(10))
+                .expect("connect to the server");
+            s.set_nodelay(true).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+            s
+        };
+        let mut streams: Vec<TcpStream> = (0..args.samples).map(|_| connect()).collect();
+        let mut request = vec![0x42u8; args.payload.max(8)];
+        let mut answer = vec![0u8; request.len()];
+        (0..args.reps)
+            .map(|rep| {
+                std::thread::sleep(Duration::from_millis(200));
+                let before: u64 = streams.iter().map(total_retransmits).sum();
+                request[..8].copy_from_slice(&(rep as u64).to_le_bytes());
+                let start = Instant::now();
+                for s in &mut streams {
+                    s.write_all(&request).expect("send a request");
+                }
+                let probe_start = Instant::now();
+                let mut probe = connect();
+                probe.write_all(&request).expect("send the probe");
+                probe.read_exact(&mut answer).expect("the probe's echo");
+                let probe_us = probe_start.elapsed().as_secs_f64() * 1e6;
+                for s in &mut streams {
+                    s.read_exact(&mut answer).expect("an echo within 30 s");
+                    assert_eq!(answer, request, "the echo differs");
+                }
+                let all_answered_us = start.elapsed().as_secs_f64() * 1e6;
+                let after: u64 = streams.iter().map(total_retransmits).sum();
+                Burst {
+                    all_answered_us,
+                    probe_us,
+                    retransmits: after - before + total_retransmits(&probe),
+                }
+            })
+            .collect()
+    })
+}
+
+/// Incast against a Linux echo server over veth (a thread per connection) and a parked Corral
+/// one behind the TAP device (a uthread per connection, its kthread parked between bursts).
+pub fn incast(args: &Args, binary: &Path) -> (Vec<Burst>, Vec<Burst>) {
+    let linux = {
+        let ns = Namespace::create();
+        linux_server(&ns, args.server_cpu, Service::Echo);
+        incast_bursts(SocketAddrV4::new(VETH_PEER, PORT), args)
+    };
+    let daemon = Daemon::start(args, binary, &TAP_ARGS, "tcp-incast");
+    let rt = daemon.runtime("tcp-incast", TAP_RUNTIME, 1, false);
+    let server = SocketAddrV4::new(TAP_RUNTIME, PORT);
+    corral_server(&rt, server, Service::Echo);
+    let corral = incast_bursts(server, args);
+    (linux, corral)
+}
