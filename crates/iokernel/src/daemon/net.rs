@@ -886,7 +886,9 @@ impl Switch {
             let Some(rt) = registry.live_at_mut(slot) else {
                 continue;
             };
-            if rt.backlog.is_empty() {
+            // Nothing can move until some kthread has a buffer again (a runtime that stopped
+            // posting them costs this one check per iteration).
+            if rt.backlog.is_empty() || rt.kthreads.iter().all(|k| k.rx_buffers.len() == 0) {
                 continue;
             }
             // Taken out for the loop so that its frames can be read while the runtime's rings
