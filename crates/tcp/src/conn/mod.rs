@@ -286,8 +286,9 @@ pub struct Connection {
 
     // Control segments owed.
     rst_owed: Option<RstOwed>,
-    challenge_window_start: Nanos,
-    challenges_in_window: u32,
+    /// Since when `throttled_in_window` counts the ACKs `throttle` allowed (RFC 5961 §7).
+    throttle_window_start: Nanos,
+    throttled_in_window: u32,
     probe_owed: bool,
 
     // Retransmission (RFC 6298).
@@ -401,8 +402,8 @@ impl Connection {
             ack_owed_by_batch: false,
             in_receive_batch: false,
             rst_owed: None,
-            challenge_window_start: now,
-            challenges_in_window: 0,
+            throttle_window_start: now,
+            throttled_in_window: 0,
             probe_owed: false,
             rtt: RttEstimator::new(config.rto_initial, config.rto_min, config.rto_max),
             rto_deadline: None,

@@ -593,12 +593,13 @@ fn a_reset_after_the_peers_fin_still_reads_to_the_end_of_the_stream() {
 fn challenge_acks_are_rate_limited() {
     let mut c = client(&config());
     let t = T0 + 2 * MS;
-    let limit = input::CHALLENGE_ACKS_PER_SECOND;
+    let limit = input::THROTTLED_ACKS_PER_SECOND;
     for _ in 0..limit + 50 {
         feed(&mut c, t, &Seg::new(IRS + 100, 0, RST));
         drain(&mut c, t);
     }
     assert_eq!(c.stats().challenge_acks, u64::from(limit));
+    assert_eq!(c.stats().acks_rate_limited, 50);
     assert_eq!(
         c.stats().drops[TcpDrop::RstChallenged as usize],
         u64::from(limit) + 50
@@ -1020,14 +1021,13 @@ fn keepalive_probes_then_gives_up() {
     assert_eq!(c.error(), Some(TcpError::TimedOut));
 }
 
-#[test]
-fn paws_rejects_old_timestamps() {
+/// A connection with timestamps whose TS.Recent is 100, from 3 bytes received at `t`.
+fn client_with_ts_recent_100(t: Nanos) -> Connection {
     let cfg = TcpConfig {
         timestamps: true,
         ..config()
     };
     let mut c = client(&cfg);
-    let t = T0 + 5 * MS;
     feed(
         &mut c,
         t,
@@ -1036,6 +1036,13 @@ fn paws_rejects_old_timestamps() {
     let a = one(&mut c, t);
     assert_eq!(a.ack, IRS + 4);
     assert_eq!(a.ts.unwrap().tsecr, 100, "TS.Recent follows the peer");
+    c
+}
+
+#[test]
+fn paws_rejects_old_timestamps() {
+    let t = T0 + 5 * MS;
+    let mut c = client_with_ts_recent_100(t);
     // An old duplicate from an earlier incarnation: its timestamp is older than TS.Recent.
     feed(
         &mut c,
@@ -2385,4 +2392,178 @@ fn bare_acks_matter_only_to_handshakes_closes_and_more_than_one_segment_in_fligh
         !c.needs_prompt_acks(),
         "FIN-WAIT-2 waits for the peer's FIN, not an ACK"
     );
+}
+
+/// A flood of forged segments outside the window (bare ACKs and data, beyond the right edge
+/// and far below RCV.NXT) draws at most [`input::THROTTLED_ACKS_PER_SECOND`] ACKs a second,
+/// and challenge ACKs share that budget (RFC 5961 §7).
+#[test]
+fn acks_for_segments_outside_the_window_share_the_challenge_ack_budget() {
+    let mut c = client(&config());
+    let t = T0 + 2 * MS;
+    let limit = u64::from(input::THROTTLED_ACKS_PER_SECOND);
+    let beyond = IRS + 1 + 70_000;
+    let far_past = IRS.wrapping_sub(10_000_000);
+    let forged = [
+        Seg::new(beyond, ISS + 1, ACK),
+        Seg::new(far_past, ISS + 1, ACK),
+        Seg::new(beyond, ISS + 1, ACK).data(b"forged"),
+        Seg::new(far_past, ISS + 1, ACK | FIN).data(b"forged"),
+    ];
+    let mut acks = 0;
+    for i in 0..2 * limit {
+        feed(&mut c, t, &forged[i as usize % forged.len()]);
+        for a in drain(&mut c, t) {
+            assert_ack(&a, ISS + 1, IRS + 1);
+            acks += 1;
+        }
+    }
+    assert_eq!(acks, limit, "one ACK per allowed segment");
+    let s = c.stats();
+    assert_eq!(
+        (s.out_of_window_acks, s.acks_rate_limited, s.challenge_acks),
+        (limit, limit, 0)
+    );
+    assert_eq!(s.drops[TcpDrop::OutOfWindow as usize], limit);
+    assert_eq!(s.duplicate_segments, limit, "the far past counts as old");
+    // The budget is spent for challenge ACKs too.
+    feed(&mut c, t, &Seg::new(IRS + 100, 0, RST));
+    feed(&mut c, t, &Seg::new(IRS + 10, 0, SYN));
+    none(&mut c, t);
+    assert_eq!(c.stats().challenge_acks, 0);
+    assert_eq!(c.stats().acks_rate_limited, limit + 2);
+    assert_eq!(c.recv_available(), 0, "nothing forged was taken");
+    assert_eq!(c.state(), State::Established);
+    // A second later it is back, for either kind.
+    let t = t + 1_000 * MS;
+    feed(&mut c, t, &forged[0]);
+    assert_ack(&one(&mut c, t), ISS + 1, IRS + 1);
+    feed(&mut c, t, &Seg::new(IRS + 100, 0, RST));
+    assert_ack(&one(&mut c, t), ISS + 1, IRS + 1);
+    let s = c.stats();
+    assert_eq!((s.out_of_window_acks, s.challenge_acks), (limit + 1, 1));
+}
+
+/// With the budget spent by forged segments, the ACKs a peer in step with us waits for still
+/// go out at once: for out-of-order data in the window (its duplicate ACKs drive fast
+/// retransmit), for data past the right edge that was trimmed, and for what lands just below
+/// RCV.NXT: a retransmission whose ACK was lost, a keepalive, a zero-window probe, a FIN
+/// retransmitted in TIME-WAIT.
+#[test]
+fn acks_that_recovery_depends_on_are_not_throttled() {
+    let cfg = TcpConfig {
+        recv_buffer: 4096,
+        ..config()
+    };
+    let mut c = client(&cfg);
+    let t = T0 + 2 * MS;
+    feed(&mut c, t, &Seg::new(IRS + 1, ISS + 1, ACK).data(b"hello"));
+    assert_ack(&one(&mut c, t), ISS + 1, IRS + 6);
+    let limit = u64::from(input::THROTTLED_ACKS_PER_SECOND);
+    for _ in 0..limit + 10 {
+        feed(&mut c, t, &Seg::new(IRS + 1 + 10_000, ISS + 1, ACK));
+        drain(&mut c, t);
+    }
+    let suppressed = c.stats().acks_rate_limited;
+    assert_eq!(suppressed, 10);
+    // Out of order, in the window.
+    feed(&mut c, t, &Seg::new(IRS + 9, ISS + 1, ACK).data(b"late"));
+    assert_ack(&one(&mut c, t), ISS + 1, IRS + 6);
+    feed(&mut c, t, &Seg::new(IRS + 9, ISS + 1, ACK).data(b"late"));
+    assert_ack(&one(&mut c, t), ISS + 1, IRS + 6);
+    feed(&mut c, t, &Seg::new(IRS + 6, ISS + 1, ACK).data(b"abc"));
+    assert_ack(&one(&mut c, t), ISS + 1, IRS + 13);
+    // Data past the right edge: trimmed and acknowledged.
+    let window = cfg.recv_buffer as u32 - 12;
+    let over = pattern(window as usize + 1000);
+    feed(&mut c, t, &Seg::new(IRS + 13, ISS + 1, ACK).data(&over));
+    let a = one(&mut c, t);
+    assert_eq!((a.ack, a.window), (IRS + 13 + window, 0));
+    assert_eq!(c.stats().drops[TcpDrop::BeyondWindow as usize], 1);
+    let rcv_nxt = IRS + 13 + window;
+    // Just below RCV.NXT: a retransmission of data already had, a keepalive (one below the
+    // peer's SND.UNA, no data), one as far back as a receive buffer goes.
+    let acked_before = c.stats().out_of_window_acks;
+    for seq in [IRS + 1, rcv_nxt - 1, rcv_nxt - 1 - cfg.recv_buffer as u32] {
+        let seg = if seq == rcv_nxt - 1 {
+            Seg::new(seq, ISS + 1, ACK)
+        } else {
+            Seg::new(seq, ISS + 1, ACK).data(b"old")
+        };
+        feed(&mut c, t, &seg);
+        assert_ack(&one(&mut c, t), ISS + 1, rcv_nxt);
+    }
+    assert_eq!(c.stats().out_of_window_acks, acked_before + 3);
+    // One byte further back is out of a peer's reach: throttled.
+    feed(
+        &mut c,
+        t,
+        &Seg::new(rcv_nxt - 2 - cfg.recv_buffer as u32, ISS + 1, ACK),
+    );
+    none(&mut c, t);
+    assert_eq!(c.stats().acks_rate_limited, suppressed + 1);
+    let mut buf = vec![0u8; 2 * cfg.recv_buffer];
+    assert_eq!(c.recv(t, &mut buf), Ok(12 + window as usize));
+
+    // TIME-WAIT: the peer's FIN again, because our ACK of it was lost.
+    let mut c = client(&cfg);
+    c.close(t);
+    assert_eq!(one(&mut c, t).flags, ACK | FIN);
+    feed(&mut c, t, &Seg::new(IRS + 1, ISS + 2, ACK | FIN));
+    assert_ack(&one(&mut c, t), ISS + 2, IRS + 2);
+    assert_eq!(c.state(), State::TimeWait);
+    for _ in 0..limit + 1 {
+        feed(&mut c, t, &Seg::new(IRS + 1 + 70_000, ISS + 2, ACK));
+        drain(&mut c, t);
+    }
+    assert_eq!(c.stats().acks_rate_limited, 1);
+    feed(&mut c, t + MS, &Seg::new(IRS + 1, ISS + 2, ACK | FIN));
+    assert_ack(&one(&mut c, t + MS), ISS + 2, IRS + 2);
+    assert_eq!(c.next_deadline(), Some(t + MS + cfg.time_wait));
+}
+
+/// A timestamp older than TS.Recent is as easy to forge as a sequence number outside the
+/// window (a random one is older half the time): PAWS's ACKs are throttled wherever the
+/// segment lies, even in the window.
+#[test]
+fn paws_failures_are_answered_within_the_budget() {
+    let t = T0 + 5 * MS;
+    let mut c = client_with_ts_recent_100(t);
+    let limit = u64::from(input::THROTTLED_ACKS_PER_SECOND);
+    let mut acks = 0;
+    for i in 0..limit + 20 {
+        let seq = if i % 2 == 0 { IRS + 4 } else { IRS + 1 };
+        feed(
+            &mut c,
+            t,
+            &Seg::new(seq, ISS + 1, ACK).data(b"old").ts(50, 0),
+        );
+        acks += drain(&mut c, t).len() as u64;
+    }
+    assert_eq!(acks, limit);
+    let s = c.stats();
+    assert_eq!(s.drops[TcpDrop::PawsRejected as usize], limit + 20);
+    assert_eq!((s.out_of_window_acks, s.acks_rate_limited), (limit, 20));
+    assert_eq!(c.recv_available(), 3);
+    // A segment with a fresh timestamp is taken and acknowledged as ever.
+    feed(
+        &mut c,
+        t,
+        &Seg::new(IRS + 4, ISS + 1, ACK).data(b"more").ts(101, 0),
+    );
+    assert_eq!(one(&mut c, t).ack, IRS + 8);
+}
+
+/// A SYN outside the window draws a challenge ACK, not a duplicate ACK (RFC 5961 §4 checks
+/// the SYN whatever its sequence number).
+#[test]
+fn a_syn_outside_the_window_is_challenged() {
+    let mut c = client(&config());
+    let t = T0 + 2 * MS;
+    feed(&mut c, t, &Seg::new(IRS.wrapping_sub(1_000_000), 0, SYN));
+    assert_ack(&one(&mut c, t), ISS + 1, IRS + 1);
+    let s = c.stats();
+    assert_eq!(s.drops[TcpDrop::SynChallenged as usize], 1);
+    assert_eq!((s.challenge_acks, s.out_of_window_acks), (1, 0));
+    assert_eq!(c.state(), State::Established);
 }
