@@ -4,6 +4,7 @@
 use corral_wire::{TcpFlags, TcpSegment};
 
 use super::recv::Stored;
+use super::timers::RTO_AFTER_HANDSHAKE_TIMEOUT;
 use super::{
     Connection, Events, RstOwed, SegOptions, State, TIMESTAMP_TICK, TcpError, timestamp_clock,
 };
@@ -169,6 +170,15 @@ impl Connection {
         self.rexmit_next = ack;
         if timed {
             self.take_rtt_sample(now, ack, opts);
+        }
+        if self.handshake_timed_out {
+            // RFC 6298 §5.7: data transmission begins with an RTO of at least 3 s after a
+            // timeout of the SYN or SYN-ACK. It applies after this ACK's own sample, if it gave
+            // one (the passive side's, when it echoes the latest SYN-ACK's TSval): the RFC
+            // makes no exception for it, where Linux applies the 3 s only when the handshake
+            // gave no sample. The first ACK of data then times the path again.
+            self.handshake_timed_out = false;
+            self.rtt.raise_to(RTO_AFTER_HANDSHAKE_TIMEOUT);
         }
         self.retries = 0;
         self.rtt.reset_backoff();

@@ -1122,7 +1122,11 @@ fn a_syn_ack_after_a_retransmitted_syn_is_no_rtt_sample() {
         None,
         "no sample from a handshake that retransmitted"
     );
-    assert_eq!(c.rto(), 1_000 * MS, "the initial RTO, backoff reset");
+    assert_eq!(
+        c.rto(),
+        3_000 * MS,
+        "backoff reset, and 3 s after the SYN timed out (RFC 6298 §5.7)"
+    );
     // The first data is timed as usual.
     one(&mut c, t2);
     c.send(t2, b"data").unwrap();
@@ -1133,6 +1137,7 @@ fn a_syn_ack_after_a_retransmitted_syn_is_no_rtt_sample() {
         &Seg::new(IRS + 1, ISS + 5, ACK).ts(10, d.ts.unwrap().tsval),
     );
     assert_eq!(c.srtt(), Some(40 * US));
+    assert_eq!(c.rto(), 10 * MS, "from the sample, floored at rto_min");
 }
 
 /// Our SYN-ACK went twice; the peer's ACK echoes the first one's TSval (as a challenge ACK to
@@ -2566,4 +2571,152 @@ fn a_syn_outside_the_window_is_challenged() {
     assert_eq!(s.drops[TcpDrop::SynChallenged as usize], 1);
     assert_eq!((s.challenge_acks, s.out_of_window_acks), (1, 0));
     assert_eq!(c.state(), State::Established);
+}
+
+/// Settings for RFC 6298 §5.7: the RFC's 1 s initial RTO and a ceiling above 3 s.
+fn rfc6298_config(timestamps: bool) -> TcpConfig {
+    TcpConfig {
+        timestamps,
+        rto_initial: 1_000 * MS,
+        rto_max: 60_000 * MS,
+        ..config()
+    }
+}
+
+/// Active open, RFC 6298 §5.7: our SYN timed out, so data transmission begins with a 3 s RTO;
+/// the first ACK of data times the path again. Without the timeout, the SYN-ACK's sample sets
+/// the RTO.
+#[test]
+fn rto_is_3_s_once_connected_after_the_syn_timed_out() {
+    let cfg = rfc6298_config(false);
+    for syn_lost in [false, true] {
+        let mut c = Connection::connect(&cfg, ends(), ISS, T0);
+        one(&mut c, T0);
+        let mut t = T0;
+        if syn_lost {
+            t += 1_000 * MS;
+            c.on_timer(t);
+            assert_eq!(one(&mut c, t).flags, SYN);
+            assert_eq!(c.rto(), 2_000 * MS, "backed off");
+        }
+        let mut synack = Seg::new(IRS, ISS + 1, SYN | ACK);
+        synack.options.mss = Some(1000);
+        t += 2 * MS;
+        assert!(feed(&mut c, t, &synack).contains(Events::ESTABLISHED));
+        assert_ack(&one(&mut c, t), ISS + 1, IRS + 1);
+        if !syn_lost {
+            assert_eq!(c.srtt(), Some(2 * MS));
+            assert_eq!(c.rto(), 10 * MS, "from the handshake's sample");
+            continue;
+        }
+        assert_eq!(c.srtt(), None, "Karn: the SYN went twice");
+        assert_eq!(c.rto(), 3_000 * MS);
+        c.send(t, b"data").unwrap();
+        one(&mut c, t);
+        assert_eq!(c.next_deadline(), Some(t + 3_000 * MS));
+        // Lost: the timer fires 3 s later, and backs off from 3 s.
+        t += 3_000 * MS;
+        c.on_timer(t);
+        assert_eq!(one(&mut c, t).payload, b"data");
+        assert_eq!(c.next_deadline(), Some(t + 6_000 * MS));
+        // A later segment is timed and sets the RTO from its sample as usual.
+        feed(&mut c, t + 2 * MS, &Seg::new(IRS + 1, ISS + 5, ACK));
+        c.send(t + 2 * MS, b"more").unwrap();
+        one(&mut c, t + 2 * MS);
+        feed(&mut c, t + 4 * MS, &Seg::new(IRS + 1, ISS + 9, ACK));
+        assert_eq!(c.srtt(), Some(2 * MS));
+        assert_eq!(c.rto(), 10 * MS);
+    }
+}
+
+/// Passive open, RFC 6298 §5.7: our SYN-ACK timed out, so the RTO is 3 s once the peer's ACK
+/// arrives, even when that ACK echoes the latest SYN-ACK and gives a sample (kept for the
+/// next one). A SYN-ACK sent again for a duplicate SYN, with no timeout, changes nothing:
+/// without a sample the RTO is the configured initial one.
+#[test]
+fn rto_is_3_s_once_accepted_after_the_syn_ack_timed_out() {
+    let accept = |cfg: &TcpConfig| {
+        let mut syn = Seg::new(IRS, 0, SYN);
+        syn.options.mss = Some(1000);
+        if cfg.timestamps {
+            syn.options.timestamps = Some(Timestamps { tsval: 5, tsecr: 0 });
+        }
+        let bytes = syn.build();
+        let parsed = TcpSegment::parse(&bytes, REMOTE_IP, LOCAL_IP).unwrap();
+        let mut c = Connection::accept_syn(cfg, ends(), &parsed, ISS, T0);
+        assert_eq!(one(&mut c, T0).flags, SYN | ACK);
+        c
+    };
+    // The SYN-ACK timed out; the ACK (no timestamps) times nothing.
+    let cfg = rfc6298_config(false);
+    let mut c = accept(&cfg);
+    let t = T0 + 1_000 * MS;
+    c.on_timer(t);
+    assert_eq!(one(&mut c, t).flags, SYN | ACK);
+    let t = t + MS;
+    assert!(feed(&mut c, t, &Seg::new(IRS + 1, ISS + 1, ACK)).contains(Events::ESTABLISHED));
+    assert_eq!((c.srtt(), c.rto()), (None, 3_000 * MS));
+    c.send(t, b"reply").unwrap();
+    one(&mut c, t);
+    assert_eq!(c.next_deadline(), Some(t + 3_000 * MS));
+
+    // With timestamps, the ACK echoes the second SYN-ACK: a sample, and still 3 s.
+    let cfg = rfc6298_config(true);
+    let mut c = accept(&cfg);
+    let t = T0 + 1_000 * MS;
+    c.on_timer(t);
+    let again = one(&mut c, t).ts.unwrap().tsval;
+    let t = t + MS;
+    feed(&mut c, t, &Seg::new(IRS + 1, ISS + 1, ACK).ts(6, again));
+    assert_eq!((c.srtt(), c.rto()), (Some(MS), 3_000 * MS));
+    c.send(t, b"reply").unwrap();
+    let d = one(&mut c, t);
+    assert_eq!(c.next_deadline(), Some(t + 3_000 * MS));
+    // The next sample replaces it (RFC 6298 §2.3 from the SRTT and RTTVAR kept).
+    feed(
+        &mut c,
+        t + MS,
+        &Seg::new(IRS + 1, ISS + 6, ACK).ts(7, d.ts.unwrap().tsval),
+    );
+    assert_eq!((c.srtt(), c.rto()), (Some(MS), 10 * MS));
+
+    // The peer's SYN came twice and was answered twice, but no timer expired.
+    let cfg = rfc6298_config(false);
+    let mut c = accept(&cfg);
+    let t = T0 + 500 * MS;
+    let mut syn = Seg::new(IRS, 0, SYN);
+    syn.options.mss = Some(1000);
+    feed(&mut c, t, &syn);
+    assert_eq!(one(&mut c, t).flags, SYN | ACK);
+    feed(&mut c, t + MS, &Seg::new(IRS + 1, ISS + 1, ACK));
+    assert_eq!(c.state(), State::Established);
+    assert_eq!((c.srtt(), c.rto()), (None, 1_000 * MS), "the initial RTO");
+}
+
+/// RFC 6298 §5.7 only raises an RTO below 3 s: a configured initial RTO of 4 s stays, and a
+/// ceiling below 3 s caps the 3 s.
+#[test]
+fn rto_after_a_handshake_timeout_respects_the_configured_bounds() {
+    for (rto_initial, rto_max, expected) in [
+        (4_000 * MS, 60_000 * MS, 4_000 * MS),
+        (100 * MS, 2_000 * MS, 2_000 * MS),
+    ] {
+        let cfg = TcpConfig {
+            rto_initial,
+            rto_max,
+            ..config()
+        };
+        let mut c = Connection::connect(&cfg, ends(), ISS, T0);
+        one(&mut c, T0);
+        let t = T0 + rto_initial;
+        c.on_timer(t);
+        one(&mut c, t);
+        feed(&mut c, t + MS, &Seg::new(IRS, ISS + 1, SYN | ACK));
+        assert_eq!(c.state(), State::Established);
+        assert_eq!(
+            c.rto(),
+            expected,
+            "rto_initial {rto_initial}, rto_max {rto_max}"
+        );
+    }
 }
