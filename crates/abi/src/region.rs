@@ -171,7 +171,7 @@ pub const REPORTED_SLOTS: usize = 96;
 /// (`NetStats`' field names), `tcp.` for its TCP (`TcpCounters`: `ConnStats`' field names and
 /// its own), `tcp.drops.` for TCP's drop reasons (`TcpDrop::as_str`). `published_at_ns` is when
 /// the runtime last wrote the block (`CLOCK_MONOTONIC`, 0: never).
-pub const REPORTED_COUNTERS: [&str; 55] = [
+pub const REPORTED_COUNTERS: [&str; 57] = [
     "published_at_ns",
     "net.rx_packets",
     "net.rx_bytes",
@@ -229,6 +229,9 @@ pub const REPORTED_COUNTERS: [&str; 55] = [
     // Signals from iokerneld that found the kthread with no request to cede its core: kicks for
     // network work or overdue timers while its uthreads did not yield.
     "sched.kicks",
+    // Added after the rest, so that no earlier name moves to another slot.
+    "tcp.out_of_window_acks",
+    "tcp.acks_rate_limited",
 ];
 
 const _: () = assert!(REPORTED_COUNTERS.len() <= REPORTED_SLOTS);

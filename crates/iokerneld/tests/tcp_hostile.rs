@@ -7,16 +7,25 @@
 //! The scripts speak from `subnet.77` with a MAC the host does not own, so the host kernel
 //! drops the replies as "other host" instead of resetting connections it never opened: no
 //! firewall rule is needed and nothing is left behind.
+//!
+//! A flood of forged ACKs is too fast for scapy: an AF_PACKET socket on the TAP device sends
+//! it from here, while a connection of the host's own stack keeps echoing.
 
 mod common;
 mod tcp_common;
 
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{SocketAddrV4, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use common::serial;
+use corral_wire::{
+    EthernetFrame, Ipv4FrameSpec, Ipv4Packet, MacAddr, TcpFlags, TcpHeader, TcpOptionSet,
+    TcpSegment,
+};
 use tcp_common::{ECHO, SOURCE, Server, TcpDaemon, run_tool, start_server, tcp_stats};
 
 const FAMILY: u8 = 3;
@@ -156,4 +165,336 @@ fn a_syn_flood_is_bounded_and_spares_established_connections() {
         tcp.connections, tcp.counters.syn_cookies_sent
     );
     daemon.assert_alive();
+}
+
+/// An AF_PACKET socket on one device: whole Ethernet frames in both directions.
+struct PacketSocket {
+    fd: OwnedFd,
+}
+
+impl PacketSocket {
+    /// Bound to `dev`: receiving every frame (outgoing ones included), with receives timing
+    /// out after `timeout`, if `receive`; else only sending, past the device's queueing
+    /// discipline (whose queue would also hold the host's own segments).
+    fn bind(dev: &str, receive: bool, timeout: Duration) -> PacketSocket {
+        let name = std::ffi::CString::new(dev).unwrap();
+        // SAFETY: `name` is NUL-terminated and outlives the call.
+        let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) } as i32;
+        assert!(ifindex > 0, "no interface {dev}");
+        let all = if receive {
+            (libc::ETH_P_ALL as u16).to_be()
+        } else {
+            0
+        };
+        // SAFETY: plain socket creation; the result is checked and owned below.
+        let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, i32::from(all)) };
+        assert!(raw >= 0, "AF_PACKET: {}", std::io::Error::last_os_error());
+        // SAFETY: `raw` is a fresh descriptor nobody else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        // SAFETY: sockaddr_ll is plain data; all-zero is valid before the fields are set.
+        let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        addr.sll_family = libc::AF_PACKET as u16;
+        addr.sll_protocol = all;
+        addr.sll_ifindex = ifindex;
+        let tv = libc::timeval {
+            tv_sec: timeout.as_secs() as libc::time_t,
+            tv_usec: timeout.subsec_micros() as libc::suseconds_t,
+        };
+        // SAFETY: `addr` is valid for the call and its size is passed.
+        let bound = unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                (&raw const addr).cast(),
+                size_of::<libc::sockaddr_ll>() as u32,
+            )
+        };
+        assert_eq!(bound, 0, "bind: {}", std::io::Error::last_os_error());
+        let socket = PacketSocket { fd };
+        socket.set(libc::SOL_SOCKET, libc::SO_RCVTIMEO, &tv);
+        socket.set(
+            libc::SOL_PACKET,
+            libc::PACKET_QDISC_BYPASS,
+            &libc::c_int::from(!receive),
+        );
+        socket
+    }
+
+    fn set<T>(&self, level: libc::c_int, name: libc::c_int, value: &T) {
+        // SAFETY: `value` is valid for reads of its size, which is passed.
+        let r = unsafe {
+            libc::setsockopt(
+                self.fd.as_raw_fd(),
+                level,
+                name,
+                (value as *const T).cast(),
+                size_of::<T>() as u32,
+            )
+        };
+        assert_eq!(r, 0, "setsockopt: {}", std::io::Error::last_os_error());
+    }
+
+    /// The next frame, or `None` after the timeout.
+    fn recv(&self, buf: &mut [u8]) -> Option<usize> {
+        // SAFETY: `buf` is valid for writes of its length.
+        let n = unsafe { libc::recv(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+        (n > 0).then_some(n as usize)
+    }
+
+    /// Sends every frame of `frames` with one `sendmmsg`; returns how many went.
+    fn send_all(&self, frames: &mut [Vec<u8>]) -> usize {
+        let mut iov: Vec<libc::iovec> = frames
+            .iter_mut()
+            .map(|f| libc::iovec {
+                iov_base: f.as_mut_ptr().cast(),
+                iov_len: f.len(),
+            })
+            .collect();
+        let mut msgs: Vec<libc::mmsghdr> = iov
+            .iter_mut()
+            .map(|v| {
+                // SAFETY: mmsghdr is plain data; all-zero is valid before the fields are set.
+                let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+                m.msg_hdr.msg_iov = v;
+                m.msg_hdr.msg_iovlen = 1;
+                m
+            })
+            .collect();
+        // SAFETY: every header points at one iovec over a live frame, all outliving the call.
+        let n =
+            unsafe { libc::sendmmsg(self.fd.as_raw_fd(), msgs.as_mut_ptr(), msgs.len() as u32, 0) };
+        n.max(0) as usize
+    }
+}
+
+/// The sequence numbers of a connection at one moment, from a segment the server sent on it.
+#[derive(Debug)]
+struct SeenFromServer {
+    /// The server's RCV.NXT (the segment's ACK field).
+    rcv_nxt: u32,
+    /// The server's sequence number.
+    snd: u32,
+}
+
+/// Reads frames on the TAP until one from `server` to `client` on TCP shows up.
+fn sniff(tap: &PacketSocket, server: SocketAddrV4, client: SocketAddrV4) -> SeenFromServer {
+    let mut buf = vec![0u8; 2048];
+    let start = Instant::now();
+    while start.elapsed() < LIMIT {
+        let Some(n) = tap.recv(&mut buf) else {
+            continue;
+        };
+        let Ok(eth) = EthernetFrame::parse(&buf[..n]) else {
+            continue;
+        };
+        let Ok(ip) = Ipv4Packet::parse(eth.payload()) else {
+            continue;
+        };
+        if (ip.src(), ip.dst(), ip.protocol()) != (*server.ip(), *client.ip(), 6) {
+            continue;
+        }
+        let Ok(seg) = TcpSegment::parse(ip.payload(), ip.src(), ip.dst()) else {
+            continue;
+        };
+        if (seg.src_port(), seg.dst_port()) == (server.port(), client.port()) {
+            return SeenFromServer {
+                rcv_nxt: seg.ack(),
+                snd: seg.seq(),
+            };
+        }
+    }
+    panic!("no segment from {server} to {client} on the TAP within {LIMIT:?}");
+}
+
+/// What a flood of forged ACKs did to a connection and to the server.
+#[derive(Debug)]
+struct AckFlood {
+    /// Forged ACKs sent on the TAP.
+    forged: u64,
+    /// Those the connection took in (and dropped as outside its window).
+    arrived: u64,
+    /// Duplicate ACKs and challenge ACKs the server sent for them, and those it withheld.
+    acks: u64,
+    challenges: u64,
+    withheld: u64,
+    /// Request/response round trips on the connection during the flood, and the longest time
+    /// it waited for one.
+    round_trips: u64,
+    longest: Duration,
+    /// Frames iokerneld dropped meanwhile (all reasons, `rx_no_buffer` among them), and frames
+    /// the TAP device dropped before iokerneld read them: lost segments of the connection's
+    /// own, each of which the host's stack resends only after its RTO (200 ms at least).
+    ingress_drops: u64,
+    tap_drops: u64,
+}
+
+/// Forged ACKs for an echo connection's 4-tuple, as fast as the server takes them in, for 3 s
+/// while the connection does request/response round trips. Their sequence numbers are far
+/// outside the window (a quarter of the sequence space beyond the right edge, and as far below
+/// RCV.NXT), learned from a segment of the server's on the TAP as an attacker on the path
+/// would; the connection's own stream moves them by a few kilobytes at most.
+fn forged_ack_flood(test: u8) -> AckFlood {
+    const FLOOD: Duration = Duration::from_secs(3);
+    const BATCH: usize = 32;
+    // Forged frames ahead of what the runtime has taken in: a flood that overflowed the TAP's
+    // queue would drop the connection's segments there and measure the TAP, not the server.
+    const BACKLOG: u64 = 64;
+    const MESSAGE: &[u8] = b"request and response, one round trip each";
+    const OUT_OF_WINDOW: usize = corral::net::TcpDrop::OutOfWindow as usize;
+    let mut daemon = TcpDaemon::start(FAMILY, test, &[]);
+    let server = start_server(&daemon, "ackflood", 0);
+    let tap = PacketSocket::bind(&daemon.tap, true, Duration::from_millis(100));
+    let mut conn = TcpStream::connect_timeout(&server.addr(ECHO).into(), LIMIT).unwrap();
+    conn.set_nodelay(true).unwrap();
+    conn.set_read_timeout(Some(LIMIT)).unwrap();
+    let client = match conn.local_addr().unwrap() {
+        std::net::SocketAddr::V4(a) => a,
+        other => panic!("{other}"),
+    };
+    let mut round_trip = move || {
+        conn.write_all(MESSAGE).unwrap();
+        let mut back = [0u8; MESSAGE.len()];
+        conn.read_exact(&mut back).unwrap();
+        assert_eq!(back, MESSAGE);
+    };
+    round_trip();
+    let seen = std::thread::scope(|s| {
+        let sniffer = s.spawn(|| sniff(&tap, server.addr(ECHO), client));
+        round_trip();
+        sniffer.join().unwrap()
+    });
+    drop(tap);
+
+    // From the client's address and port (and the TAP's MAC) to the server's MAC.
+    let tap_mac: MacAddr =
+        std::fs::read_to_string(format!("/sys/class/net/{}/address", daemon.tap))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+    let ip = server.ip.octets();
+    let spec = Ipv4FrameSpec {
+        src_mac: tap_mac,
+        dst_mac: MacAddr([0x02, 0x43, ip[0], ip[1], ip[2], ip[3]]),
+        src_ip: *client.ip(),
+        dst_ip: server.ip,
+        ttl: 64,
+        ident: 0,
+        tos: 0,
+    };
+    let mut frames: Vec<Vec<u8>> = (0..BATCH as u32)
+        .map(|i| {
+            let off_window = if i % 2 == 0 { 1 << 30 } else { 3 << 30 };
+            let header = TcpHeader {
+                src_port: client.port(),
+                dst_port: ECHO,
+                seq: seen.rcv_nxt.wrapping_add(off_window).wrapping_add(i),
+                ack: seen.snd,
+                flags: TcpFlags::ACK,
+                window: 512,
+                urgent: 0,
+                options: TcpOptionSet::default(),
+            };
+            let mut frame = vec![0u8; 128];
+            let n = spec.build_tcp(&mut frame, &header, &[]).unwrap();
+            frame.truncate(n);
+            frame
+        })
+        .collect();
+    let sender = PacketSocket::bind(&daemon.tap, false, Duration::ZERO);
+    let ingress_drops = |daemon: &TcpDaemon| -> u64 {
+        let stats = daemon.stats();
+        stats["net"]["drops"]
+            .as_object()
+            .map_or(0, |d| d.values().filter_map(|v| v.as_u64()).sum())
+    };
+    let before = tcp_stats(&server).counters.conns;
+    let ingress_before = ingress_drops(&daemon);
+    let tap_before = daemon.tap_counter("tx_dropped");
+
+    let flooding = AtomicBool::new(true);
+    let (forged, round_trips, longest) = std::thread::scope(|s| {
+        let flooder = s.spawn(|| {
+            let runtime = server.runtime.as_ref().unwrap();
+            let taken = || runtime.net_stats().unwrap().rx_packets;
+            let taken_before = taken();
+            let mut sent = 0u64;
+            let start = Instant::now();
+            while start.elapsed() < FLOOD {
+                if sent.saturating_sub(taken() - taken_before) > BACKLOG {
+                    std::thread::sleep(Duration::from_micros(20));
+                    continue;
+                }
+                sent += sender.send_all(&mut frames) as u64;
+            }
+            flooding.store(false, Ordering::Relaxed);
+            sent
+        });
+        let mut round_trips = 0u64;
+        let mut longest = Duration::ZERO;
+        let mut last = Instant::now();
+        while flooding.load(Ordering::Relaxed) {
+            round_trip();
+            let now = Instant::now();
+            longest = longest.max(now - last);
+            last = now;
+            round_trips += 1;
+        }
+        (flooder.join().unwrap(), round_trips, longest)
+    });
+
+    let c = tcp_stats(&server).counters.conns;
+    let taken_in = |c: &corral::net::TcpConnStats| c.drops[OUT_OF_WINDOW] + c.duplicate_segments;
+    let flood = AckFlood {
+        forged,
+        arrived: taken_in(&c) - taken_in(&before),
+        acks: c.out_of_window_acks - before.out_of_window_acks,
+        challenges: c.challenge_acks - before.challenge_acks,
+        withheld: c.acks_rate_limited - before.acks_rate_limited,
+        round_trips,
+        longest,
+        ingress_drops: ingress_drops(&daemon) - ingress_before,
+        tap_drops: daemon.tap_counter("tx_dropped") - tap_before,
+    };
+    eprintln!("forged ACK flood for {FLOOD:?}: {flood:?}");
+    // The connection is still there and still answers.
+    round_trip();
+    daemon.assert_alive();
+    flood
+}
+
+/// RFC 5961 §7: a flood of forged out-of-window ACKs for an established connection is answered
+/// with at most 100 ACKs a second (the connection's budget), not one for one, and the
+/// connection keeps working through it.
+#[test]
+fn a_forged_ack_flood_draws_at_most_100_acks_a_second() {
+    let _serial = serial();
+    let f = forged_ack_flood(6);
+    assert!(
+        f.arrived > 10_000 && f.arrived <= f.forged,
+        "the flood hardly arrived: {f:?}"
+    );
+    // 100 a second, in at most 4 one-second budgets over a 3 s flood; the slack is for the
+    // few ACKs answering the connection's own retransmissions, which are never withheld.
+    assert!(f.acks + f.challenges <= 400 + 20, "{f:?}");
+    assert!(f.withheld > 0 && f.withheld + f.acks >= f.arrived, "{f:?}");
+    assert!(f.round_trips > 0, "{f:?}");
+}
+
+/// Through the same flood the connection never waits 100 ms for an answer. It does today, for a
+/// reason before TCP: iokerneld drops frames for want of the runtime's receive buffers
+/// (`rx_no_buffer`) even with the flood held to 64 frames ahead of what the runtime has taken
+/// in, and the host's stack resends a lost request only after its 200 ms RTO.
+#[test]
+#[ignore = "iokerneld drops frames under this flood (rx_no_buffer): the ingress is not ready"]
+fn a_forged_ack_flood_leaves_the_connection_no_gap_of_100_ms() {
+    let _serial = serial();
+    let f = forged_ack_flood(7);
+    assert!(
+        f.longest < Duration::from_millis(100),
+        "the connection waited {:?} for an answer, with {} frames dropped by iokerneld and {} \
+         by the TAP: {f:?}",
+        f.longest,
+        f.ingress_drops,
+        f.tap_drops
+    );
 }

@@ -17,6 +17,11 @@
 //! SACK-permitted) rides in the low [`TS_OPTION_BITS`] bits of our TSval, which the peer echoes;
 //! without timestamps there is nowhere to keep it, so a cookie connection to a peer that sends
 //! no timestamps uses neither window scaling nor SACK (the documented cost of cookies).
+//!
+//! A cookie SYN-ACK is never retransmitted: no timer waits for its ACK (a peer that lost it
+//! retransmits its SYN, which draws a new cookie), so RFC 6298 §5.7's 3 s RTO after a SYN-ACK
+//! timeout does not apply, and a connection from a cookie cannot tell whether a SYN-ACK was
+//! lost before. It starts with `rto_initial`, as any connection whose handshake took no sample.
 
 use core::net::SocketAddrV4;
 

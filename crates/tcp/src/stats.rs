@@ -119,7 +119,15 @@ pub struct ConnStats {
     /// Duplicate data already received (fully or partly).
     pub duplicate_segments: u64,
     pub delayed_acks: u64,
+    /// Challenge ACKs sent (RFC 5961 §3–5), within the rate limit.
     pub challenge_acks: u64,
+    /// Duplicate ACKs answering a segment outside the window or one PAWS rejected (RFC 9293
+    /// §3.10.7.4, RFC 7323 §5.3): those within the rate limit, and those answering old
+    /// segments just below RCV.NXT, which are never limited.
+    pub out_of_window_acks: u64,
+    /// Challenge ACKs and duplicate ACKs withheld by the per-connection rate limit (RFC 5961
+    /// §7).
+    pub acks_rate_limited: u64,
     pub zero_window_probes: u64,
     pub keepalive_probes: u64,
     /// Segments dropped, by [`TcpDrop`] (indexed by `reason as usize`).
@@ -162,6 +170,8 @@ impl ConnStats {
             duplicate_segments,
             delayed_acks,
             challenge_acks,
+            out_of_window_acks,
+            acks_rate_limited,
             zero_window_probes,
             keepalive_probes,
             drops,
@@ -181,6 +191,8 @@ impl ConnStats {
             (duplicate_segments, other.duplicate_segments),
             (delayed_acks, other.delayed_acks),
             (challenge_acks, other.challenge_acks),
+            (out_of_window_acks, other.out_of_window_acks),
+            (acks_rate_limited, other.acks_rate_limited),
             (zero_window_probes, other.zero_window_probes),
             (keepalive_probes, other.keepalive_probes),
         ] {

@@ -114,6 +114,8 @@ impl Reporter {
                 (slot!("tcp.duplicate_segments"), c.duplicate_segments),
                 (slot!("tcp.delayed_acks"), c.delayed_acks),
                 (slot!("tcp.challenge_acks"), c.challenge_acks),
+                (slot!("tcp.out_of_window_acks"), c.out_of_window_acks),
+                (slot!("tcp.acks_rate_limited"), c.acks_rate_limited),
                 (slot!("tcp.zero_window_probes"), c.zero_window_probes),
                 (slot!("tcp.keepalive_probes"), c.keepalive_probes),
                 (slot!("tcp.active_opens"), t.active_opens),

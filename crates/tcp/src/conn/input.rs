@@ -4,6 +4,7 @@
 use corral_wire::{TcpFlags, TcpSegment};
 
 use super::recv::Stored;
+use super::timers::RTO_AFTER_HANDSHAKE_TIMEOUT;
 use super::{
     Connection, Events, RstOwed, SegOptions, State, TIMESTAMP_TICK, TcpError, timestamp_clock,
 };
@@ -11,8 +12,27 @@ use crate::Nanos;
 use crate::seq::Seq;
 use crate::stats::TcpDrop;
 
-/// Most challenge ACKs one connection sends per second (RFC 5961 §7).
-pub(super) const CHALLENGE_ACKS_PER_SECOND: u32 = 100;
+/// Most ACKs one connection sends per second in answer to segments that anyone who knows the
+/// 4-tuple can forge without knowing the sequence space (RFC 5961 §7): challenge ACKs, and the
+/// duplicate ACKs answering a PAWS failure or a segment outside the window (see
+/// [`Connection::throttled_ack`]).
+///
+/// The two kinds share one budget rather than each having its own. The budget bounds what a
+/// flood of forged segments is reflected as, and one budget keeps that bound at this rate per
+/// connection however the attacker mixes forged RSTs, SYNs and out-of-window ACKs; a budget each
+/// would double it and protect nothing, since a flood that could exhaust one could as well be
+/// made of the other's kind (a forged SYN draws a challenge ACK wherever its sequence number
+/// lies). A peer in step with us needs none of these ACKs to recover: the ACKs its recovery
+/// depends on (for out-of-order or trimmed data in the window, and for retransmissions,
+/// keepalives and window probes just below RCV.NXT) are not throttled. The budget is per
+/// connection, never global: a budget shared by connections tells an off-path attacker, who can
+/// spend it with forged segments and watch the ACKs of a connection of its own, when a guess at
+/// another connection's sequence numbers drew an ACK (CVE-2016-5696, against Linux's global
+/// challenge-ACK limit). Linux answers at most one such segment per 500 ms per connection
+/// (`tcp_invalid_ratelimit`, challenge ACKs included) and does not throttle segments that carry
+/// data or a FIN; here those outside the window are throttled like bare ones, since forging them
+/// costs the attacker no more.
+pub(super) const THROTTLED_ACKS_PER_SECOND: u32 = 100;
 
 /// TS.Recent is not trusted for PAWS after this long without an update (RFC 7323 §5.5).
 ///
@@ -151,6 +171,15 @@ impl Connection {
         if timed {
             self.take_rtt_sample(now, ack, opts);
         }
+        if self.handshake_timed_out {
+            // RFC 6298 §5.7: data transmission begins with an RTO of at least 3 s after a
+            // timeout of the SYN or SYN-ACK. It applies after this ACK's own sample, if it gave
+            // one (the passive side's, when it echoes the latest SYN-ACK's TSval): the RFC
+            // makes no exception for it, where Linux applies the 3 s only when the handshake
+            // gave no sample. The first ACK of data then times the path again.
+            self.handshake_timed_out = false;
+            self.rtt.raise_to(RTO_AFTER_HANDSHAKE_TIMEOUT);
+        }
         self.retries = 0;
         self.rtt.reset_backoff();
         self.rto_deadline = (self.snd_una != self.snd_max).then(|| now + self.rtt.rto());
@@ -230,7 +259,10 @@ impl Connection {
             }
         }
 
-        // PAWS (RFC 7323 §5.3).
+        // PAWS (RFC 7323 §5.3). The ACK it asks for is throttled wherever the segment's
+        // sequence number lies: a random TSval looks older than TS.Recent half the time, so
+        // forging a PAWS failure takes no knowledge of the window, and a peer in step with us
+        // sends its retransmissions and probes with fresh timestamps.
         if self.ts_enabled
             && !rst
             && let Some(ts) = opts.timestamps
@@ -238,7 +270,7 @@ impl Connection {
             && !self.ts_recent_expired(now)
         {
             self.stats.drop(TcpDrop::PawsRejected);
-            self.ack_now = true;
+            self.throttled_ack(now);
             return Events::NONE;
         }
 
@@ -260,6 +292,13 @@ impl Connection {
                 self.stats.drop(TcpDrop::RstOutOfWindow);
                 return Events::NONE;
             }
+            if syn {
+                // RFC 5961 §4: a SYN draws a challenge ACK whatever its sequence number (as in
+                // Linux), so an old or forged one is throttled like one in the window.
+                self.stats.drop(TcpDrop::SynChallenged);
+                self.challenge_ack(now);
+                return Events::NONE;
+            }
             if (seq + seg_len).le(self.rcv_nxt) {
                 // Old data, or a retransmitted FIN whose ACK was lost.
                 self.stats.duplicate_segments += 1;
@@ -269,7 +308,16 @@ impl Connection {
             } else {
                 self.stats.drop(TcpDrop::OutOfWindow);
             }
-            self.ack_now = true;
+            if self.in_recent_past(seq) {
+                // Where a peer in step with us sends what waits for this ACK: a retransmission
+                // of data whose ACK was lost, a keepalive or a zero-window probe. Answered
+                // every time; an attacker who does not know the window lands here only by a
+                // guess that succeeds once in 2^32 / recv_buffer.
+                self.stats.out_of_window_acks += 1;
+                self.ack_now = true;
+            } else {
+                self.throttled_ack(now);
+            }
             return Events::NONE;
         }
 
@@ -370,19 +418,48 @@ impl Connection {
         now.saturating_sub(self.ts_recent_at) >= PAWS_IDLE
     }
 
-    /// RFC 5961's challenge ACK, at most [`CHALLENGE_ACKS_PER_SECOND`] a second (§7), so
-    /// that a flood of forged segments is not reflected one for one.
+    /// Whether an unacceptable segment starting at `seq` lies where a peer in step with us may
+    /// still send: below RCV.NXT by at most the receive buffer, plus one for a probe at the
+    /// peer's SND.UNA - 1.
+    ///
+    /// The peer never sends past a right edge we advertised, every window we advertise fits in
+    /// the receive buffer, and we received no more than it sent, so its SND.UNA is at most the
+    /// buffer below our RCV.NXT; its retransmissions start at SND.UNA or later, its keepalives
+    /// and window probes (ours too) one below.
+    fn in_recent_past(&self, seq: Seq) -> bool {
+        seq.lt(self.rcv_nxt) && (self.rcv_nxt - seq) as usize <= self.config.recv_buffer + 1
+    }
+
+    /// An ACK for a segment anyone knowing the 4-tuple can forge (a PAWS failure, a segment
+    /// outside the window), within the budget it shares with challenge ACKs.
+    fn throttled_ack(&mut self, now: Nanos) {
+        if self.throttle(now) {
+            self.stats.out_of_window_acks += 1;
+        }
+    }
+
+    /// RFC 5961's challenge ACK, within the budget it shares with [`Connection::throttled_ack`].
     fn challenge_ack(&mut self, now: Nanos) {
-        if now.saturating_sub(self.challenge_window_start) >= 1_000_000_000 {
-            self.challenge_window_start = now;
-            self.challenges_in_window = 0;
+        if self.throttle(now) {
+            self.stats.challenge_acks += 1;
         }
-        if self.challenges_in_window >= CHALLENGE_ACKS_PER_SECOND {
-            return;
+    }
+
+    /// Owes an ACK if the connection's budget of [`THROTTLED_ACKS_PER_SECOND`] allows (RFC 5961
+    /// §7), so that a flood of forged segments is not reflected one for one; counts it as
+    /// rate-limited otherwise.
+    fn throttle(&mut self, now: Nanos) -> bool {
+        if now.saturating_sub(self.throttle_window_start) >= 1_000_000_000 {
+            self.throttle_window_start = now;
+            self.throttled_in_window = 0;
         }
-        self.challenges_in_window += 1;
-        self.stats.challenge_acks += 1;
+        if self.throttled_in_window >= THROTTLED_ACKS_PER_SECOND {
+            self.stats.acks_rate_limited += 1;
+            return false;
+        }
+        self.throttled_in_window += 1;
         self.ack_now = true;
+        true
     }
 
     /// SYN-RECEIVED to ESTABLISHED: the peer acknowledged our SYN.

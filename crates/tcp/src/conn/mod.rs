@@ -286,8 +286,9 @@ pub struct Connection {
 
     // Control segments owed.
     rst_owed: Option<RstOwed>,
-    challenge_window_start: Nanos,
-    challenges_in_window: u32,
+    /// Since when `throttled_in_window` counts the ACKs `throttle` allowed (RFC 5961 §7).
+    throttle_window_start: Nanos,
+    throttled_in_window: u32,
     probe_owed: bool,
 
     // Retransmission (RFC 6298).
@@ -295,6 +296,10 @@ pub struct Connection {
     rto_deadline: Option<Nanos>,
     /// Consecutive RTO expirations without progress.
     retries: u32,
+    /// The retransmission timer expired awaiting the ACK of our SYN or SYN-ACK (a duplicate SYN
+    /// answered again does not count): the RTO is at least 3 s once the handshake completes
+    /// (RFC 6298 §5.7).
+    handshake_timed_out: bool,
     /// Karn's algorithm without timestamps: the sequence number whose ACK gives the next RTT
     /// sample, and when its segment left. Cleared by any retransmission.
     rtt_timed: Option<(Seq, Nanos)>,
@@ -401,12 +406,13 @@ impl Connection {
             ack_owed_by_batch: false,
             in_receive_batch: false,
             rst_owed: None,
-            challenge_window_start: now,
-            challenges_in_window: 0,
+            throttle_window_start: now,
+            throttled_in_window: 0,
             probe_owed: false,
             rtt: RttEstimator::new(config.rto_initial, config.rto_min, config.rto_max),
             rto_deadline: None,
             retries: 0,
+            handshake_timed_out: false,
             rtt_timed: None,
             karn_tsval: None,
             persist_deadline: None,
@@ -451,7 +457,9 @@ impl Connection {
         c
     }
 
-    /// A connection whose handshake the listener completed statelessly: ESTABLISHED.
+    /// A connection whose handshake the listener completed statelessly: ESTABLISHED, with the
+    /// initial RTO (no SYN-ACK of a cookie is timed or retransmitted, so RFC 6298 §5.7 has
+    /// nothing to go by).
     pub fn from_handshake(config: &TcpConfig, handshake: &Handshake, now: Nanos) -> Connection {
         let h = handshake;
         let mut c = Connection::new(config, h.ends, State::Established, h.iss, now);

@@ -45,6 +45,15 @@ impl RttEstimator {
         self.rto = (self.srtt + GRANULARITY.max(4 * self.rttvar)).clamp(self.min, self.max);
     }
 
+    /// RFC 6298 §5.7: an RTO below `floor` becomes `floor` (capped by the ceiling). Only the
+    /// RTO changes: SRTT and RTTVAR, if measured, stay, and the next sample computes the RTO
+    /// from them again (§2.3), as a first sample would from nothing (§2.2).
+    pub(super) fn raise_to(&mut self, floor: Nanos) {
+        if self.rto < floor {
+            self.rto = floor.min(self.max);
+        }
+    }
+
     /// The timeout to arm now, backoff included.
     #[inline]
     pub(super) fn rto(&self) -> Nanos {

@@ -593,12 +593,13 @@ fn a_reset_after_the_peers_fin_still_reads_to_the_end_of_the_stream() {
 fn challenge_acks_are_rate_limited() {
     let mut c = client(&config());
     let t = T0 + 2 * MS;
-    let limit = input::CHALLENGE_ACKS_PER_SECOND;
+    let limit = input::THROTTLED_ACKS_PER_SECOND;
     for _ in 0..limit + 50 {
         feed(&mut c, t, &Seg::new(IRS + 100, 0, RST));
         drain(&mut c, t);
     }
     assert_eq!(c.stats().challenge_acks, u64::from(limit));
+    assert_eq!(c.stats().acks_rate_limited, 50);
     assert_eq!(
         c.stats().drops[TcpDrop::RstChallenged as usize],
         u64::from(limit) + 50
@@ -1020,14 +1021,13 @@ fn keepalive_probes_then_gives_up() {
     assert_eq!(c.error(), Some(TcpError::TimedOut));
 }
 
-#[test]
-fn paws_rejects_old_timestamps() {
+/// A connection with timestamps whose TS.Recent is 100, from 3 bytes received at `t`.
+fn client_with_ts_recent_100(t: Nanos) -> Connection {
     let cfg = TcpConfig {
         timestamps: true,
         ..config()
     };
     let mut c = client(&cfg);
-    let t = T0 + 5 * MS;
     feed(
         &mut c,
         t,
@@ -1036,6 +1036,13 @@ fn paws_rejects_old_timestamps() {
     let a = one(&mut c, t);
     assert_eq!(a.ack, IRS + 4);
     assert_eq!(a.ts.unwrap().tsecr, 100, "TS.Recent follows the peer");
+    c
+}
+
+#[test]
+fn paws_rejects_old_timestamps() {
+    let t = T0 + 5 * MS;
+    let mut c = client_with_ts_recent_100(t);
     // An old duplicate from an earlier incarnation: its timestamp is older than TS.Recent.
     feed(
         &mut c,
@@ -1115,7 +1122,11 @@ fn a_syn_ack_after_a_retransmitted_syn_is_no_rtt_sample() {
         None,
         "no sample from a handshake that retransmitted"
     );
-    assert_eq!(c.rto(), 1_000 * MS, "the initial RTO, backoff reset");
+    assert_eq!(
+        c.rto(),
+        3_000 * MS,
+        "backoff reset, and 3 s after the SYN timed out (RFC 6298 §5.7)"
+    );
     // The first data is timed as usual.
     one(&mut c, t2);
     c.send(t2, b"data").unwrap();
@@ -1126,6 +1137,7 @@ fn a_syn_ack_after_a_retransmitted_syn_is_no_rtt_sample() {
         &Seg::new(IRS + 1, ISS + 5, ACK).ts(10, d.ts.unwrap().tsval),
     );
     assert_eq!(c.srtt(), Some(40 * US));
+    assert_eq!(c.rto(), 10 * MS, "from the sample, floored at rto_min");
 }
 
 /// Our SYN-ACK went twice; the peer's ACK echoes the first one's TSval (as a challenge ACK to
@@ -2385,4 +2397,326 @@ fn bare_acks_matter_only_to_handshakes_closes_and_more_than_one_segment_in_fligh
         !c.needs_prompt_acks(),
         "FIN-WAIT-2 waits for the peer's FIN, not an ACK"
     );
+}
+
+/// A flood of forged segments outside the window (bare ACKs and data, beyond the right edge
+/// and far below RCV.NXT) draws at most [`input::THROTTLED_ACKS_PER_SECOND`] ACKs a second,
+/// and challenge ACKs share that budget (RFC 5961 §7).
+#[test]
+fn acks_for_segments_outside_the_window_share_the_challenge_ack_budget() {
+    let mut c = client(&config());
+    let t = T0 + 2 * MS;
+    let limit = u64::from(input::THROTTLED_ACKS_PER_SECOND);
+    let beyond = IRS + 1 + 70_000;
+    let far_past = IRS.wrapping_sub(10_000_000);
+    let forged = [
+        Seg::new(beyond, ISS + 1, ACK),
+        Seg::new(far_past, ISS + 1, ACK),
+        Seg::new(beyond, ISS + 1, ACK).data(b"forged"),
+        Seg::new(far_past, ISS + 1, ACK | FIN).data(b"forged"),
+    ];
+    let mut acks = 0;
+    for i in 0..2 * limit {
+        feed(&mut c, t, &forged[i as usize % forged.len()]);
+        for a in drain(&mut c, t) {
+            assert_ack(&a, ISS + 1, IRS + 1);
+            acks += 1;
+        }
+    }
+    assert_eq!(acks, limit, "one ACK per allowed segment");
+    let s = c.stats();
+    assert_eq!(
+        (s.out_of_window_acks, s.acks_rate_limited, s.challenge_acks),
+        (limit, limit, 0)
+    );
+    assert_eq!(s.drops[TcpDrop::OutOfWindow as usize], limit);
+    assert_eq!(s.duplicate_segments, limit, "the far past counts as old");
+    // The budget is spent for challenge ACKs too.
+    feed(&mut c, t, &Seg::new(IRS + 100, 0, RST));
+    feed(&mut c, t, &Seg::new(IRS + 10, 0, SYN));
+    none(&mut c, t);
+    assert_eq!(c.stats().challenge_acks, 0);
+    assert_eq!(c.stats().acks_rate_limited, limit + 2);
+    assert_eq!(c.recv_available(), 0, "nothing forged was taken");
+    assert_eq!(c.state(), State::Established);
+    // A second later it is back, for either kind.
+    let t = t + 1_000 * MS;
+    feed(&mut c, t, &forged[0]);
+    assert_ack(&one(&mut c, t), ISS + 1, IRS + 1);
+    feed(&mut c, t, &Seg::new(IRS + 100, 0, RST));
+    assert_ack(&one(&mut c, t), ISS + 1, IRS + 1);
+    let s = c.stats();
+    assert_eq!((s.out_of_window_acks, s.challenge_acks), (limit + 1, 1));
+}
+
+/// With the budget spent by forged segments, the ACKs a peer in step with us waits for still
+/// go out at once: for out-of-order data in the window (its duplicate ACKs drive fast
+/// retransmit), for data past the right edge that was trimmed, and for what lands just below
+/// RCV.NXT: a retransmission whose ACK was lost, a keepalive, a zero-window probe, a FIN
+/// retransmitted in TIME-WAIT.
+#[test]
+fn acks_that_recovery_depends_on_are_not_throttled() {
+    let cfg = TcpConfig {
+        recv_buffer: 4096,
+        ..config()
+    };
+    let mut c = client(&cfg);
+    let t = T0 + 2 * MS;
+    feed(&mut c, t, &Seg::new(IRS + 1, ISS + 1, ACK).data(b"hello"));
+    assert_ack(&one(&mut c, t), ISS + 1, IRS + 6);
+    let limit = u64::from(input::THROTTLED_ACKS_PER_SECOND);
+    for _ in 0..limit + 10 {
+        feed(&mut c, t, &Seg::new(IRS + 1 + 10_000, ISS + 1, ACK));
+        drain(&mut c, t);
+    }
+    let suppressed = c.stats().acks_rate_limited;
+    assert_eq!(suppressed, 10);
+    // Out of order, in the window.
+    feed(&mut c, t, &Seg::new(IRS + 9, ISS + 1, ACK).data(b"late"));
+    assert_ack(&one(&mut c, t), ISS + 1, IRS + 6);
+    feed(&mut c, t, &Seg::new(IRS + 9, ISS + 1, ACK).data(b"late"));
+    assert_ack(&one(&mut c, t), ISS + 1, IRS + 6);
+    feed(&mut c, t, &Seg::new(IRS + 6, ISS + 1, ACK).data(b"abc"));
+    assert_ack(&one(&mut c, t), ISS + 1, IRS + 13);
+    // Data past the right edge: trimmed and acknowledged.
+    let window = cfg.recv_buffer as u32 - 12;
+    let over = pattern(window as usize + 1000);
+    feed(&mut c, t, &Seg::new(IRS + 13, ISS + 1, ACK).data(&over));
+    let a = one(&mut c, t);
+    assert_eq!((a.ack, a.window), (IRS + 13 + window, 0));
+    assert_eq!(c.stats().drops[TcpDrop::BeyondWindow as usize], 1);
+    let rcv_nxt = IRS + 13 + window;
+    // Just below RCV.NXT: a retransmission of data already had, a keepalive (one below the
+    // peer's SND.UNA, no data), one as far back as a receive buffer goes.
+    let acked_before = c.stats().out_of_window_acks;
+    for seq in [IRS + 1, rcv_nxt - 1, rcv_nxt - 1 - cfg.recv_buffer as u32] {
+        let seg = if seq == rcv_nxt - 1 {
+            Seg::new(seq, ISS + 1, ACK)
+        } else {
+            Seg::new(seq, ISS + 1, ACK).data(b"old")
+        };
+        feed(&mut c, t, &seg);
+        assert_ack(&one(&mut c, t), ISS + 1, rcv_nxt);
+    }
+    assert_eq!(c.stats().out_of_window_acks, acked_before + 3);
+    // One byte further back is out of a peer's reach: throttled.
+    feed(
+        &mut c,
+        t,
+        &Seg::new(rcv_nxt - 2 - cfg.recv_buffer as u32, ISS + 1, ACK),
+    );
+    none(&mut c, t);
+    assert_eq!(c.stats().acks_rate_limited, suppressed + 1);
+    let mut buf = vec![0u8; 2 * cfg.recv_buffer];
+    assert_eq!(c.recv(t, &mut buf), Ok(12 + window as usize));
+
+    // TIME-WAIT: the peer's FIN again, because our ACK of it was lost.
+    let mut c = client(&cfg);
+    c.close(t);
+    assert_eq!(one(&mut c, t).flags, ACK | FIN);
+    feed(&mut c, t, &Seg::new(IRS + 1, ISS + 2, ACK | FIN));
+    assert_ack(&one(&mut c, t), ISS + 2, IRS + 2);
+    assert_eq!(c.state(), State::TimeWait);
+    for _ in 0..limit + 1 {
+        feed(&mut c, t, &Seg::new(IRS + 1 + 70_000, ISS + 2, ACK));
+        drain(&mut c, t);
+    }
+    assert_eq!(c.stats().acks_rate_limited, 1);
+    feed(&mut c, t + MS, &Seg::new(IRS + 1, ISS + 2, ACK | FIN));
+    assert_ack(&one(&mut c, t + MS), ISS + 2, IRS + 2);
+    assert_eq!(c.next_deadline(), Some(t + MS + cfg.time_wait));
+}
+
+/// A timestamp older than TS.Recent is as easy to forge as a sequence number outside the
+/// window (a random one is older half the time): PAWS's ACKs are throttled wherever the
+/// segment lies, even in the window.
+#[test]
+fn paws_failures_are_answered_within_the_budget() {
+    let t = T0 + 5 * MS;
+    let mut c = client_with_ts_recent_100(t);
+    let limit = u64::from(input::THROTTLED_ACKS_PER_SECOND);
+    let mut acks = 0;
+    for i in 0..limit + 20 {
+        let seq = if i % 2 == 0 { IRS + 4 } else { IRS + 1 };
+        feed(
+            &mut c,
+            t,
+            &Seg::new(seq, ISS + 1, ACK).data(b"old").ts(50, 0),
+        );
+        acks += drain(&mut c, t).len() as u64;
+    }
+    assert_eq!(acks, limit);
+    let s = c.stats();
+    assert_eq!(s.drops[TcpDrop::PawsRejected as usize], limit + 20);
+    assert_eq!((s.out_of_window_acks, s.acks_rate_limited), (limit, 20));
+    assert_eq!(c.recv_available(), 3);
+    // A segment with a fresh timestamp is taken and acknowledged as ever.
+    feed(
+        &mut c,
+        t,
+        &Seg::new(IRS + 4, ISS + 1, ACK).data(b"more").ts(101, 0),
+    );
+    assert_eq!(one(&mut c, t).ack, IRS + 8);
+}
+
+/// A SYN outside the window draws a challenge ACK, not a duplicate ACK (RFC 5961 §4 checks
+/// the SYN whatever its sequence number).
+#[test]
+fn a_syn_outside_the_window_is_challenged() {
+    let mut c = client(&config());
+    let t = T0 + 2 * MS;
+    feed(&mut c, t, &Seg::new(IRS.wrapping_sub(1_000_000), 0, SYN));
+    assert_ack(&one(&mut c, t), ISS + 1, IRS + 1);
+    let s = c.stats();
+    assert_eq!(s.drops[TcpDrop::SynChallenged as usize], 1);
+    assert_eq!((s.challenge_acks, s.out_of_window_acks), (1, 0));
+    assert_eq!(c.state(), State::Established);
+}
+
+/// Settings for RFC 6298 §5.7: the RFC's 1 s initial RTO and a ceiling above 3 s.
+fn rfc6298_config(timestamps: bool) -> TcpConfig {
+    TcpConfig {
+        timestamps,
+        rto_initial: 1_000 * MS,
+        rto_max: 60_000 * MS,
+        ..config()
+    }
+}
+
+/// Active open, RFC 6298 §5.7: our SYN timed out, so data transmission begins with a 3 s RTO;
+/// the first ACK of data times the path again. Without the timeout, the SYN-ACK's sample sets
+/// the RTO.
+#[test]
+fn rto_is_3_s_once_connected_after_the_syn_timed_out() {
+    let cfg = rfc6298_config(false);
+    for syn_lost in [false, true] {
+        let mut c = Connection::connect(&cfg, ends(), ISS, T0);
+        one(&mut c, T0);
+        let mut t = T0;
+        if syn_lost {
+            t += 1_000 * MS;
+            c.on_timer(t);
+            assert_eq!(one(&mut c, t).flags, SYN);
+            assert_eq!(c.rto(), 2_000 * MS, "backed off");
+        }
+        let mut synack = Seg::new(IRS, ISS + 1, SYN | ACK);
+        synack.options.mss = Some(1000);
+        t += 2 * MS;
+        assert!(feed(&mut c, t, &synack).contains(Events::ESTABLISHED));
+        assert_ack(&one(&mut c, t), ISS + 1, IRS + 1);
+        if !syn_lost {
+            assert_eq!(c.srtt(), Some(2 * MS));
+            assert_eq!(c.rto(), 10 * MS, "from the handshake's sample");
+            continue;
+        }
+        assert_eq!(c.srtt(), None, "Karn: the SYN went twice");
+        assert_eq!(c.rto(), 3_000 * MS);
+        c.send(t, b"data").unwrap();
+        one(&mut c, t);
+        assert_eq!(c.next_deadline(), Some(t + 3_000 * MS));
+        // Lost: the timer fires 3 s later, and backs off from 3 s.
+        t += 3_000 * MS;
+        c.on_timer(t);
+        assert_eq!(one(&mut c, t).payload, b"data");
+        assert_eq!(c.next_deadline(), Some(t + 6_000 * MS));
+        // A later segment is timed and sets the RTO from its sample as usual.
+        feed(&mut c, t + 2 * MS, &Seg::new(IRS + 1, ISS + 5, ACK));
+        c.send(t + 2 * MS, b"more").unwrap();
+        one(&mut c, t + 2 * MS);
+        feed(&mut c, t + 4 * MS, &Seg::new(IRS + 1, ISS + 9, ACK));
+        assert_eq!(c.srtt(), Some(2 * MS));
+        assert_eq!(c.rto(), 10 * MS);
+    }
+}
+
+/// Passive open, RFC 6298 §5.7: our SYN-ACK timed out, so the RTO is 3 s once the peer's ACK
+/// arrives, even when that ACK echoes the latest SYN-ACK and gives a sample (kept for the
+/// next one). A SYN-ACK sent again for a duplicate SYN, with no timeout, changes nothing:
+/// without a sample the RTO is the configured initial one.
+#[test]
+fn rto_is_3_s_once_accepted_after_the_syn_ack_timed_out() {
+    let accept = |cfg: &TcpConfig| {
+        let mut syn = Seg::new(IRS, 0, SYN);
+        syn.options.mss = Some(1000);
+        if cfg.timestamps {
+            syn.options.timestamps = Some(Timestamps { tsval: 5, tsecr: 0 });
+        }
+        let bytes = syn.build();
+        let parsed = TcpSegment::parse(&bytes, REMOTE_IP, LOCAL_IP).unwrap();
+        let mut c = Connection::accept_syn(cfg, ends(), &parsed, ISS, T0);
+        assert_eq!(one(&mut c, T0).flags, SYN | ACK);
+        c
+    };
+    // The SYN-ACK timed out; the ACK (no timestamps) times nothing.
+    let cfg = rfc6298_config(false);
+    let mut c = accept(&cfg);
+    let t = T0 + 1_000 * MS;
+    c.on_timer(t);
+    assert_eq!(one(&mut c, t).flags, SYN | ACK);
+    let t = t + MS;
+    assert!(feed(&mut c, t, &Seg::new(IRS + 1, ISS + 1, ACK)).contains(Events::ESTABLISHED));
+    assert_eq!((c.srtt(), c.rto()), (None, 3_000 * MS));
+    c.send(t, b"reply").unwrap();
+    one(&mut c, t);
+    assert_eq!(c.next_deadline(), Some(t + 3_000 * MS));
+
+    // With timestamps, the ACK echoes the second SYN-ACK: a sample, and still 3 s.
+    let cfg = rfc6298_config(true);
+    let mut c = accept(&cfg);
+    let t = T0 + 1_000 * MS;
+    c.on_timer(t);
+    let again = one(&mut c, t).ts.unwrap().tsval;
+    let t = t + MS;
+    feed(&mut c, t, &Seg::new(IRS + 1, ISS + 1, ACK).ts(6, again));
+    assert_eq!((c.srtt(), c.rto()), (Some(MS), 3_000 * MS));
+    c.send(t, b"reply").unwrap();
+    let d = one(&mut c, t);
+    assert_eq!(c.next_deadline(), Some(t + 3_000 * MS));
+    // The next sample replaces it (RFC 6298 §2.3 from the SRTT and RTTVAR kept).
+    feed(
+        &mut c,
+        t + MS,
+        &Seg::new(IRS + 1, ISS + 6, ACK).ts(7, d.ts.unwrap().tsval),
+    );
+    assert_eq!((c.srtt(), c.rto()), (Some(MS), 10 * MS));
+
+    // The peer's SYN came twice and was answered twice, but no timer expired.
+    let cfg = rfc6298_config(false);
+    let mut c = accept(&cfg);
+    let t = T0 + 500 * MS;
+    let mut syn = Seg::new(IRS, 0, SYN);
+    syn.options.mss = Some(1000);
+    feed(&mut c, t, &syn);
+    assert_eq!(one(&mut c, t).flags, SYN | ACK);
+    feed(&mut c, t + MS, &Seg::new(IRS + 1, ISS + 1, ACK));
+    assert_eq!(c.state(), State::Established);
+    assert_eq!((c.srtt(), c.rto()), (None, 1_000 * MS), "the initial RTO");
+}
+
+/// RFC 6298 §5.7 only raises an RTO below 3 s: a configured initial RTO of 4 s stays, and a
+/// ceiling below 3 s caps the 3 s.
+#[test]
+fn rto_after_a_handshake_timeout_respects_the_configured_bounds() {
+    for (rto_initial, rto_max, expected) in [
+        (4_000 * MS, 60_000 * MS, 4_000 * MS),
+        (100 * MS, 2_000 * MS, 2_000 * MS),
+    ] {
+        let cfg = TcpConfig {
+            rto_initial,
+            rto_max,
+            ..config()
+        };
+        let mut c = Connection::connect(&cfg, ends(), ISS, T0);
+        one(&mut c, T0);
+        let t = T0 + rto_initial;
+        c.on_timer(t);
+        one(&mut c, t);
+        feed(&mut c, t + MS, &Seg::new(IRS, ISS + 1, SYN | ACK));
+        assert_eq!(c.state(), State::Established);
+        assert_eq!(
+            c.rto(),
+            expected,
+            "rto_initial {rto_initial}, rto_max {rto_max}"
+        );
+    }
 }

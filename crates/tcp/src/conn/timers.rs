@@ -5,6 +5,10 @@
 use super::{Connection, Events, State, TcpError, timestamp_clock};
 use crate::Nanos;
 
+/// The RTO once data transmission begins after the retransmission timer expired during the
+/// handshake, if it was lower (RFC 6298 §5.7).
+pub(super) const RTO_AFTER_HANDSHAKE_TIMEOUT: Nanos = 3_000_000_000;
+
 impl Connection {
     /// The earliest time [`Connection::on_timer`] has work to do.
     pub fn next_deadline(&self) -> Option<Nanos> {
@@ -93,6 +97,7 @@ impl Connection {
         self.karn_tsval = Some(timestamp_clock(now));
         self.probe_owed = false;
         if handshake {
+            self.handshake_timed_out = true;
             self.snd_nxt = self.iss;
             self.rto_deadline = Some(now + self.rtt.rto());
             return Events::NONE;
