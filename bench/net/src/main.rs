@@ -88,6 +88,10 @@ pub struct Args {
     /// iokerneld's `--share-quantum-us` (default: iokerneld's).
     #[arg(long)]
     share_quantum_us: Option<u64>,
+    /// iokerneld's `--rx-backlog-frames` (default: iokerneld's; 0 drops what a runtime's
+    /// buffers cannot take at once).
+    #[arg(long)]
+    rx_backlog_frames: Option<u64>,
 }
 
 /// A path that `--tcp-bulk` measures.

@@ -98,6 +98,12 @@ impl Daemon {
                     .into_iter()
                     .flatten(),
             )
+            .args(
+                args.rx_backlog_frames
+                    .map(|n| ["--rx-backlog-frames".to_owned(), n.to_string()])
+                    .into_iter()
+                    .flatten(),
+            )
             .arg("--socket")
             .arg(&socket)
             .stdin(Stdio::null())
