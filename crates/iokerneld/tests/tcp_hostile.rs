@@ -325,6 +325,29 @@ struct AckFlood {
     /// own, each of which the host's stack resends only after its RTO (200 ms at least).
     ingress_drops: u64,
     tap_drops: u64,
+    /// Segments the connection's two ends retransmitted meanwhile: a lost segment, or an
+    /// answer so late that the sender's timer fired first.
+    client_retransmits: u64,
+    server_retransmits: u64,
+}
+
+/// Segments the kernel has retransmitted on the TCP socket `fd` over its lifetime.
+fn kernel_retransmits(fd: std::os::fd::RawFd) -> u64 {
+    // SAFETY: tcp_info is plain old data; all-zero is a valid value.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: `info` and `len` are valid for writes of `len` bytes; the descriptor is open.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&raw mut info).cast(),
+            &mut len,
+        )
+    };
+    assert_eq!(rc, 0, "TCP_INFO: {}", std::io::Error::last_os_error());
+    u64::from(info.tcpi_total_retrans)
 }
 
 /// Forged ACKs for an echo connection's 4-tuple, as fast as the server takes them in, for 3 s
@@ -335,8 +358,9 @@ struct AckFlood {
 fn forged_ack_flood(test: u8) -> AckFlood {
     const FLOOD: Duration = Duration::from_secs(3);
     const BATCH: usize = 32;
-    // Forged frames ahead of what the runtime has taken in: a flood that overflowed the TAP's
-    // queue would drop the connection's segments there and measure the TAP, not the server.
+    // Forged frames ahead of what the server's TCP has taken in: a flood faster than the server
+    // would drop the connection's segments on the way in (the TAP's queue, iokerneld's
+    // backlog) and measure the ingress, not TCP.
     const BACKLOG: u64 = 64;
     const MESSAGE: &[u8] = b"request and response, one round trip each";
     const OUT_OF_WINDOW: usize = corral::net::TcpDrop::OutOfWindow as usize;
@@ -350,6 +374,8 @@ fn forged_ack_flood(test: u8) -> AckFlood {
         std::net::SocketAddr::V4(a) => a,
         other => panic!("{other}"),
     };
+    // The closure below owns the stream until this function returns.
+    let conn_fd = std::os::fd::AsRawFd::as_raw_fd(&conn);
     let mut round_trip = move || {
         conn.write_all(MESSAGE).unwrap();
         let mut back = [0u8; MESSAGE.len()];
@@ -410,12 +436,18 @@ fn forged_ack_flood(test: u8) -> AckFlood {
     let before = tcp_stats(&server).counters.conns;
     let ingress_before = ingress_drops(&daemon);
     let tap_before = daemon.tap_counter("tx_dropped");
+    let client_before = kernel_retransmits(conn_fd);
+    let server_before = tcp_common::retransmissions(&tcp_stats(&server));
 
+    let taken_in = |c: &corral::net::TcpConnStats| c.drops[OUT_OF_WINDOW] + c.duplicate_segments;
     let flooding = AtomicBool::new(true);
     let (forged, round_trips, longest) = std::thread::scope(|s| {
         let flooder = s.spawn(|| {
             let runtime = server.runtime.as_ref().unwrap();
-            let taken = || runtime.net_stats().unwrap().rx_packets;
+            // Forged segments only: counting every frame the runtime took in would count the
+            // connection's own round trips too, tens of thousands in an optimized build, and
+            // let the flood run that far ahead.
+            let taken = || taken_in(&runtime.net_stats().unwrap().tcp.counters.conns);
             let taken_before = taken();
             let mut sent = 0u64;
             let start = Instant::now();
@@ -443,7 +475,6 @@ fn forged_ack_flood(test: u8) -> AckFlood {
     });
 
     let c = tcp_stats(&server).counters.conns;
-    let taken_in = |c: &corral::net::TcpConnStats| c.drops[OUT_OF_WINDOW] + c.duplicate_segments;
     let flood = AckFlood {
         forged,
         arrived: taken_in(&c) - taken_in(&before),
@@ -454,6 +485,8 @@ fn forged_ack_flood(test: u8) -> AckFlood {
         longest,
         ingress_drops: ingress_drops(&daemon) - ingress_before,
         tap_drops: daemon.tap_counter("tx_dropped") - tap_before,
+        client_retransmits: kernel_retransmits(conn_fd) - client_before,
+        server_retransmits: tcp_common::retransmissions(&tcp_stats(&server)) - server_before,
     };
     eprintln!("forged ACK flood for {FLOOD:?}: {flood:?}");
     // The connection is still there and still answers.
