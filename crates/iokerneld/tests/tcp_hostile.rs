@@ -331,25 +331,6 @@ struct AckFlood {
     server_retransmits: u64,
 }
 
-/// Segments the kernel has retransmitted on the TCP socket `fd` over its lifetime.
-fn kernel_retransmits(fd: std::os::fd::RawFd) -> u64 {
-    // SAFETY: tcp_info is plain old data; all-zero is a valid value.
-    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
-    // SAFETY: `info` and `len` are valid for writes of `len` bytes; the descriptor is open.
-    let rc = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            (&raw mut info).cast(),
-            &mut len,
-        )
-    };
-    assert_eq!(rc, 0, "TCP_INFO: {}", std::io::Error::last_os_error());
-    u64::from(info.tcpi_total_retrans)
-}
-
 /// Forged ACKs for an echo connection's 4-tuple, as fast as the server takes them in, for 3 s
 /// while the connection does request/response round trips. Their sequence numbers are far
 /// outside the window (a quarter of the sequence space beyond the right edge, and as far below
@@ -436,7 +417,7 @@ fn forged_ack_flood(test: u8) -> AckFlood {
     let before = tcp_stats(&server).counters.conns;
     let ingress_before = ingress_drops(&daemon);
     let tap_before = daemon.tap_counter("tx_dropped");
-    let client_before = kernel_retransmits(conn_fd);
+    let client_before = tcp_common::kernel_retransmits(conn_fd);
     let server_before = tcp_common::retransmissions(&tcp_stats(&server));
 
     let taken_in = |c: &corral::net::TcpConnStats| c.drops[OUT_OF_WINDOW] + c.duplicate_segments;
@@ -485,7 +466,7 @@ fn forged_ack_flood(test: u8) -> AckFlood {
         longest,
         ingress_drops: ingress_drops(&daemon) - ingress_before,
         tap_drops: daemon.tap_counter("tx_dropped") - tap_before,
-        client_retransmits: kernel_retransmits(conn_fd) - client_before,
+        client_retransmits: tcp_common::kernel_retransmits(conn_fd) - client_before,
         server_retransmits: tcp_common::retransmissions(&tcp_stats(&server)) - server_before,
     };
     eprintln!("forged ACK flood for {FLOOD:?}: {flood:?}");
@@ -524,9 +505,11 @@ fn a_forged_ack_flood_leaves_the_connection_no_gap_of_100_ms() {
     assert!(
         f.longest < Duration::from_millis(100),
         "the connection waited {:?} for an answer, with {} frames dropped by iokerneld and {} \
-         by the TAP: {f:?}",
+         by the TAP, and {} segments retransmitted by the client and {} by the server: {f:?}",
         f.longest,
         f.ingress_drops,
-        f.tap_drops
+        f.tap_drops,
+        f.client_retransmits,
+        f.server_retransmits
     );
 }

@@ -22,22 +22,8 @@ const FAMILY: u8 = 4;
 const LIMIT: Duration = Duration::from_secs(60);
 
 /// Segments the client's kernel has retransmitted on `s` over its lifetime.
-fn total_retransmits(s: &TcpStream) -> u32 {
-    // SAFETY: tcp_info is plain old data; zeroed is a valid value.
-    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
-    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
-    // SAFETY: `info` and `len` are valid for writes of `len` bytes, and the descriptor is open.
-    let rc = unsafe {
-        libc::getsockopt(
-            s.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_INFO,
-            (&raw mut info).cast(),
-            &mut len,
-        )
-    };
-    assert_eq!(rc, 0, "TCP_INFO: {}", std::io::Error::last_os_error());
-    info.tcpi_total_retrans
+fn total_retransmits(s: &TcpStream) -> u64 {
+    tcp_common::kernel_retransmits(s.as_raw_fd())
 }
 
 /// Raises the open-file limit to its hard limit: a thousand client sockets do not fit in the
@@ -139,7 +125,7 @@ fn a_thousand_requests_at_once_to_a_parked_server_are_answered_with_no_retransmi
         server.served.accepted() >= CONNECTIONS as u64
     });
     // The handshakes' own retransmissions (if any) are not the burst's.
-    let before: u32 = streams.iter().map(total_retransmits).sum();
+    let before: u64 = streams.iter().map(total_retransmits).sum();
     let drops_before = rx_dropped(&ingress(&daemon, NAME));
     let server_before = tcp_common::retransmissions(&tcp_stats(&server));
     let tap_dropped_before = daemon.tap_counter("tx_dropped");
@@ -165,7 +151,7 @@ fn a_thousand_requests_at_once_to_a_parked_server_are_answered_with_no_retransmi
     assert_eq!(&back, b"after the burst");
 
     let net = ingress(&daemon, NAME);
-    let after: u32 = streams.iter().map(total_retransmits).sum();
+    let after: u64 = streams.iter().map(total_retransmits).sum();
     assert_eq!(
         after - before,
         0,

@@ -383,3 +383,22 @@ pub fn retransmissions(tcp: &TcpStats) -> u64 {
     let c = &tcp.counters.conns;
     c.rto_retransmits + c.fast_retransmits + c.syn_retransmits
 }
+
+/// Segments the kernel has retransmitted on the TCP socket `fd` over its lifetime.
+pub fn kernel_retransmits(fd: std::os::fd::RawFd) -> u64 {
+    // SAFETY: tcp_info is plain old data; all-zero is a valid value.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: `info` and `len` are valid for writes of `len` bytes; the descriptor is open.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&raw mut info).cast(),
+            &mut len,
+        )
+    };
+    assert_eq!(rc, 0, "TCP_INFO: {}", std::io::Error::last_os_error());
+    u64::from(info.tcpi_total_retrans)
+}
