@@ -13,7 +13,7 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 
 echo "== loom model checks"
 RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 CARGO_TARGET_DIR=target/loom \
-  cargo test --quiet --release -p corral -p corral-abi -p corral-handoff --test loom
+  cargo test --quiet --release -p corral -p corral-abi -p corral-handoff -p corral-xdp --test loom
 
 echo "== benchmark smoke runs (numbers from runs this small mean nothing)"
 cargo run --quiet --profile ci -p corral-bench-threading -- --scale 0.005 --reps 2 >/dev/null
