@@ -81,6 +81,8 @@ pub mod program;
 mod socket;
 #[cfg(not(loom))]
 mod sys;
+#[cfg(not(loom))]
+pub mod testnet;
 
 #[cfg(not(loom))]
 pub use attach::{AttachMode, Attached, PROGRAM_NAME, Program, XdpLink};

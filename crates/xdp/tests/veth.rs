@@ -10,12 +10,12 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use corral_wire::ipv4::{PROTO_TCP, PROTO_UDP};
-use corral_wire::{ArpOp, ArpPacket, EtherType, EthernetFrame, Ipv4Packet, TcpFlags};
+use corral_wire::{ArpOp, ArpPacket, EtherType, EthernetFrame, Ipv4Packet, MacAddr, TcpFlags};
 use corral_xdp::{
     AttachMode, Error, Mode, PROGRAM_NAME, Port, PortConfig, SocketConfig, Verdict, ZeroCopy,
 };
 
-use common::{ChildGuard, Net, within};
+use common::{ChildGuard, VethPair, connects, pair, within};
 
 /// Small UMEMs and rings: the tests move a few frames.
 fn config(attach: AttachMode) -> PortConfig {
@@ -33,7 +33,7 @@ fn config(attach: AttachMode) -> PortConfig {
     }
 }
 
-fn open(net: &Net) -> Port {
+fn open(net: &VethPair) -> Port {
     let port = Port::open(&net.host, &config(AttachMode::Native)).expect("attach natively");
     // veth runs XDP in its driver; whether it gives zero-copy depends on the kernel.
     assert_ne!(port.mode(), Mode::Generic, "{}", port.describe());
@@ -113,18 +113,18 @@ fn udp_without_checksum(ip: Ipv4Addr) -> UdpSocket {
 /// meanwhile a TCP connection to the root end's own address, Linux's, works.
 #[test]
 fn registered_frames_reach_the_socket_and_linux_keeps_the_rest() {
-    let net = Net::new(1);
+    let net = pair(1);
     let mut port = open(&net);
     let registered = net.spare[0];
     port.register(registered).unwrap();
     assert!(port.is_registered(registered).unwrap());
     assert!(net.xdp_attached());
-    let listing = common::run(&["ip", "-d", "link", "show", "dev", &net.host]);
+    let listing = net.host_details().unwrap();
     assert!(listing.contains(PROGRAM_NAME), "{listing}");
 
     let listener = TcpListener::bind((net.host_ip, 0)).unwrap();
     let linux = listener.local_addr().unwrap();
-    assert!(net.connects(linux, Duration::from_secs(2)));
+    assert!(connects(&net, linux, Duration::from_secs(2)));
 
     let peer_ip = net.peer_ip;
     let client = net.spawn_inside(move || {
@@ -141,7 +141,7 @@ fn registered_frames_reach_the_socket_and_linux_keeps_the_rest() {
         None
     });
 
-    let host_mac = net.host_mac;
+    let host_mac = MacAddr(net.host_mac);
     let (mut arp_requests, mut reflected) = (0, 0);
     let deadline = Instant::now() + Duration::from_secs(6);
     while !client.is_finished() && Instant::now() < deadline {
@@ -184,7 +184,7 @@ fn registered_frames_reach_the_socket_and_linux_keeps_the_rest() {
     assert!(counters.tx_frames >= 2, "{counters:?}");
     assert_eq!(counters.kick_errors, 0, "{counters:?}");
     // Linux still has its own address while the program is attached.
-    assert!(net.connects(linux, Duration::from_secs(2)));
+    assert!(connects(&net, linux, Duration::from_secs(2)));
     assert!(net.xdp_attached());
     drop(port);
     assert!(
@@ -221,7 +221,7 @@ fn holder_child() {
 /// program within a second, and Linux answers on the address the program was taking again.
 #[test]
 fn killing_the_holder_detaches_the_program() {
-    let net = Net::new(1);
+    let net = pair(1);
     let listener = TcpListener::bind((net.host_ip, 0)).unwrap();
     let linux = listener.local_addr().unwrap();
 
@@ -248,16 +248,16 @@ fn killing_the_holder_detaches_the_program() {
     assert!(net.xdp_attached(), "{line}");
     // The child's program takes the frames for Linux's own address (the ARP requests for it,
     // first), and nobody answers them.
-    assert!(!net.connects(linux, Duration::from_millis(300)));
+    assert!(!connects(&net, linux, Duration::from_millis(300)));
 
     child.0.kill().unwrap();
     child.0.wait().unwrap();
     let took = within(Duration::from_secs(1), || !net.xdp_attached())
         .expect("the program is detached within a second of SIGKILL");
     eprintln!("detached {took:?} after the holder was reaped");
-    net.flush_neighbors();
+    net.flush_neighbors().unwrap();
     assert!(
-        net.connects(linux, Duration::from_secs(2)),
+        connects(&net, linux, Duration::from_secs(2)),
         "Linux answers on {} again",
         net.host_ip
     );
@@ -267,7 +267,7 @@ fn killing_the_holder_detaches_the_program() {
 /// so are a missing interface and a zero-copy demand veth cannot meet.
 #[test]
 fn a_second_attach_is_refused() {
-    let net = Net::new(1);
+    let net = pair(1);
     let first = open(&net);
 
     let err = Port::open(&net.host, &config(AttachMode::Native))
@@ -317,8 +317,8 @@ fn a_second_attach_is_refused() {
 }
 
 /// The program id `ip -d link show` prints after `prog/xdp id`.
-fn prog_id_shown(net: &Net) -> u32 {
-    let listing = common::run(&["ip", "-d", "link", "show", "dev", &net.host]);
+fn prog_id_shown(net: &VethPair) -> u32 {
+    let listing = net.host_details().unwrap();
     let after = listing.split("prog/xdp id ").nth(1).expect("prog/xdp id");
     after.split_whitespace().next().unwrap().parse().unwrap()
 }
@@ -327,10 +327,10 @@ fn prog_id_shown(net: &Net) -> u32 {
 /// it is not.
 #[test]
 fn unregistered_addresses_go_back_to_linux() {
-    let net = Net::new(1);
+    let net = pair(1);
     let mut port = open(&net);
     // No ARP: the connection's first frame is its SYN.
-    net.static_neighbor(net.host_ip);
+    net.static_neighbor(net.host_ip).unwrap();
     let listener = TcpListener::bind((net.host_ip, 0)).unwrap();
     let linux = listener.local_addr().unwrap();
     port.register(net.host_ip).unwrap();
@@ -353,7 +353,7 @@ fn unregistered_addresses_go_back_to_linux() {
     assert!(!port.unregister(net.host_ip).unwrap(), "already gone");
     assert!(!port.is_registered(net.host_ip).unwrap());
     let before = port.sockets()[0].counters().rx_frames;
-    assert!(net.connects(linux, Duration::from_secs(2)));
+    assert!(connects(&net, linux, Duration::from_secs(2)));
     let socket = &mut port.sockets_mut()[0];
     socket.recv_burst(32, |_| Verdict::Release);
     assert_eq!(socket.counters().rx_frames, before);
@@ -364,12 +364,12 @@ fn unregistered_addresses_go_back_to_linux() {
 #[test]
 fn every_queue_has_its_socket() {
     const FLOWS: usize = 64;
-    let net = Net::new(4);
+    let net = pair(4);
     let mut port = open(&net);
     assert_eq!(port.sockets().len(), 4);
     let registered = net.spare[1];
     port.register(registered).unwrap();
-    net.static_neighbor(registered);
+    net.static_neighbor(registered).unwrap();
     let peer_ip = net.peer_ip;
     net.inside(|| {
         for i in 0..FLOWS {
@@ -395,13 +395,13 @@ fn every_queue_has_its_socket() {
 /// Generic mode works too, and says so.
 #[test]
 fn generic_mode_steers_too() {
-    let net = Net::new(1);
+    let net = pair(1);
     let mut port = Port::open(&net.host, &config(AttachMode::Generic)).unwrap();
     assert_eq!(port.mode(), Mode::Generic);
     assert!(!port.sockets()[0].zero_copy());
     let registered = net.spare[2];
     port.register(registered).unwrap();
-    net.static_neighbor(registered);
+    net.static_neighbor(registered).unwrap();
     let peer_ip = net.peer_ip;
     net.inside(|| {
         let sock = UdpSocket::bind((peer_ip, 0)).unwrap();
@@ -416,6 +416,6 @@ fn generic_mode_steers_too() {
         got == 1
     })
     .expect("the datagram on the socket");
-    let listing = common::run(&["ip", "-d", "link", "show", "dev", &net.host]);
+    let listing = net.host_details().unwrap();
     assert!(listing.contains("xdpgeneric"), "{listing}");
 }
