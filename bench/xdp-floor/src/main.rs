@@ -22,7 +22,10 @@
 //!
 //! Note: on veth the sender's frames and the program's run share the sender's CPU (veth runs
 //! its receive side in the sending CPU's softirq), so the floor measured here is the slower of
-//! the sender and the receiver; the sent and received rates tell which.
+//! the sender and the receiver; the sent and received rates, and the share of receive calls
+//! that found nothing, tell which. Frames the kernel drops at the socket because the fill ring
+//! ran dry come when the receiver was off its CPU for longer than the lent frames last (2048
+//! frames: about 2.5 ms at 0.8 Mpps); each run prints its longest stall.
 
 use std::net::{Ipv4Addr, UdpSocket};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -34,7 +37,7 @@ use clap::{Parser, ValueEnum};
 use corral_wire::frame::{Ipv4FrameSpec, UDP_PAYLOAD_OFFSET};
 use corral_wire::{MacAddr, UdpHeader};
 use corral_xdp::testnet::VethPair;
-use corral_xdp::{AttachMode, Counters, Port, PortConfig, SocketConfig, Verdict, XskSocket};
+use corral_xdp::{AttachMode, Counters, Port, PortConfig, SocketConfig, Verdict};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -72,6 +75,10 @@ struct Args {
     /// Where the program runs.
     #[arg(long, value_enum, default_value_t = Attach::Native)]
     attach: Attach,
+    /// Entries of the completion, RX and TX rings, and frames lent for receiving; the fill
+    /// ring and the UMEM have twice as many.
+    #[arg(long, default_value_t = 2048)]
+    ring_size: u32,
     /// UMEM frame size: 2048 or 4096.
     #[arg(long, default_value_t = 2048)]
     frame_size: u32,
@@ -81,6 +88,11 @@ struct Args {
     /// The receiver's CPU.
     #[arg(long, default_value_t = 1)]
     receiver_cpu: usize,
+    /// Run the sender and the receiver at `SCHED_FIFO` priority 1, so that other tasks on
+    /// their CPUs cannot take them off for a time slice (the kernel's real-time throttling
+    /// still leaves those tasks 5% of each second).
+    #[arg(long)]
+    fifo: bool,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -111,6 +123,15 @@ struct Figures {
     reflected: f64,
     arrived: f64,
     syscalls_per_frame: f64,
+    /// Frames the kernel dropped at the sockets (not per second): fill ring empty, RX full.
+    fill_empty: u64,
+    rx_full: u64,
+    /// Share of receive calls that found nothing: the receiver's slack.
+    empty_polls: f64,
+    /// Share of the machine's CPU time the hypervisor took (steal).
+    steal: f64,
+    /// The longest time the receiver went without polling (taken off its CPU, most likely).
+    longest_stall: Duration,
 }
 
 fn main() {
@@ -138,6 +159,12 @@ fn main() {
         },
         socket: SocketConfig {
             frame_size: args.frame_size,
+            frame_count: 2 * args.ring_size,
+            rx_frames: args.ring_size,
+            fill_size: 2 * args.ring_size,
+            completion_size: args.ring_size,
+            rx_size: args.ring_size,
+            tx_size: args.ring_size,
             ..SocketConfig::default()
         },
         ..PortConfig::default()
@@ -158,18 +185,19 @@ fn main() {
 
     println!(
         "corral-bench-xdp-floor: {} ({}), {}-byte UDP frames from {FLOWS} flows, sender on \
-         CPU {}, receiver on CPU {}, burst {}, {} run(s) of {} s after {} s of warm-up",
+         CPU {}, receiver on CPU {}{}, burst {}, {} run(s) of {} s after {} s of warm-up",
         port.describe(),
         pair.host,
         args.frame_len,
         args.sender_cpu,
         args.receiver_cpu,
+        if args.fifo { " (both SCHED_FIFO)" } else { "" },
         args.burst,
         args.runs,
         args.seconds,
         args.warmup
     );
-    pin(args.receiver_cpu);
+    pin(args.receiver_cpu, args.fifo);
     let modes = [(args.drop, Mode::Drop), (args.reflect, Mode::Reflect)];
     for mode in modes.into_iter().filter(|m| m.0).map(|m| m.1) {
         let name = match (mode, args.copy) {
@@ -182,12 +210,19 @@ fn main() {
             let f = measure(&args, &pair, &mut port, mode, target);
             println!(
                 "{name} run {run}: sent {}, received {}, reflected {}, arrived back {}; \
-                 {:.4} syscalls/frame",
+                 {:.4} syscalls/frame; dropped at the socket: {} (fill ring empty), {} (RX \
+                 ring full); {:.0}% of polls empty; longest receiver stall {:.1} ms; steal \
+                 {:.1}%",
                 mpps(f.sent),
                 mpps(f.received),
                 mpps(f.reflected),
                 mpps(f.arrived),
-                f.syscalls_per_frame
+                f.syscalls_per_frame,
+                f.fill_empty,
+                f.rx_full,
+                f.empty_polls * 100.0,
+                f.longest_stall.as_secs_f64() * 1e3,
+                f.steal * 100.0
             );
             runs.push(f);
         }
@@ -203,17 +238,18 @@ fn main() {
             med(|f| f.syscalls_per_frame)
         );
     }
-    let stats: Vec<String> = port
-        .sockets()
-        .iter()
-        .map(|s| format!("queue {}: {:?}", s.queue(), s.kernel_stats()))
-        .collect();
-    println!("kernel counters: {}", stats.join("; "));
 }
 
-fn pin(cpu: usize) {
+/// Pins the calling thread to `cpu`, at `SCHED_FIFO` priority 1 if `fifo`.
+fn pin(cpu: usize, fifo: bool) {
     if let Err(e) = corral_affinity::pin_current_thread(cpu) {
         panic!("pinning to CPU {cpu}: {e}");
+    }
+    if fifo {
+        let param = libc::sched_param { sched_priority: 1 };
+        // SAFETY: changes the calling thread's own policy, with a valid parameter.
+        let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+        assert_eq!(rc, 0, "SCHED_FIFO: {}", std::io::Error::last_os_error());
     }
 }
 
@@ -226,17 +262,23 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// The sum of every socket's counters.
-fn totals(port: &Port) -> Counters {
+/// The sum of every socket's counters, and of the kernel's: frames dropped with the fill
+/// ring empty, and with the RX ring full.
+fn totals(port: &Port) -> (Counters, u64, u64) {
     let mut t = Counters::default();
-    for c in port.sockets().iter().map(XskSocket::counters) {
+    let (mut fill_empty, mut rx_full) = (0, 0);
+    for socket in port.sockets() {
+        let c = socket.counters();
         t.rx_frames += c.rx_frames;
         t.tx_completed += c.tx_completed;
         t.rx_wakeups += c.rx_wakeups;
         t.tx_kicks += c.tx_kicks;
         t.waits += c.waits;
+        let k = socket.kernel_stats().expect("XDP_STATISTICS");
+        fill_empty += k.rx_fill_ring_empty;
+        rx_full += k.rx_ring_full;
     }
-    t
+    (t, fill_empty, rx_full)
 }
 
 /// One run: the flood starts, the receiver polls through the warm-up and then the measured
@@ -245,8 +287,9 @@ fn measure(args: &Args, pair: &VethPair, port: &mut Port, mode: Mode, target: Ip
     let stop = Arc::new(AtomicBool::new(false));
     let sender = {
         let stop = stop.clone();
-        let (cpu, len, peer, frame_spec) = (
+        let (cpu, fifo, len, peer, frame_spec) = (
             args.sender_cpu,
+            args.fifo,
             args.frame_len,
             pair.peer.clone(),
             Ipv4FrameSpec {
@@ -260,7 +303,7 @@ fn measure(args: &Args, pair: &VethPair, port: &mut Port, mode: Mode, target: Ip
             },
         );
         pair.spawn_inside(move || {
-            pin(cpu);
+            pin(cpu, fifo);
             flood(&peer, &frame_spec, len, &stop)
         })
     };
@@ -272,9 +315,11 @@ fn measure(args: &Args, pair: &VethPair, port: &mut Port, mode: Mode, target: Ip
         &mut scratch,
         Duration::from_secs_f64(args.warmup),
     );
-    let (before, peer_before) = (totals(port), pair.peer_rx_packets().unwrap_or(0));
+    let ((before, fill_before, full_before), peer_before) =
+        (totals(port), pair.peer_rx_packets().unwrap_or(0));
     let start = Instant::now();
-    poll_for(
+    let steal_before = steal_and_total();
+    let (polls, empty, longest_stall) = poll_for(
         port,
         mode,
         args,
@@ -282,7 +327,9 @@ fn measure(args: &Args, pair: &VethPair, port: &mut Port, mode: Mode, target: Ip
         Duration::from_secs_f64(args.seconds),
     );
     let window = start.elapsed().as_secs_f64();
-    let (after, peer_after) = (totals(port), pair.peer_rx_packets().unwrap_or(0));
+    let steal_after = steal_and_total();
+    let ((after, fill_after, full_after), peer_after) =
+        (totals(port), pair.peer_rx_packets().unwrap_or(0));
     stop.store(true, Ordering::Relaxed);
     let (sent, sending) = sender.join().expect("the sender");
     // Let what is in flight land before the next run.
@@ -299,31 +346,55 @@ fn measure(args: &Args, pair: &VethPair, port: &mut Port, mode: Mode, target: Ip
             0.0
         },
         syscalls_per_frame: (after.syscalls() - before.syscalls()) as f64 / received.max(1) as f64,
+        fill_empty: fill_after - fill_before,
+        rx_full: full_after - full_before,
+        empty_polls: empty as f64 / polls.max(1) as f64,
+        longest_stall,
+        steal: (steal_after.0 - steal_before.0) as f64
+            / (steal_after.1 - steal_before.1).max(1) as f64,
     }
 }
 
-/// Busy-polls every socket for `how_long`.
+/// The machine's steal time and all its CPU time so far, in ticks (`/proc/stat`).
+fn steal_and_total() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let ticks: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal (guest time is inside user).
+    let total = ticks.iter().take(8).sum();
+    (ticks.get(7).copied().unwrap_or(0), total)
+}
+
+/// Busy-polls every socket for `how_long`; returns how many receive calls it made, how many
+/// of them found nothing, and the longest time between two rounds of calls.
 fn poll_for(
     port: &mut Port,
     mode: Mode,
     args: &Args,
     scratch: &mut [[u8; 2048]],
     how_long: Duration,
-) {
-    let deadline = Instant::now() + how_long;
+) -> (u64, u64, Duration) {
+    let mut last = Instant::now();
+    let deadline = last + how_long;
+    let (mut polls, mut empty, mut longest) = (0u64, 0u64, Duration::ZERO);
     loop {
         for _ in 0..64 {
             for socket in port.sockets_mut() {
-                match (mode, args.copy) {
-                    (Mode::Drop, _) => {
-                        socket.recv_burst(args.burst, |_| Verdict::Release);
-                    }
+                let got = match (mode, args.copy) {
+                    (Mode::Drop, _) => socket.recv_burst(args.burst, |_| Verdict::Release),
                     (Mode::Reflect, false) => {
-                        socket.recv_burst(args.burst, |frame| {
+                        let got = socket.recv_burst(args.burst, |frame| {
                             reflect(frame);
                             Verdict::Transmit(frame.len())
                         });
                         socket.reap();
+                        got
                     }
                     (Mode::Reflect, true) => {
                         let mut n = 0;
@@ -336,12 +407,18 @@ fn poll_for(
                             Verdict::Release
                         });
                         socket.send_burst(scratch[..n].iter().zip(lens).map(|(b, l)| &b[..l]));
+                        n
                     }
-                }
+                };
+                polls += 1;
+                empty += u64::from(got == 0);
             }
         }
-        if Instant::now() >= deadline {
-            return;
+        let now = Instant::now();
+        longest = longest.max(now - last);
+        last = now;
+        if now >= deadline {
+            return (polls, empty, longest);
         }
     }
 }

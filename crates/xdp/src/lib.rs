@@ -9,9 +9,10 @@
 //! attaches it through a BPF link ([`XdpLink`], detached by the kernel when the process ends,
 //! however it ends), opens one [`XskSocket`] per receive queue, and keeps the address map in
 //! step with [`Port::register`] and [`Port::unregister`]. Each socket owns a UMEM and its four
-//! rings ([`ring`]), and moves frames in bursts: [`XskSocket::recv_burst`],
-//! [`XskSocket::send_burst`], [`XskSocket::reap`], counting the system calls it makes
-//! ([`Counters`]).
+//! rings ([`ring`]), and moves frames in bursts: [`XskSocket::recv_burst`] (which can also send
+//! a received frame back out in place), [`XskSocket::send_burst`] (or
+//! [`XskSocket::enqueue`] frame by frame, then one [`XskSocket::flush`]), [`XskSocket::reap`],
+//! counting the system calls it makes ([`Counters`]).
 //!
 //! ```no_run
 //! use corral_xdp::{Port, PortConfig, Verdict};

@@ -5,14 +5,21 @@
 //! socket's free list), lent to the kernel to receive into (the fill ring, or the RX ring on
 //! its way back), held by the caller's callback during [`XskSocket::recv_burst`], or lent to the
 //! kernel to send (the TX ring, or the completion ring on its way back). At most
-//! [`SocketConfig::fill_size`] frames are lent for receiving at once, so that the rest is always
+//! [`SocketConfig::rx_frames`] frames are lent for receiving at once, so that the rest is always
 //! there for sending.
 //!
+//! The fill ring is twice that size by default. The kernel publishes how far it has read the
+//! fill ring only when it flushes a batch (and it publishes the batch's RX descriptors first),
+//! so a fill ring only as big as what is lent can look full, for a moment or for as long as
+//! the interface is idle, while frames are owed to it: they would then wait, and with the
+//! ring run dry the kernel drops what arrives.
+//!
 //! With `XDP_USE_NEED_WAKEUP` the kernel says, through a ring's flags word, when it needs a
-//! system call to look at the ring again; the socket makes one only then: a `sendto` after
-//! producing on the TX ring when the TX ring asks for it, a `recvfrom` when the fill ring asks
-//! for it. In copy mode the kernel sends only inside `sendto`, so every transmitted burst costs
-//! one; receiving costs none. [`Counters`] counts both, and the frames moved.
+//! system call to look at the ring again; the socket makes one only then: a `sendto` when
+//! [flushing](XskSocket::flush) a TX ring that asks for it, a `recvfrom` when the fill ring
+//! asks for it. In copy mode the kernel sends only inside `sendto`, so every flush that has
+//! frames to send costs one (frames queued one at a time with [`XskSocket::enqueue`] share
+//! it); receiving costs none. [`Counters`] counts both, and the frames moved.
 
 use core::sync::atomic::AtomicU32;
 use std::io;
@@ -66,8 +73,11 @@ pub struct SocketConfig {
     pub frame_size: u32,
     /// Frames in the UMEM.
     pub frame_count: u32,
-    /// Fill ring entries (a power of two): also how many frames are lent for receiving at once.
-    /// Must be below `frame_count`, so that some are left to send with.
+    /// Frames lent for receiving (on the fill ring or the RX ring) at most. Must be below
+    /// `frame_count`, so that some are left to send with, and at most `fill_size`.
+    pub rx_frames: u32,
+    /// Fill ring entries (a power of two): best twice `rx_frames` (see the module's
+    /// documentation).
     pub fill_size: u32,
     /// Completion ring entries (a power of two).
     pub completion_size: u32,
@@ -87,7 +97,8 @@ impl Default for SocketConfig {
         SocketConfig {
             frame_size: 2048,
             frame_count: 4096,
-            fill_size: 2048,
+            rx_frames: 2048,
+            fill_size: 4096,
             completion_size: 2048,
             rx_size: 2048,
             tx_size: 2048,
@@ -118,10 +129,16 @@ impl SocketConfig {
                 )));
             }
         }
-        if self.fill_size >= self.frame_count {
+        if self.rx_frames == 0 || self.rx_frames >= self.frame_count {
             return Err(Error::Config(format!(
-                "{} frames leave none to send with when {} are lent to the fill ring",
-                self.frame_count, self.fill_size
+                "{} frames lent for receiving of {} leave none to receive or none to send with",
+                self.rx_frames, self.frame_count
+            )));
+        }
+        if self.rx_frames > self.fill_size {
+            return Err(Error::Config(format!(
+                "{} frames lent for receiving do not fit a fill ring of {}",
+                self.rx_frames, self.fill_size
             )));
         }
         if u64::from(self.frame_count) * u64::from(self.frame_size) > 1 << 32 {
@@ -486,7 +503,7 @@ impl XskSocket {
                 .map(|i| i * step)
                 .collect(),
             rx_lent: 0,
-            rx_budget: config.fill_size,
+            rx_budget: config.rx_frames,
             tx_lent: 0,
             counters: Counters::default(),
         };
@@ -537,7 +554,12 @@ impl XskSocket {
         let mut descs = [Desc::default(); MAX_BURST];
         let n = self.rx.pop_batch(&mut descs[..max.min(MAX_BURST)]);
         if n == 0 {
-            if self.need_wakeup && self.fill.needs_wakeup() {
+            // Frames the last refill could not lend (the kernel had not yet published how far
+            // it had read the fill ring) must not wait for the next frame: with the fill ring
+            // empty, that frame would never come.
+            if self.rx_lent < self.rx_budget && !self.free.is_empty() {
+                self.refill();
+            } else if self.need_wakeup && self.fill.needs_wakeup() {
                 self.wake_rx();
             }
             return 0;
@@ -576,7 +598,8 @@ impl XskSocket {
             }
         }
         if transmit > 0 {
-            self.produce_tx(&out[..transmit]);
+            self.put_tx(&out[..transmit]);
+            self.flush();
         }
         self.refill();
         n
@@ -601,11 +624,28 @@ impl XskSocket {
         pushed
     }
 
-    /// Copies up to [`MAX_BURST`] frames into free UMEM frames and puts them on the TX ring,
-    /// reaping completions first; returns how many were queued. Frames that cannot go (empty,
-    /// longer than a UMEM frame, no free frame, TX ring full) are counted in `tx_dropped`.
+    /// Copies up to [`MAX_BURST`] frames into free UMEM frames, puts them on the TX ring and
+    /// [flushes](XskSocket::flush) it; returns how many were queued. Frames that cannot go
+    /// (empty, longer than a UMEM frame, no free frame, TX ring full) are counted in
+    /// `tx_dropped`.
     pub fn send_burst<'f>(&mut self, frames: impl IntoIterator<Item = &'f [u8]>) -> usize {
-        self.reap();
+        let n = self.enqueue_burst(frames);
+        self.flush();
+        n
+    }
+
+    /// Sends one frame: a burst of one, so one `sendto` in copy mode. To send frames one at a
+    /// time without a system call each, [`enqueue`](XskSocket::enqueue) them and flush once.
+    pub fn send(&mut self, frame: &[u8]) -> bool {
+        self.send_burst([frame]) == 1
+    }
+
+    /// As [`send_burst`](XskSocket::send_burst) without the flush: the frames wait on the TX
+    /// ring for the next [`flush`](XskSocket::flush) (or the next call that flushes).
+    pub fn enqueue_burst<'f>(&mut self, frames: impl IntoIterator<Item = &'f [u8]>) -> usize {
+        if self.free.len() < MAX_BURST {
+            self.take_completions();
+        }
         let mut descs = [Desc::default(); MAX_BURST];
         let mut n = 0;
         for frame in frames.into_iter().take(MAX_BURST) {
@@ -629,42 +669,48 @@ impl XskSocket {
             };
             n += 1;
         }
-        if n == 0 {
-            return 0;
+        self.put_tx(&descs[..n])
+    }
+
+    /// Queues one frame without a system call (see [`enqueue_burst`](XskSocket::enqueue_burst)).
+    pub fn enqueue(&mut self, frame: &[u8]) -> bool {
+        self.enqueue_burst([frame]) == 1
+    }
+
+    /// Has the kernel send what waits on the TX ring: one `sendto` if anything waits and the
+    /// kernel asks for it (in copy mode it always does, and sends during the call, a bounded
+    /// batch at a time: frames left over go at the next flush).
+    pub fn flush(&mut self) {
+        let size = self.tx.size();
+        if self.tx.free(size) < size && (!self.need_wakeup || self.tx.needs_wakeup()) {
+            self.kick_tx();
         }
-        self.produce_tx(&descs[..n])
     }
 
-    /// Sends one frame (a burst of one).
-    pub fn send(&mut self, frame: &[u8]) -> bool {
-        self.send_burst([frame]) == 1
-    }
-
-    /// Puts `descs` on the TX ring and kicks the kernel if it asks; frames that do not fit go
-    /// back to the free list.
-    fn produce_tx(&mut self, descs: &[Desc]) -> usize {
+    /// Puts `descs` on the TX ring; frames that do not fit go back to the free list.
+    fn put_tx(&mut self, descs: &[Desc]) -> usize {
         let k = self.tx.push_batch(descs);
         for d in &descs[k..] {
             let base = self.frame_base(d.addr);
             self.free.push(base);
             self.counters.tx_dropped += 1;
         }
-        if k == 0 {
-            return 0;
-        }
         self.tx_lent += k as u32;
         self.counters.tx_frames += k as u64;
         self.counters.tx_bytes += descs[..k].iter().map(|d| u64::from(d.len)).sum::<u64>();
-        if !self.need_wakeup || self.tx.needs_wakeup() {
-            self.kick_tx();
-        }
         k
     }
 
-    /// Takes back the frames whose sending completed; returns how many. If sent frames are
-    /// still waiting on the TX ring (a copy-mode `sendto` sends a bounded batch) and the kernel
-    /// asks, kicks it again.
+    /// Takes back the frames whose sending completed, and flushes the TX ring; returns how
+    /// many came back.
     pub fn reap(&mut self) -> usize {
+        let n = self.take_completions();
+        self.flush();
+        n
+    }
+
+    /// Moves completed frames from the completion ring to the free list; returns how many.
+    fn take_completions(&mut self) -> usize {
         let mask = !u64::from(self.frame_size - 1);
         let free = &mut self.free;
         let n = self
@@ -674,10 +720,6 @@ impl XskSocket {
             });
         self.tx_lent = self.tx_lent.saturating_sub(n as u32);
         self.counters.tx_completed += n as u64;
-        let size = self.tx.size();
-        if self.tx.free(size) < size && (!self.need_wakeup || self.tx.needs_wakeup()) {
-            self.kick_tx();
-        }
         n
     }
 

@@ -23,7 +23,8 @@ fn config(attach: AttachMode) -> PortConfig {
         attach,
         socket: SocketConfig {
             frame_count: 256,
-            fill_size: 128,
+            rx_frames: 128,
+            fill_size: 256,
             completion_size: 128,
             rx_size: 128,
             tx_size: 128,
@@ -163,8 +164,9 @@ fn registered_frames_reach_the_socket_and_linux_keeps_the_rest() {
             other => panic!("steered a frame not for {registered}: {other:?}"),
         });
         for reply in &replies {
-            assert!(socket.send(reply), "send the ARP reply");
+            assert!(socket.enqueue(reply), "queue the ARP reply");
         }
+        socket.flush();
         socket.reap();
     }
     let (payload, from) = client
@@ -392,7 +394,7 @@ fn every_queue_has_its_socket() {
     assert!(used >= 2, "all flows on one queue: {per_queue:?}");
 }
 
-/// Generic mode works too, and says so.
+/// Generic mode works too, and says so: a datagram is received and answered with a copy.
 #[test]
 fn generic_mode_steers_too() {
     let net = pair(1);
@@ -403,19 +405,34 @@ fn generic_mode_steers_too() {
     port.register(registered).unwrap();
     net.static_neighbor(registered).unwrap();
     let peer_ip = net.peer_ip;
-    net.inside(|| {
-        let sock = UdpSocket::bind((peer_ip, 0)).unwrap();
+    let client = net.spawn_inside(move || {
+        let sock = udp_without_checksum(peer_ip);
+        sock.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
         sock.send_to(b"generic", (registered, 9)).unwrap();
+        let mut buf = [0u8; 16];
+        sock.recv_from(&mut buf)
+            .map(|(n, _)| buf[..n].to_vec())
+            .ok()
     });
-    let mut got = 0;
+    let mut answered = 0;
     within(Duration::from_secs(2), || {
-        got += port.sockets_mut()[0].recv_burst(8, |frame| {
+        let mut copy = Vec::new();
+        let socket = &mut port.sockets_mut()[0];
+        socket.recv_burst(8, |frame| {
             assert_eq!(what(frame).0, Seen::UdpTo(registered));
+            swap_udp(frame);
+            copy = frame.to_vec();
             Verdict::Release
         });
-        got == 1
+        if !copy.is_empty() {
+            assert!(socket.send(&copy));
+            answered += 1;
+        }
+        socket.reap();
+        answered == 1
     })
     .expect("the datagram on the socket");
+    assert_eq!(client.join().unwrap().as_deref(), Some(&b"generic"[..]));
     let listing = net.host_details().unwrap();
     assert!(listing.contains("xdpgeneric"), "{listing}");
 }
