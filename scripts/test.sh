@@ -13,7 +13,7 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 
 echo "== loom model checks"
 RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=3 CARGO_TARGET_DIR=target/loom \
-  cargo test --quiet --release -p corral -p corral-abi -p corral-handoff --test loom
+  cargo test --quiet --release -p corral -p corral-abi -p corral-handoff -p corral-xdp --test loom
 
 echo "== benchmark smoke runs (numbers from runs this small mean nothing)"
 cargo run --quiet --profile ci -p corral-bench-threading -- --scale 0.005 --reps 2 >/dev/null
@@ -21,6 +21,7 @@ cargo bench --quiet --profile ci -p corral-policy --bench alloc_pass >/dev/null
 cargo bench --quiet --profile ci -p corral-wire >/dev/null
 cargo build --quiet --profile ci -p corral-iokerneld --bin iokerneld
 cargo run --quiet --profile ci -p corral-bench-iokernel -- --reps 1 --samples 50 --seconds 0.2 >/dev/null
+cargo run --quiet --profile ci -p corral-bench-xdp-floor -- --seconds 0.2 --warmup 0.1 --runs 1 >/dev/null
 
 echo "== workspace tests"
 # The C and C++ test programs link this static library (see crates/capi/Cargo.toml).

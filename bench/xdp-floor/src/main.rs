@@ -1,0 +1,542 @@
+//! The raw AF_XDP floor that iokerneld's XDP backend will be compared with: how fast frames
+//! can come off a NIC queue into user space, and go back out, with nothing but corral-xdp in
+//! between.
+//!
+//! A veth pair stands in for the NIC: its root-namespace end gets corral-xdp's steering
+//! program (native mode by default, as iokerneld would use it) with one AF_XDP socket per
+//! queue, and one address registered. A sender in the namespace at the other end (standing in
+//! for the other hosts) floods 64-byte UDP frames to that address through a raw `AF_PACKET`
+//! socket (`sendmmsg`, 64 frames a call, bypassing the queueing discipline), from 16 source
+//! ports so that a multi-queue pair spreads them. This program, on another CPU, busy-polls the
+//! sockets:
+//!
+//! * `--drop`: receives each frame and drops it (returns it to the fill ring);
+//! * `--reflect`: swaps each frame's MACs, IPv4 addresses and UDP ports and transmits it back
+//!   out of the same queue, in place (no copy) or, with `--copy`, copied into a free frame as a
+//!   daemon forwarding a runtime's frame would.
+//!
+//! It prints, per run and as medians over the runs: frames sent per second, frames received
+//! per second, frames reflected per second (TX completions) and arrived back in the namespace
+//! (the peer end's received count), and the system calls the sockets made per received frame.
+//! With neither flag, both modes run.
+//!
+//! Note: on veth the sender's frames and the program's run share the sender's CPU (veth runs
+//! its receive side in the sending CPU's softirq), so the floor measured here is the slower of
+//! the sender and the receiver; the sent and received rates, and the share of receive calls
+//! that found nothing, tell which. Frames the kernel drops at the socket because the fill ring
+//! ran dry come when the receiver was off its CPU for longer than the lent frames last (2048
+//! frames: about 2.5 ms at 0.8 Mpps); each run prints its longest stall.
+
+use std::net::{Ipv4Addr, UdpSocket};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use clap::{Parser, ValueEnum};
+use corral_wire::frame::{Ipv4FrameSpec, UDP_PAYLOAD_OFFSET};
+use corral_wire::{MacAddr, UdpHeader};
+use corral_xdp::testnet::VethPair;
+use corral_xdp::{AttachMode, Counters, Port, PortConfig, SocketConfig, Verdict};
+
+#[derive(Parser, Debug)]
+#[command(
+    about = "The raw AF_XDP floor: a flood of 64-byte UDP frames over veth, dropped or \
+                   reflected by corral-xdp's sockets"
+)]
+struct Args {
+    /// Receive and drop.
+    #[arg(long)]
+    drop: bool,
+    /// Swap MACs, addresses and ports, and transmit back.
+    #[arg(long)]
+    reflect: bool,
+    /// Reflect by copying each frame into a free UMEM frame instead of in place.
+    #[arg(long)]
+    copy: bool,
+    /// Seconds measured per run.
+    #[arg(long, default_value_t = 5.0)]
+    seconds: f64,
+    /// Seconds of flooding before each run's measurement starts.
+    #[arg(long, default_value_t = 0.5)]
+    warmup: f64,
+    /// Runs per mode; medians are reported.
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Queues of the veth pair (one socket each, polled round-robin by one thread).
+    #[arg(long, default_value_t = 1)]
+    queues: u32,
+    /// Frames per receive call at most (up to 64).
+    #[arg(long, default_value_t = 32)]
+    burst: usize,
+    /// Bytes per frame on the wire (no FCS on veth): 64 by default, at least 42.
+    #[arg(long, default_value_t = 64)]
+    frame_len: usize,
+    /// Where the program runs.
+    #[arg(long, value_enum, default_value_t = Attach::Native)]
+    attach: Attach,
+    /// Entries of the completion, RX and TX rings, and frames lent for receiving; the fill
+    /// ring and the UMEM have twice as many.
+    #[arg(long, default_value_t = 2048)]
+    ring_size: u32,
+    /// UMEM frame size: 2048 or 4096.
+    #[arg(long, default_value_t = 2048)]
+    frame_size: u32,
+    /// The sender's CPU.
+    #[arg(long, default_value_t = 0)]
+    sender_cpu: usize,
+    /// The receiver's CPU.
+    #[arg(long, default_value_t = 1)]
+    receiver_cpu: usize,
+    /// Run the sender and the receiver at `SCHED_FIFO` priority 1, so that other tasks on
+    /// their CPUs cannot take them off for a time slice (the kernel's real-time throttling
+    /// still leaves those tasks 5% of each second).
+    #[arg(long)]
+    fifo: bool,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Attach {
+    Native,
+    Generic,
+    Auto,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Mode {
+    Drop,
+    Reflect,
+}
+
+/// Source ports the flood comes from: 16 flows.
+const FLOWS: u16 = 16;
+const FIRST_PORT: u16 = 20_000;
+const DST_PORT: u16 = 9;
+/// Frames per `sendmmsg`.
+const SEND_BATCH: usize = 64;
+
+/// One run's figures, per second over the measured window.
+#[derive(Clone, Copy, Debug, Default)]
+struct Figures {
+    sent: f64,
+    received: f64,
+    reflected: f64,
+    arrived: f64,
+    syscalls_per_frame: f64,
+    /// Frames the kernel dropped at the sockets (not per second): fill ring empty, RX full.
+    fill_empty: u64,
+    rx_full: u64,
+    /// Share of receive calls that found nothing: the receiver's slack.
+    empty_polls: f64,
+    /// Share of the machine's CPU time the hypervisor took (steal).
+    steal: f64,
+    /// The longest time the receiver went without polling (taken off its CPU, most likely).
+    longest_stall: Duration,
+}
+
+fn main() {
+    let mut args = Args::parse();
+    if !args.drop && !args.reflect {
+        args.drop = true;
+        args.reflect = true;
+    }
+    assert!(
+        (1..=corral_xdp::MAX_BURST).contains(&args.burst),
+        "--burst between 1 and {}",
+        corral_xdp::MAX_BURST
+    );
+    assert!(
+        args.frame_len >= UDP_PAYLOAD_OFFSET,
+        "--frame-len of at least {UDP_PAYLOAD_OFFSET}"
+    );
+
+    let pair = VethPair::create(args.queues).expect("a veth pair into a fresh namespace");
+    let config = PortConfig {
+        attach: match args.attach {
+            Attach::Native => AttachMode::Native,
+            Attach::Generic => AttachMode::Generic,
+            Attach::Auto => AttachMode::Auto,
+        },
+        socket: SocketConfig {
+            frame_size: args.frame_size,
+            frame_count: 2 * args.ring_size,
+            rx_frames: args.ring_size,
+            fill_size: 2 * args.ring_size,
+            completion_size: args.ring_size,
+            rx_size: args.ring_size,
+            tx_size: args.ring_size,
+            ..SocketConfig::default()
+        },
+        ..PortConfig::default()
+    };
+    let mut port = Port::open(&pair.host, &config).expect("attach to the veth pair");
+    let target = pair.spare[0];
+    port.register(target).expect("register the target address");
+    pair.static_neighbor(target)
+        .expect("a static neighbor entry");
+    // Sockets on the flood's source ports, so that reflected frames end in a socket buffer
+    // (full soon, then dropped there) rather than drawing ICMP errors.
+    let peer_ip = pair.peer_ip;
+    let _sinks: Vec<UdpSocket> = pair.inside(|| {
+        (0..FLOWS)
+            .map(|f| UdpSocket::bind((peer_ip, FIRST_PORT + f)).expect("bind a sink"))
+            .collect()
+    });
+
+    println!(
+        "corral-bench-xdp-floor: {} ({}), {}-byte UDP frames from {FLOWS} flows, sender on \
+         CPU {}, receiver on CPU {}{}, burst {}, {} run(s) of {} s after {} s of warm-up",
+        port.describe(),
+        pair.host,
+        args.frame_len,
+        args.sender_cpu,
+        args.receiver_cpu,
+        if args.fifo { " (both SCHED_FIFO)" } else { "" },
+        args.burst,
+        args.runs,
+        args.seconds,
+        args.warmup
+    );
+    pin(args.receiver_cpu, args.fifo);
+    let modes = [(args.drop, Mode::Drop), (args.reflect, Mode::Reflect)];
+    for mode in modes.into_iter().filter(|m| m.0).map(|m| m.1) {
+        let name = match (mode, args.copy) {
+            (Mode::Drop, _) => "drop",
+            (Mode::Reflect, false) => "reflect",
+            (Mode::Reflect, true) => "reflect (copy)",
+        };
+        let mut runs = Vec::new();
+        for run in 1..=args.runs {
+            let f = measure(&args, &pair, &mut port, mode, target);
+            println!(
+                "{name} run {run}: sent {}, received {}, reflected {}, arrived back {}; \
+                 {:.4} syscalls/frame; dropped at the socket: {} (fill ring empty), {} (RX \
+                 ring full); {:.0}% of polls empty; longest receiver stall {:.1} ms; steal \
+                 {:.1}%",
+                mpps(f.sent),
+                mpps(f.received),
+                mpps(f.reflected),
+                mpps(f.arrived),
+                f.syscalls_per_frame,
+                f.fill_empty,
+                f.rx_full,
+                f.empty_polls * 100.0,
+                f.longest_stall.as_secs_f64() * 1e3,
+                f.steal * 100.0
+            );
+            runs.push(f);
+        }
+        let med = |get: fn(&Figures) -> f64| median(runs.iter().map(get).collect());
+        println!(
+            "{name} median of {}: sent {}, received {}, reflected {}, arrived back {}; \
+             {:.4} syscalls/frame",
+            args.runs,
+            mpps(med(|f| f.sent)),
+            mpps(med(|f| f.received)),
+            mpps(med(|f| f.reflected)),
+            mpps(med(|f| f.arrived)),
+            med(|f| f.syscalls_per_frame)
+        );
+    }
+}
+
+/// Pins the calling thread to `cpu`, at `SCHED_FIFO` priority 1 if `fifo`.
+fn pin(cpu: usize, fifo: bool) {
+    if let Err(e) = corral_affinity::pin_current_thread(cpu) {
+        panic!("pinning to CPU {cpu}: {e}");
+    }
+    if fifo {
+        let param = libc::sched_param { sched_priority: 1 };
+        // SAFETY: changes the calling thread's own policy, with a valid parameter.
+        let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+        assert_eq!(rc, 0, "SCHED_FIFO: {}", std::io::Error::last_os_error());
+    }
+}
+
+fn mpps(per_second: f64) -> String {
+    format!("{:.3} Mpps", per_second / 1e6)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// The sum of every socket's counters, and of the kernel's: frames dropped with the fill
+/// ring empty, and with the RX ring full.
+fn totals(port: &Port) -> (Counters, u64, u64) {
+    let mut t = Counters::default();
+    let (mut fill_empty, mut rx_full) = (0, 0);
+    for socket in port.sockets() {
+        let c = socket.counters();
+        t.rx_frames += c.rx_frames;
+        t.tx_completed += c.tx_completed;
+        t.rx_wakeups += c.rx_wakeups;
+        t.tx_kicks += c.tx_kicks;
+        t.waits += c.waits;
+        let k = socket.kernel_stats().expect("XDP_STATISTICS");
+        fill_empty += k.rx_fill_ring_empty;
+        rx_full += k.rx_ring_full;
+    }
+    (t, fill_empty, rx_full)
+}
+
+/// One run: the flood starts, the receiver polls through the warm-up and then the measured
+/// window, the flood stops.
+fn measure(args: &Args, pair: &VethPair, port: &mut Port, mode: Mode, target: Ipv4Addr) -> Figures {
+    let stop = Arc::new(AtomicBool::new(false));
+    let sender = {
+        let stop = stop.clone();
+        let (cpu, fifo, len, peer, frame_spec) = (
+            args.sender_cpu,
+            args.fifo,
+            args.frame_len,
+            pair.peer.clone(),
+            Ipv4FrameSpec {
+                src_mac: MacAddr(pair.peer_mac),
+                dst_mac: MacAddr(pair.host_mac),
+                src_ip: pair.peer_ip,
+                dst_ip: target,
+                ttl: 64,
+                ident: 0,
+                tos: 0,
+            },
+        );
+        pair.spawn_inside(move || {
+            pin(cpu, fifo);
+            flood(&peer, &frame_spec, len, &stop)
+        })
+    };
+    let mut scratch = vec![[0u8; 2048]; args.burst];
+    poll_for(
+        port,
+        mode,
+        args,
+        &mut scratch,
+        Duration::from_secs_f64(args.warmup),
+    );
+    let ((before, fill_before, full_before), peer_before) =
+        (totals(port), pair.peer_rx_packets().unwrap_or(0));
+    let start = Instant::now();
+    let steal_before = steal_and_total();
+    let (polls, empty, longest_stall) = poll_for(
+        port,
+        mode,
+        args,
+        &mut scratch,
+        Duration::from_secs_f64(args.seconds),
+    );
+    let window = start.elapsed().as_secs_f64();
+    let steal_after = steal_and_total();
+    let ((after, fill_after, full_after), peer_after) =
+        (totals(port), pair.peer_rx_packets().unwrap_or(0));
+    stop.store(true, Ordering::Relaxed);
+    let (sent, sending) = sender.join().expect("the sender");
+    // Let what is in flight land before the next run.
+    poll_for(port, mode, args, &mut scratch, Duration::from_millis(100));
+
+    let received = after.rx_frames - before.rx_frames;
+    Figures {
+        sent: sent as f64 / sending,
+        received: received as f64 / window,
+        reflected: (after.tx_completed - before.tx_completed) as f64 / window,
+        arrived: if mode == Mode::Reflect {
+            peer_after.saturating_sub(peer_before) as f64 / window
+        } else {
+            0.0
+        },
+        syscalls_per_frame: (after.syscalls() - before.syscalls()) as f64 / received.max(1) as f64,
+        fill_empty: fill_after - fill_before,
+        rx_full: full_after - full_before,
+        empty_polls: empty as f64 / polls.max(1) as f64,
+        longest_stall,
+        steal: (steal_after.0 - steal_before.0) as f64
+            / (steal_after.1 - steal_before.1).max(1) as f64,
+    }
+}
+
+/// The machine's steal time and all its CPU time so far, in ticks (`/proc/stat`).
+fn steal_and_total() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let ticks: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal (guest time is inside user).
+    let total = ticks.iter().take(8).sum();
+    (ticks.get(7).copied().unwrap_or(0), total)
+}
+
+/// Busy-polls every socket for `how_long`; returns how many receive calls it made, how many
+/// of them found nothing, and the longest time between two rounds of calls.
+fn poll_for(
+    port: &mut Port,
+    mode: Mode,
+    args: &Args,
+    scratch: &mut [[u8; 2048]],
+    how_long: Duration,
+) -> (u64, u64, Duration) {
+    let mut last = Instant::now();
+    let deadline = last + how_long;
+    let (mut polls, mut empty, mut longest) = (0u64, 0u64, Duration::ZERO);
+    loop {
+        for _ in 0..64 {
+            for socket in port.sockets_mut() {
+                let got = match (mode, args.copy) {
+                    (Mode::Drop, _) => socket.recv_burst(args.burst, |_| Verdict::Release),
+                    (Mode::Reflect, false) => {
+                        let got = socket.recv_burst(args.burst, |frame| {
+                            reflect(frame);
+                            Verdict::Transmit(frame.len())
+                        });
+                        socket.reap();
+                        got
+                    }
+                    (Mode::Reflect, true) => {
+                        let mut n = 0;
+                        let mut lens = [0usize; corral_xdp::MAX_BURST];
+                        socket.recv_burst(args.burst, |frame| {
+                            reflect(frame);
+                            scratch[n][..frame.len()].copy_from_slice(frame);
+                            lens[n] = frame.len();
+                            n += 1;
+                            Verdict::Release
+                        });
+                        socket.send_burst(scratch[..n].iter().zip(lens).map(|(b, l)| &b[..l]));
+                        n
+                    }
+                };
+                polls += 1;
+                empty += u64::from(got == 0);
+            }
+        }
+        let now = Instant::now();
+        longest = longest.max(now - last);
+        last = now;
+        if now >= deadline {
+            return (polls, empty, longest);
+        }
+    }
+}
+
+/// Swaps a UDP frame's MACs, IPv4 addresses and ports (an option-less IPv4 header, as the
+/// flood's); the checksums, being sums, stay right.
+fn reflect(frame: &mut [u8]) {
+    for (a, b, n) in [(0, 6, 6), (26, 30, 4), (34, 36, 2)] {
+        let (left, right) = frame.split_at_mut(b);
+        left[a..a + n].swap_with_slice(&mut right[..n]);
+    }
+}
+
+/// From inside the namespace: sends `len`-byte UDP frames on `interface` until `stop`;
+/// returns how many went and over how many seconds.
+fn flood(interface: &str, spec: &Ipv4FrameSpec, len: usize, stop: &AtomicBool) -> (u64, f64) {
+    let payload = vec![0x5a; len - UDP_PAYLOAD_OFFSET];
+    let mut frames: Vec<Vec<u8>> = (0..SEND_BATCH)
+        .map(|i| {
+            let mut buf = vec![0u8; len];
+            let ports = UdpHeader {
+                src_port: FIRST_PORT + (i as u16 % FLOWS),
+                dst_port: DST_PORT,
+            };
+            let n = spec
+                .build_udp(&mut buf, ports, &payload)
+                .expect("a UDP frame");
+            assert_eq!(n, len);
+            buf
+        })
+        .collect();
+    let sock = packet_socket(interface);
+    let mut iovs: Vec<libc::iovec> = frames
+        .iter_mut()
+        .map(|f| libc::iovec {
+            iov_base: f.as_mut_ptr().cast(),
+            iov_len: f.len(),
+        })
+        .collect();
+    let mut msgs: Vec<libc::mmsghdr> = iovs
+        .iter_mut()
+        .map(|iov| {
+            // SAFETY: an all-zero mmsghdr is valid (null name and control, no flags).
+            let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+            m.msg_hdr.msg_iov = iov;
+            m.msg_hdr.msg_iovlen = 1;
+            m
+        })
+        .collect();
+    let start = Instant::now();
+    let mut sent = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        // SAFETY: `msgs` holds SEND_BATCH headers whose iovecs point into `frames`, all alive
+        // and unmoved for the call; the socket is open.
+        let n = unsafe {
+            libc::sendmmsg(
+                sock.as_raw_fd(),
+                msgs.as_mut_ptr(),
+                SEND_BATCH as libc::c_uint,
+                0,
+            )
+        };
+        if n > 0 {
+            sent += n as u64;
+        }
+    }
+    (sent, start.elapsed().as_secs_f64())
+}
+
+/// A raw `AF_PACKET` socket that sends on `interface`, past the queueing discipline, and
+/// receives nothing (protocol 0).
+fn packet_socket(interface: &str) -> OwnedFd {
+    // SAFETY: socket() with constant arguments.
+    let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+    assert!(
+        fd >= 0,
+        "AF_PACKET socket: {}",
+        std::io::Error::last_os_error()
+    );
+    // SAFETY: `fd` is a new socket owned by nothing else.
+    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+    let one: libc::c_int = 1;
+    // SAFETY: setsockopt on an open socket with a pointer to a live int and its size.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_PACKET,
+            libc::PACKET_QDISC_BYPASS,
+            (&one as *const libc::c_int).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(
+        rc,
+        0,
+        "PACKET_QDISC_BYPASS: {}",
+        std::io::Error::last_os_error()
+    );
+    let ifindex = corral_xdp::Interface::by_name(interface)
+        .expect("the namespace's end")
+        .index();
+    // SAFETY: an all-zero sockaddr_ll is valid; the fields that matter are set below.
+    let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    addr.sll_family = libc::AF_PACKET as u16;
+    addr.sll_ifindex = ifindex as i32;
+    // SAFETY: bind with a pointer to a live sockaddr_ll and its size.
+    let rc = unsafe {
+        libc::bind(
+            fd,
+            (&addr as *const libc::sockaddr_ll).cast(),
+            size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(
+        rc,
+        0,
+        "bind to {interface}: {}",
+        std::io::Error::last_os_error()
+    );
+    sock
+}
