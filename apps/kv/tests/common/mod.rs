@@ -92,8 +92,13 @@ pub fn free_port() -> u16 {
 fn wait_listening(mut child: Child, port: u16, what: &str) -> Running {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return Running { child, port };
+        match TcpStream::connect(("127.0.0.1", port)) {
+            // A connect whose ephemeral port happens to be `port` itself, while nothing
+            // listens there yet, succeeds as a TCP simultaneous open with itself; that socket
+            // then holds the port and the server cannot bind it.
+            Ok(s) if s.local_addr().is_ok_and(|a| a.port() == port) => {}
+            Ok(_) => return Running { child, port },
+            Err(_) => {}
         }
         if let Ok(Some(status)) = child.try_wait() {
             panic!("{what} exited before listening: {status}");
@@ -164,18 +169,33 @@ pub fn roundtrip(stream: &mut TcpStream, request: &[u8]) -> Vec<u8> {
 
 /// Reads until what the server sent satisfies `done`; returns it all.
 pub fn read_until(stream: &mut TcpStream, done: impl Fn(&[u8]) -> bool) -> Vec<u8> {
+    try_read_until(stream, done)
+        .unwrap_or_else(|(e, got)| panic!("{e}; got so far {:?}", String::from_utf8_lossy(&got)))
+}
+
+/// As [`read_until`], but a read error, a time-out or the server closing the connection first
+/// is returned with what had arrived.
+#[allow(dead_code, reason = "not every test binary asks")]
+pub fn try_read_until(
+    stream: &mut TcpStream,
+    done: impl Fn(&[u8]) -> bool,
+) -> Result<Vec<u8>, (std::io::Error, Vec<u8>)> {
     let mut got = Vec::new();
     let mut buf = [0u8; 65536];
     while !done(&got) {
-        let n = stream.read(&mut buf).expect("reply before timeout");
-        assert!(
-            n > 0,
-            "server closed the connection; got so far {:?}",
-            String::from_utf8_lossy(&got)
-        );
-        got.extend_from_slice(&buf[..n]);
+        match stream.read(&mut buf) {
+            Ok(0) => {
+                let closed = std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "server closed the connection",
+                );
+                return Err((closed, got));
+            }
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) => return Err((e, got)),
+        }
     }
-    got
+    Ok(got)
 }
 
 /// Reads until the server closes the connection (or 20 s pass); returns what it sent.
