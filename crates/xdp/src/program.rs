@@ -63,7 +63,7 @@ pub mod ctx {
 }
 
 /// Ethernet header length.
-const ETH_LEN: i32 = 14;
+const ETH_LEN: i32 = corral_wire::ethernet::HEADER_LEN as i32;
 /// Offset of the EtherType.
 const ETHERTYPE: i16 = 12;
 /// EtherType IPv4 (08 00) as a little-endian 16-bit load reads it.
@@ -73,7 +73,7 @@ const ETHERTYPE_ARP_LE: i32 = 0x0608;
 /// Offsets in an IPv4 packet after the Ethernet header.
 const IPV4_VERSION_IHL: i16 = 14;
 const IPV4_DST: i16 = 14 + 16;
-const IPV4_MIN_END: i32 = ETH_LEN + 20;
+const IPV4_MIN_END: i32 = ETH_LEN + corral_wire::ipv4::MIN_HEADER_LEN as i32;
 /// Offsets in an Ethernet/IPv4 ARP packet after the Ethernet header.
 const ARP_HTYPE: i16 = 14;
 const ARP_PTYPE: i16 = 16;
