@@ -13,6 +13,9 @@ command -v git >/dev/null || need+=(git)
 [ -e /usr/include/linux/futex.h ] || need+=(linux-libc-dev)
 command -v ping >/dev/null || need+=(iputils-ping)
 command -v ip >/dev/null || need+=(iproute2)
+# The XDP tests turn off the checksum offload of the veth end Linux sends from, so that frames
+# reach AF_XDP with their checksums filled in, as frames from a wire always are.
+command -v ethtool >/dev/null || need+=(ethtool)
 [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)
 # Real Linux peers the end-to-end tests talk to, and unmodified programs run under corral-run.
 command -v socat >/dev/null || need+=(socat)

@@ -265,15 +265,9 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// The sum of every socket's counters, and of the kernel's: frames dropped with the fill
 /// ring empty, and with the RX ring full.
 fn totals(port: &Port) -> (Counters, u64, u64) {
-    let mut t = Counters::default();
+    let t = port.counters();
     let (mut fill_empty, mut rx_full) = (0, 0);
     for socket in port.sockets() {
-        let c = socket.counters();
-        t.rx_frames += c.rx_frames;
-        t.tx_completed += c.tx_completed;
-        t.rx_wakeups += c.rx_wakeups;
-        t.tx_kicks += c.tx_kicks;
-        t.waits += c.waits;
         let k = socket.kernel_stats().expect("XDP_STATISTICS");
         fill_empty += k.rx_fill_ring_empty;
         rx_full += k.rx_ring_full;

@@ -43,6 +43,9 @@ pub const MAX_RX_BACKLOG_FRAMES: u64 = 1 << 16;
 pub const MAX_SETTING_DELAY_US: u64 = 1_000_000;
 pub const DEFAULT_LOG_LEVEL: &str = "info";
 pub const DEFAULT_TAP_NAME: &str = "corral0";
+
+/// Most AF_XDP sockets (receive queues) `nic = "xdp"` opens: each costs a UMEM of 8 MiB.
+pub const MAX_XDP_QUEUES: u32 = 256;
 pub const DEFAULT_HOST_IP: &str = "10.99.0.1/24";
 
 /// The settings, as flags. Each has a TOML key of the same name with `_` for `-`.
@@ -134,9 +137,10 @@ pub struct SettingArgs {
     pub log_file: Option<PathBuf>,
 
     /// `nic`: where frames for other machines go: `tap` (a TAP device whose host side is an
-    /// ordinary Linux interface), `gen` (a built-in open-loop traffic generator at `host_ip`
-    /// that stands in for a fleet of clients; `iokerneld gen` plays a run) or `none` (runtimes
-    /// reach only each other) [default: tap].
+    /// ordinary Linux interface), `xdp` (a real interface, `interface`, through AF_XDP: frames
+    /// for the runtimes' addresses are taken, everything else is left to Linux), `gen` (a
+    /// built-in open-loop traffic generator at `host_ip` that stands in for a fleet of clients;
+    /// `iokerneld gen` plays a run) or `none` (runtimes reach only each other) [default: tap].
     #[arg(long, value_name = "BACKEND")]
     pub nic: Option<String>,
 
@@ -148,6 +152,22 @@ pub struct SettingArgs {
     /// "gen"`, the generator's own address), such as "10.99.0.1/24" [default: 10.99.0.1/24].
     #[arg(long, value_name = "CIDR")]
     pub host_ip: Option<String>,
+
+    /// `interface`: with `nic = "xdp"`, the Linux interface whose runtimes' frames iokerneld
+    /// takes (required then; it must exist and have no XDP program attached).
+    #[arg(long, value_name = "NAME")]
+    pub interface: Option<String>,
+
+    /// `xdp_queues`: with `nic = "xdp"`, AF_XDP sockets on receive queues 0..N [default: every
+    /// receive queue of the interface].
+    #[arg(long, value_name = "N")]
+    pub xdp_queues: Option<u32>,
+
+    /// `xdp_attach`: with `nic = "xdp"`, where the XDP program runs: `auto` (in the driver if it
+    /// can, else generic), `native` (in the driver, or refuse to start) or `generic` (after the
+    /// driver, on socket buffers; any interface, slower) [default: auto].
+    #[arg(long, value_name = "MODE")]
+    pub xdp_attach: Option<String>,
 
     /// `faults`: seeded fault injection in the switch, for tests: `--faults
     /// DIRECTION:KEY=VALUE,...`, repeatable, e.g. `--faults rx:loss=0.01,reorder=0.02,seed=7
@@ -220,6 +240,9 @@ pub struct FileConfig {
     pub nic: Option<String>,
     pub tap_name: Option<String>,
     pub host_ip: Option<String>,
+    pub interface: Option<String>,
+    pub xdp_queues: Option<i64>,
+    pub xdp_attach: Option<String>,
     pub metrics_listen: Option<String>,
     /// Checked by [`Config::merge`], so that `shield = 3` is refused by name.
     pub shield: Option<toml::Value>,
@@ -293,11 +316,30 @@ pub enum NicConfig {
         host_ip: std::net::Ipv4Addr,
         prefix: u8,
     },
+    /// A real interface through AF_XDP.
+    Xdp {
+        interface: String,
+        /// Sockets on queues `0..n`; `None` for every receive queue.
+        queues: Option<u32>,
+        attach: XdpAttach,
+    },
     /// The built-in traffic generator, at `host_ip/prefix`.
     Gen {
         host_ip: std::net::Ipv4Addr,
         prefix: u8,
     },
+}
+
+/// Where `nic = "xdp"` runs its XDP program.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum XdpAttach {
+    /// In the driver if it has native XDP, else generic.
+    #[default]
+    Auto,
+    /// In the driver, or refuse to start.
+    Native,
+    /// After the driver, on socket buffers.
+    Generic,
 }
 
 /// How a granted kthread is woken.
@@ -1007,12 +1049,67 @@ fn nic_config(file: &FileConfig, args: &SettingArgs) -> Result<NicConfig, Config
             host_ip: ip,
             prefix,
         }),
+        "xdp" => xdp_config(file, args),
         _ => Err(invalid(
             "nic",
             format!("{backend:?}"),
-            "expected tap, gen or none",
+            "expected tap, xdp, gen or none",
         )),
     }
+}
+
+/// `nic = "xdp"`'s settings: `interface` is required, the others have defaults.
+fn xdp_config(file: &FileConfig, args: &SettingArgs) -> Result<NicConfig, ConfigError> {
+    let interface = args
+        .interface
+        .clone()
+        .or_else(|| file.interface.clone())
+        .ok_or_else(|| {
+            invalid(
+                "nic",
+                "\"xdp\"".to_owned(),
+                "it needs `interface` (--interface NAME), the interface to take frames from",
+            )
+        })?;
+    let interface = check_interface_name(&interface)
+        .map_err(|reason| invalid("interface", format!("{interface:?}"), reason))?;
+    let queues = match (args.xdp_queues, file.xdp_queues) {
+        (Some(n), _) => Some(i64::from(n)),
+        (None, n) => n,
+    };
+    let queues = match queues {
+        None => None,
+        Some(n) if (1..=i64::from(MAX_XDP_QUEUES)).contains(&n) => Some(n as u32),
+        Some(n) => {
+            return Err(invalid(
+                "xdp_queues",
+                n.to_string(),
+                format!("expected 1 to {MAX_XDP_QUEUES}"),
+            ));
+        }
+    };
+    let attach = args
+        .xdp_attach
+        .clone()
+        .or_else(|| file.xdp_attach.clone())
+        .unwrap_or_else(|| "auto".to_owned());
+    let attach = match attach.as_str() {
+        "auto" => XdpAttach::Auto,
+        "native" => XdpAttach::Native,
+        "generic" => XdpAttach::Generic,
+        _ => {
+            return Err(invalid(
+                "xdp_attach",
+                format!("{attach:?}"),
+                "expected auto, native or generic",
+            ));
+        }
+    };
+    Ok(NicConfig::Xdp {
+        interface,
+        queues,
+        attach,
+    })
 }
 
 /// A Linux interface name: 1 to 15 bytes (IFNAMSIZ less the NUL), none of them `/`, `:`,
@@ -1224,6 +1321,22 @@ mod tests {
             "invalid ack_wait_us = 1000001: must be at most 1000000",
         );
         check(
+            "nic = \"xdp\"",
+            "invalid nic = \"xdp\": it needs `interface` (--interface NAME)",
+        );
+        check(
+            "nic = \"xdp\"\ninterface = \"a/b\"",
+            "invalid interface = \"a/b\": must not contain '/'",
+        );
+        check(
+            "nic = \"xdp\"\ninterface = \"eth1\"\nxdp_queues = 0",
+            "invalid xdp_queues = 0: expected 1 to 256",
+        );
+        check(
+            "nic = \"xdp\"\ninterface = \"eth1\"\nxdp_attach = \"driver\"",
+            "invalid xdp_attach = \"driver\": expected auto, native or generic",
+        );
+        check(
             "rx_backlog_frames = -1",
             "invalid rx_backlog_frames = -1: must not be negative",
         );
@@ -1240,7 +1353,7 @@ mod tests {
         check("interval_us = \"5\"", "interval_us");
         check(
             "nic = \"dpdk\"",
-            "invalid nic = \"dpdk\": expected tap, gen or none",
+            "invalid nic = \"dpdk\": expected tap, xdp, gen or none",
         );
         check(
             "tap_name = \"a-name-far-too-long\"",
@@ -1509,6 +1622,27 @@ mod tests {
             NicConfig::Gen {
                 host_ip: std::net::Ipv4Addr::new(10, 1, 2, 3),
                 prefix: 8
+            }
+        );
+        let file = parse_file("nic = \"xdp\"\ninterface = \"eth1\"\n").unwrap();
+        assert_eq!(
+            Config::merge(&file, &args(sys.path())).unwrap().nic,
+            NicConfig::Xdp {
+                interface: "eth1".into(),
+                queues: None,
+                attach: XdpAttach::Auto
+            }
+        );
+        let mut a = args(sys.path());
+        a.interface = Some("veth3".into());
+        a.xdp_queues = Some(4);
+        a.xdp_attach = Some("native".into());
+        assert_eq!(
+            Config::merge(&file, &a).unwrap().nic,
+            NicConfig::Xdp {
+                interface: "veth3".into(),
+                queues: Some(4),
+                attach: XdpAttach::Native
             }
         );
         let bad = parse_file("nic = \"gen\"\nhost_ip = \"10.1.2.255/24\"\n").unwrap();

@@ -845,6 +845,7 @@ pub fn render(stats: &Stats) -> String {
             vec![
                 ("backend", nic.backend.clone()),
                 ("description", nic.description.clone()),
+                ("mode", nic.mode.clone().unwrap_or_default()),
             ],
             1u64,
         );
@@ -882,8 +883,15 @@ pub fn render(stats: &Stats) -> String {
             ),
             (
                 "corral_nic_rx_syscalls_total",
-                "System calls made to receive (TAP: one per frame plus one per empty poll).",
+                "System calls made to receive (TAP: one per frame plus one per empty poll; XDP: \
+                 wakeups the kernel asked for).",
                 n.rx_syscalls,
+            ),
+            (
+                "corral_nic_tx_syscalls_total",
+                "System calls made to send (TAP: one per frame; XDP: one per flush the kernel \
+                 asked for).",
+                n.tx_syscalls,
             ),
         ] {
             e.counter(name, help, vec![], value);
@@ -1131,7 +1139,8 @@ mod tests {
             "nic": {
                 "backend": "tap", "description": "corral0 \"host\" 10.99.0.1/24",
                 "rx_frames": 600, "rx_bytes": 601, "tx_frames": 602, "tx_bytes": 603,
-                "rx_errors": 604, "tx_errors": 605, "rx_syscalls": 606,
+                "rx_errors": 604, "tx_errors": 605, "rx_syscalls": 606, "tx_syscalls": 607,
+                "mode": "native copy",
             },
             "faults": { "rx": direction(700), "tx": direction(720), "local": direction(740) },
         })

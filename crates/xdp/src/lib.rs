@@ -84,6 +84,8 @@ mod socket;
 mod sys;
 #[cfg(not(loom))]
 pub mod testnet;
+#[cfg(not(loom))]
+mod unicast;
 
 #[cfg(not(loom))]
 pub use attach::{AttachMode, Attached, PROGRAM_NAME, Program, XdpLink};
@@ -99,3 +101,5 @@ pub use port::{Mode, Port, PortConfig};
 pub use socket::{
     Counters, KernelStats, MAX_BURST, RX_HEADROOM, SocketConfig, Verdict, XskSocket, ZeroCopy,
 };
+#[cfg(not(loom))]
+pub use unicast::UnicastFilter;

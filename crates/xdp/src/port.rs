@@ -8,7 +8,7 @@ use crate::attach::{AttachMode, Attached, Program, XdpLink};
 use crate::error::Error;
 use crate::iface::Interface;
 use crate::maps::{AddrMap, XskMap};
-use crate::socket::{SocketConfig, XskSocket, ZeroCopy};
+use crate::socket::{Counters, SocketConfig, XskSocket, ZeroCopy};
 
 /// How a [`Port`] is set up.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -161,6 +161,15 @@ impl Port {
         };
         self.xsk_map.clear(queue)?;
         Ok(Some(self.sockets.remove(at)))
+    }
+
+    /// Every socket's counters, summed.
+    pub fn counters(&self) -> Counters {
+        let mut sum = Counters::default();
+        for s in &self.sockets {
+            sum += s.counters();
+        }
+        sum
     }
 
     /// The link's id and the program's id, as `bpftool` and `ip link` show them.

@@ -185,6 +185,22 @@ pub struct Counters {
     pub waits: u64,
 }
 
+impl std::ops::AddAssign for Counters {
+    fn add_assign(&mut self, o: Counters) {
+        self.rx_frames += o.rx_frames;
+        self.rx_bytes += o.rx_bytes;
+        self.tx_frames += o.tx_frames;
+        self.tx_bytes += o.tx_bytes;
+        self.tx_completed += o.tx_completed;
+        self.tx_dropped += o.tx_dropped;
+        self.rx_invalid += o.rx_invalid;
+        self.rx_wakeups += o.rx_wakeups;
+        self.tx_kicks += o.tx_kicks;
+        self.kick_errors += o.kick_errors;
+        self.waits += o.waits;
+    }
+}
+
 impl Counters {
     /// System calls on the data path: wakeups, kicks and waits.
     pub fn syscalls(&self) -> u64 {

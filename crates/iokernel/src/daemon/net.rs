@@ -363,14 +363,33 @@ impl Switch {
         self.tables.conflict(mac, ipv4)
     }
 
+    /// Has the NIC take frames to `mac` and `ipv4` from whatever else shares it, before a
+    /// runtime is registered with them; `Err` refuses the registration. [`Switch::detach`]
+    /// (or [`Switch::unclaim`] if the registration fails later) undoes it.
+    pub(super) fn claim(&mut self, mac: [u8; 6], ipv4: [u8; 4]) -> Result<(), String> {
+        match self.nic.as_mut() {
+            Some(nic) => nic.claim(mac, ipv4.into()),
+            None => Ok(()),
+        }
+    }
+
+    /// Undoes [`Switch::claim`] for a registration that failed after it.
+    pub(super) fn unclaim(&mut self, mac: [u8; 6], ipv4: [u8; 4]) {
+        if let Some(nic) = self.nic.as_mut() {
+            nic.release(mac, ipv4.into());
+        }
+    }
+
     /// Frames to `mac` and `ipv4` go to the runtime in `slot` from now on.
     pub(super) fn attach(&mut self, mac: [u8; 6], ipv4: [u8; 4], slot: usize) {
         self.tables.insert(mac, ipv4, slot);
     }
 
-    /// Frames to `mac` and `ipv4` no longer go to the runtime in `slot`.
+    /// Frames to `mac` and `ipv4` no longer go to the runtime in `slot`, and the NIC gives them
+    /// back.
     pub(super) fn detach(&mut self, mac: [u8; 6], ipv4: [u8; 4], slot: usize) {
         self.tables.remove(mac, ipv4, slot);
+        self.unclaim(mac, ipv4);
     }
 
     /// The NIC backend, if any, with the address tables to look up while it is borrowed.
@@ -955,12 +974,20 @@ impl Switch {
                     sw.counters.drop(NetDrop::NicSendFailed);
                 }
             });
+            nic.flush();
         }
     }
 
     /// Drains the egress packet rings of active kthreads (and of parked ones that may have left
     /// frames), a burst per ring.
     pub(super) fn drain_tx(&mut self, now: u64, registry: &mut Registry, driver: &mut CoreDriver) {
+        self.drain_tx_rings(now, registry, driver);
+        if let Some(nic) = self.nic.as_mut() {
+            nic.flush();
+        }
+    }
+
+    fn drain_tx_rings(&mut self, now: u64, registry: &mut Registry, driver: &mut CoreDriver) {
         for slot in 0..registry.slots() {
             let mut polled = 0;
             while let Some(rt) = registry.at_mut(slot) {

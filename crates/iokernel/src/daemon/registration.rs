@@ -43,7 +43,18 @@ impl Daemon {
             run_queue_capacity: reg.run_queue_capacity,
             ingress_capacity: memory.region.layout().ring_slots(RingKind::Ingress),
         };
-        let id = self.driver.register(spec)?;
+        if let Some(net) = reg.net {
+            self.switch.claim(net.mac, net.ipv4)?;
+        }
+        let id = match self.driver.register(spec) {
+            Ok(id) => id,
+            Err(e) => {
+                if let Some(net) = reg.net {
+                    self.switch.unclaim(net.mac, net.ipv4);
+                }
+                return Err(e);
+            }
+        };
         // Only a runtime with addresses receives frames to hold.
         let backlog = if reg.net.is_some() {
             self.config.rx_backlog_frames as usize

@@ -57,6 +57,10 @@ pub struct NicStats {
     /// As in the `nic` setting.
     pub backend: String,
     pub description: String,
+    /// What the kernel gave the backend, where that varies (`xdp`: "native zero-copy",
+    /// "native copy" or "generic").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
     #[serde(flatten)]
     pub counters: NicCounters,
 }
@@ -430,6 +434,7 @@ impl Daemon {
         let nic = self.switch.nic().map(|nic| NicStats {
             backend: nic.name().to_owned(),
             description: nic.describe(),
+            mode: nic.mode(),
             counters: nic.counters(),
         });
         Stats {

@@ -11,6 +11,7 @@
 //! [`DaemonView`] shows.
 
 mod tap;
+mod xdp;
 
 use std::io;
 use std::net::Ipv4Addr;
@@ -19,6 +20,7 @@ use corral_abi::control::Reply;
 use serde::{Deserialize, Serialize};
 
 pub use tap::Tap;
+pub use xdp::Xdp;
 
 use crate::config::NicConfig;
 
@@ -104,8 +106,12 @@ pub struct NicCounters {
     /// Frames the backend refused to send.
     pub tx_errors: u64,
     /// System calls made to receive (for backends that need them): with TAP, one per frame
-    /// plus one per poll that found nothing.
+    /// plus one per poll that found nothing; with XDP, only the wakeups the kernel asks for.
     pub rx_syscalls: u64,
+    /// System calls made to send: with TAP, one per frame; with XDP, one per flush that had
+    /// frames waiting, when the kernel asks for it.
+    #[serde(default)]
+    pub tx_syscalls: u64,
 }
 
 /// A NIC backend.
@@ -128,8 +134,32 @@ pub trait Nic {
         self.recv_burst(out)
     }
 
-    /// Sends one frame without waiting. An error means the frame was not sent.
+    /// Sends one frame without waiting. An error means the frame was not sent. A backend may
+    /// hold it until the next [`Nic::flush`].
     fn send(&mut self, frame: &[u8]) -> io::Result<()>;
+
+    /// Puts on the wire what [`Nic::send`] held. The loop calls it once per iteration, after
+    /// its egress bursts.
+    fn flush(&mut self) {}
+
+    /// Frames to `mac` and `ipv4` belong to a runtime from now on. A backend that shares its
+    /// device with the host takes them from the host here. `Err` refuses the runtime's
+    /// registration, with the reason.
+    fn claim(&mut self, mac: [u8; 6], ipv4: Ipv4Addr) -> Result<(), String> {
+        let _ = (mac, ipv4);
+        Ok(())
+    }
+
+    /// Undoes [`Nic::claim`]: the runtime has gone.
+    fn release(&mut self, mac: [u8; 6], ipv4: Ipv4Addr) {
+        let _ = (mac, ipv4);
+    }
+
+    /// What the backend obtained from the kernel, if that varies (XDP: native zero-copy,
+    /// native copy or generic).
+    fn mode(&self) -> Option<String> {
+        None
+    }
 
     /// Counters so far.
     fn counters(&self) -> NicCounters;
@@ -205,6 +235,11 @@ pub fn open(config: &NicConfig) -> io::Result<Option<Box<dyn Nic>>> {
             host_ip,
             prefix,
         } => Ok(Some(Box::new(Tap::open(name, *host_ip, *prefix)?))),
+        NicConfig::Xdp {
+            interface,
+            queues,
+            attach,
+        } => Ok(Some(Box::new(Xdp::open(interface, *queues, *attach)?))),
         NicConfig::Gen { .. } => Err(io::Error::new(
             io::ErrorKind::Unsupported,
             "nic = gen: the traffic generator is not linked into this program",
