@@ -896,6 +896,14 @@ pub fn render(stats: &Stats) -> String {
         ] {
             e.counter(name, help, vec![], value);
         }
+        for (queue, &frames) in nic.queue_rx_frames.iter().enumerate() {
+            e.counter(
+                "corral_nic_queue_rx_frames_total",
+                "Frames received per receive queue of the NIC (XDP).",
+                vec![("queue", queue.to_string())],
+                frames,
+            );
+        }
     }
 
     for (direction, faults) in [
@@ -1140,7 +1148,7 @@ mod tests {
                 "backend": "tap", "description": "corral0 \"host\" 10.99.0.1/24",
                 "rx_frames": 600, "rx_bytes": 601, "tx_frames": 602, "tx_bytes": 603,
                 "rx_errors": 604, "tx_errors": 605, "rx_syscalls": 606, "tx_syscalls": 607,
-                "mode": "native copy",
+                "mode": "native copy", "queue_rx_frames": [608, 609],
             },
             "faults": { "rx": direction(700), "tx": direction(720), "local": direction(740) },
         })

@@ -157,6 +157,25 @@ impl VethPair {
         .map(drop)
     }
 
+    /// Turns off the peer end's transmit checksum offload (`ethtool -K PEER tx off`), so that
+    /// Linux in the namespace fills in every checksum, as frames from a wire always have it.
+    /// With the offload on, veth hands over TCP and UDP frames whose checksum holds only the
+    /// pseudo-header's sum, which an AF_XDP reader sees as it is and must refuse.
+    pub fn full_checksums(&self) -> io::Result<()> {
+        run(&[
+            "ip",
+            "netns",
+            "exec",
+            &self.namespace,
+            "ethtool",
+            "-K",
+            &self.peer,
+            "tx",
+            "off",
+        ])
+        .map(drop)
+    }
+
     /// Forgets what the namespace learned by ARP.
     pub fn flush_neighbors(&self) -> io::Result<()> {
         self.ip_netns(&["neigh", "flush", "dev", &self.peer])

@@ -61,6 +61,9 @@ pub struct NicStats {
     /// "native copy" or "generic").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
+    /// Frames received per receive queue, where the backend reads several.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub queue_rx_frames: Vec<u64>,
     #[serde(flatten)]
     pub counters: NicCounters,
 }
@@ -435,6 +438,7 @@ impl Daemon {
             backend: nic.name().to_owned(),
             description: nic.describe(),
             mode: nic.mode(),
+            queue_rx_frames: nic.queue_rx_frames(),
             counters: nic.counters(),
         });
         Stats {

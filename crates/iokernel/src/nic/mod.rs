@@ -155,6 +155,12 @@ pub trait Nic {
         let _ = (mac, ipv4);
     }
 
+    /// Frames received on each of the device's receive queues, for a backend that reads
+    /// several (XDP); empty otherwise.
+    fn queue_rx_frames(&self) -> Vec<u64> {
+        Vec::new()
+    }
+
     /// What the backend obtained from the kernel, if that varies (XDP: native zero-copy,
     /// native copy or generic).
     fn mode(&self) -> Option<String> {

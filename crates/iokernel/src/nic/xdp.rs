@@ -158,6 +158,14 @@ impl Nic for Xdp {
         }
     }
 
+    fn queue_rx_frames(&self) -> Vec<u64> {
+        self.port
+            .sockets()
+            .iter()
+            .map(|s| s.counters().rx_frames)
+            .collect()
+    }
+
     fn counters(&self) -> NicCounters {
         let k = self.port.counters();
         NicCounters {

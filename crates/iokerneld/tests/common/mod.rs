@@ -11,6 +11,8 @@
 //! its pid): `net_e2e` 120-139, corral-kv's TAP tests 140-149, the TCP tests 170-199
 //! (`tcp_common`, by family), `spinning_net` 200-219, `faults_e2e` 220-239.
 
+pub mod packet;
+
 use std::fmt::Debug;
 use std::marker::PhantomData;
 use std::os::fd::AsFd;
