@@ -1,8 +1,10 @@
 //! Corral's network stack against Linux's, measured in one run from the same Linux client:
 //!
-//! * **Corral**: a server in a Corral runtime under iokerneld (TAP device backend), its kthread
-//!   spinning on a guaranteed core (`--parked-gap-us` instead lets it park between requests,
-//!   so that each request must first wake it);
+//! * **Corral**: a server in a Corral runtime under iokerneld, its kthread spinning on a
+//!   guaranteed core (`--parked-gap-us` instead lets it park between requests, so that each
+//!   request must first wake it), reached through the TAP device backend or (`--paths xdp`)
+//!   through a veth pair with iokerneld's XDP program on this end and the client in a
+//!   namespace at the other;
 //! * **Linux**: a plain server thread in its own network namespace, reached over a veth pair,
 //!   pinned to the same CPU.
 //!
@@ -59,6 +61,12 @@ pub struct Args {
     /// flooding another through iokerneld's local switch.
     #[arg(long)]
     rates: Option<f64>,
+    /// The CPU of `--rates`' raw sender [default: iokerneld's, standing in for another
+    /// machine as the round-trip client does]. The servers' CPU instead leaves iokerneld's
+    /// CPU to iokerneld, so that the rate shows what its NIC path takes per frame; the
+    /// receiver then shares its CPU with the sender.
+    #[arg(long)]
+    rate_sender_cpu: Option<usize>,
     /// TCP round trips on one connection instead of UDP.
     #[arg(long)]
     tcp: bool,
@@ -72,6 +80,11 @@ pub struct Args {
     /// Which paths `--tcp-bulk` measures.
     #[arg(long, value_enum, value_delimiter = ',', default_values_t = [BulkPath::Tap, BulkPath::Local])]
     bulk_paths: Vec<BulkPath>,
+    /// How the Linux client reaches Corral in the UDP echo, `--tcp` and `--rates`
+    /// experiments: `tap`, `xdp` or both (`tap,xdp`). With `xdp`, `--rates` also measures
+    /// the bare AF_XDP floor on the same interface.
+    #[arg(long, value_enum, value_delimiter = ',', default_values_t = [NicPath::Tap])]
+    paths: Vec<NicPath>,
     /// Incast instead: `--samples` connections to an echo server each send one request at
     /// the same moment, `--reps` bursts, a Corral server parked before each.
     #[arg(long)]
@@ -94,11 +107,31 @@ pub struct Args {
     rx_backlog_frames: Option<u64>,
 }
 
+/// How a Linux client reaches Corral.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum NicPath {
+    /// Through iokerneld's TAP device.
+    Tap,
+    /// Through a veth pair, iokerneld's XDP program on this end.
+    Xdp,
+}
+
+impl NicPath {
+    fn wire(self) -> setup::Wire {
+        match self {
+            NicPath::Tap => setup::Wire::tap(),
+            NicPath::Xdp => setup::Wire::xdp(),
+        }
+    }
+}
+
 /// A path that `--tcp-bulk` measures.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 enum BulkPath {
     /// A Linux sender through the TAP device (and, for scale, Linux to Linux over veth).
     Tap,
+    /// A Linux sender in a namespace through a veth pair and iokerneld's XDP program.
+    Xdp,
     /// One Corral runtime to another through iokerneld's local switch.
     Local,
 }
@@ -185,18 +218,27 @@ fn main() {
         println!("corral (TAP)  {c:>10.0} /s   runs {corral:.0?}");
         println!("ratio         {:>9.2}x", c / l);
     } else if args.tcp {
-        let (linux, corral) = tcp::round_trip(&args, &binary);
+        let wires: Vec<_> = args.paths.iter().map(|p| p.wire()).collect();
+        let (linux, corral) = tcp::round_trip(&args, &binary, &wires);
         round_trip_table(
             &format!(
                 "TCP round trip on one connection, {} B each way, {} samples x {} reps",
                 args.payload, args.samples, args.reps
             ),
             &linux,
-            &corral,
+            &wires
+                .iter()
+                .map(|w| w.name)
+                .zip(&corral)
+                .collect::<Vec<_>>(),
         );
     } else {
         let linux = udp::linux_echo(&args);
-        let corral = udp::corral_echo(&args, &binary);
+        let wires: Vec<_> = args.paths.iter().map(|p| p.wire()).collect();
+        let corral: Vec<_> = wires
+            .iter()
+            .map(|w| udp::corral_echo(&args, &binary, w))
+            .collect();
         let mode = if args.parked_gap_us == 0 {
             "spinning kthread, back-to-back requests".to_string()
         } else {
@@ -208,47 +250,95 @@ fn main() {
                 args.payload, args.samples, args.reps
             ),
             &linux,
-            &corral,
+            &wires
+                .iter()
+                .map(|w| w.name)
+                .zip(&corral)
+                .collect::<Vec<_>>(),
         );
     }
 }
 
-fn round_trip_table(title: &str, linux: &[Tails], corral: &[Tails]) {
+/// Linux's tails, then each Corral path's with its ratios to Linux's; with two paths, the
+/// second's ratios to the first's as well.
+fn round_trip_table(title: &str, linux: &[Tails], corral: &[(&str, &Vec<Tails>)]) {
     println!("{title}");
     println!(
-        "{:<10} {:>10} {:>10} {:>10}",
+        "{:<14} {:>10} {:>10} {:>10}",
         "server", "p50 us", "p99 us", "p99.9 us"
     );
     let m = |tails: &[Tails], i: usize| median(tails.iter().map(|t| t[i]).collect());
-    for (name, tails) in [("linux", linux), ("corral", corral)] {
+    let row = |name: &str, tails: &[Tails]| {
         println!(
-            "{name:<10} {:>10.1} {:>10.1} {:>10.1}",
+            "{name:<14} {:>10.1} {:>10.1} {:>10.1}",
             m(tails, 0),
             m(tails, 1),
             m(tails, 2)
         );
+    };
+    row("linux (veth)", linux);
+    for (name, tails) in corral {
+        row(&format!("corral ({name})"), tails);
     }
-    let ratio = |i: usize| m(corral, i) / m(linux, i);
-    println!(
-        "{:<10} {:>9.2}x {:>9.2}x {:>9.2}x",
-        "ratio",
-        ratio(0),
-        ratio(1),
-        ratio(2)
-    );
+    let ratio = |name: &str, a: &[Tails], b: &[Tails]| {
+        println!(
+            "{name:<14} {:>9.2}x {:>9.2}x {:>9.2}x",
+            m(a, 0) / m(b, 0),
+            m(a, 1) / m(b, 1),
+            m(a, 2) / m(b, 2)
+        );
+    };
+    for (name, tails) in corral {
+        ratio(&format!("{name} / linux"), tails, linux);
+    }
+    if let [(first, a), (second, b)] = corral {
+        ratio(&format!("{second} / {first}"), b, a);
+    }
 }
 
 fn rates(args: &Args, binary: &std::path::Path, seconds: f64) {
-    let (tap_rx, tap_tx) = udp::tap_rate(args, binary, args.payload, seconds);
+    println!(
+        "one-way UDP rates, {} B payload, {seconds} s flat out, {:.2} s per paced rate",
+        args.payload,
+        seconds / 4.0
+    );
+    let len = args.payload + 42;
+    let mut rows = Vec::new();
+    for path in &args.paths {
+        let wire = path.wire();
+        let (figures, syscalls) = udp::wire_raw_rates(args, binary, &wire, len, seconds);
+        rows.push((
+            format!("{} -> iokerneld -> Corral", wire.name),
+            figures,
+            syscalls,
+        ));
+    }
+    if args.paths.contains(&NicPath::Xdp) {
+        let (figures, syscalls) = udp::xdp_floor(args, len, seconds);
+        rows.push(("XDP -> bare AF_XDP socket".to_owned(), figures, syscalls));
+    }
+    println!(
+        "raw {len}-byte frames from a Linux packet socket (64 a sendmmsg, 16 flows); flat out: \
+         the sender shares iokerneld's CPU under the fair scheduler; paced: the best of a \
+         ladder, the sender at the remote client's priority"
+    );
+    println!(
+        "{:<30} {:>11} {:>11} {:>11} {:>11} {:>14} {:>10}",
+        "path", "flat rx/s", "sent/s", "paced rx/s", "offered/s", "syscalls/frame", "sys us/fr"
+    );
+    for (name, f, cost) in &rows {
+        println!(
+            "{name:<30} {:>11.0} {:>11.0} {:>11.0} {:>11.0} {:>14.4} {:>10}",
+            f[0],
+            f[1],
+            f[2],
+            f[3],
+            cost.syscalls,
+            cost.system_us
+                .map_or_else(|| "-".to_owned(), |us| format!("{us:.2}"))
+        );
+    }
     let (local_rx, local_tx) = udp::local_rate(args, binary, args.payload, seconds);
-    println!(
-        "one-way UDP rates, {} B payload, {seconds} s each",
-        args.payload
-    );
-    println!(
-        "Linux sender -> TAP -> iokerneld -> Corral receiver: {tap_rx:.0} received/s \
-         ({tap_tx:.0} sent/s)"
-    );
     println!(
         "Corral runtime -> iokerneld local switch -> Corral runtime: {local_rx:.0} \
          received/s ({local_tx:.0} sent/s)"
@@ -263,8 +353,25 @@ fn tcp_bulk(args: &Args, binary: &std::path::Path, seconds: f64) {
         "TCP bulk throughput, {seconds} s x {} reps; MB/s = 10^6 bytes of payload per second",
         args.reps
     );
-    if args.bulk_paths.contains(&BulkPath::Tap) {
-        tcp_bulk_tap(args, binary, seconds);
+    let wires: Vec<setup::Wire> = args
+        .bulk_paths
+        .iter()
+        .filter_map(|p| match p {
+            BulkPath::Tap => Some(setup::Wire::tap()),
+            BulkPath::Xdp => Some(setup::Wire::xdp()),
+            BulkPath::Local => None,
+        })
+        .collect();
+    if !wires.is_empty() {
+        let linux = tcp::bulk_linux(args, seconds);
+        println!(
+            "Linux sender -> Linux sink over veth:          {:>8.1} MB/s  runs {:.1?}",
+            mb(median(linux.clone())),
+            linux.iter().map(|&b| mb(b)).collect::<Vec<_>>()
+        );
+        for wire in &wires {
+            tcp_bulk_wire(args, binary, wire, seconds, median(linux.clone()));
+        }
     }
     if args.bulk_paths.contains(&BulkPath::Local) {
         tcp_bulk_local(args, binary, seconds);
@@ -275,28 +382,34 @@ fn mb(bytes_per_s: f64) -> f64 {
     bytes_per_s / 1e6
 }
 
-fn tcp_bulk_tap(args: &Args, binary: &std::path::Path, seconds: f64) {
-    let (linux, corral) = tcp::bulk_linux_sender(args, binary, seconds);
-    let tap_frames: Vec<f64> = (0..args.reps)
-        .map(|_| udp::tap_ceiling(args, binary, FULL_UDP_PAYLOAD, seconds / 4.0).0)
+/// A Linux sender to a Corral sink behind `wire`, against the wire's full-size frame ceiling
+/// and Linux to Linux.
+fn tcp_bulk_wire(
+    args: &Args,
+    binary: &std::path::Path,
+    wire: &setup::Wire,
+    seconds: f64,
+    linux: f64,
+) {
+    let corral = tcp::bulk_corral(args, binary, wire, seconds);
+    let frames: Vec<f64> = (0..args.reps)
+        .map(|_| udp::wire_ceiling(args, binary, wire, FULL_UDP_PAYLOAD, seconds / 4.0).0)
         .collect();
-    let tap_ceiling = median(tap_frames.clone()) * MSS;
+    let ceiling = median(frames.clone()) * MSS;
     println!(
-        "Linux sender -> Linux sink over veth:          {:>8.1} MB/s  runs {:.1?}",
-        mb(median(linux.clone())),
-        linux.iter().map(|&b| mb(b)).collect::<Vec<_>>()
-    );
-    println!(
-        "Linux sender -> TAP -> Corral sink:            {:>8.1} MB/s  runs {:.1?}",
+        "Linux sender -> {:<4} -> Corral sink:            {:>8.1} MB/s  runs {:.1?}  ({:.2}x Linux)",
+        wire.name,
         mb(median(corral.clone())),
-        corral.iter().map(|&b| mb(b)).collect::<Vec<_>>()
+        corral.iter().map(|&b| mb(b)).collect::<Vec<_>>(),
+        median(corral.clone()) / linux
     );
     println!(
-        "  TAP ceiling: {:.0} full-size frames/s x {MSS} B = {:.1} MB/s (runs {tap_frames:.0?}); \
+        "  {} ceiling: {:.0} full-size frames/s x {MSS} B = {:.1} MB/s (runs {frames:.0?}); \
          ratio {:.2}x",
-        median(tap_frames.clone()),
-        mb(tap_ceiling),
-        median(corral.clone()) / tap_ceiling
+        wire.name,
+        median(frames.clone()),
+        mb(ceiling),
+        median(corral.clone()) / ceiling
     );
 }
 

@@ -26,6 +26,59 @@ pub const TAP_ARGS: [&str; 6] = [
     "10.97.0.1/24",
 ];
 
+/// The XDP path: iokerneld on the root end of a veth pair (`crlxdp0`, whose own address,
+/// 10.94.0.1, stays Linux's), the runtime at `XDP_RUNTIME` behind it, the Linux client in a
+/// namespace at `XDP_PEER`.
+pub const XDP_PEER: Ipv4Addr = Ipv4Addr::new(10, 94, 0, 2);
+pub const XDP_RUNTIME: Ipv4Addr = Ipv4Addr::new(10, 94, 0, 3);
+pub const XDP_ARGS: [&str; 4] = ["--nic", "xdp", "--interface", "crlxdp0"];
+
+/// How a Linux client reaches a Corral runtime: through iokerneld's TAP device from this
+/// namespace, or through a veth pair with iokerneld's XDP program on this end and the client
+/// in a namespace at the other.
+pub struct Wire {
+    pub name: &'static str,
+    pub nic_args: &'static [&'static str],
+    pub runtime: Ipv4Addr,
+    pub client: Ipv4Addr,
+    /// The interface a raw sender puts frames on, where the client runs.
+    pub sender_link: &'static str,
+    /// Where the client runs (`None`: here).
+    pub namespace: Option<Namespace>,
+}
+
+impl Wire {
+    pub fn tap() -> Wire {
+        Wire {
+            name: "TAP",
+            nic_args: &TAP_ARGS,
+            runtime: TAP_RUNTIME,
+            client: TAP_HOST,
+            sender_link: "crlbench0",
+            namespace: None,
+        }
+    }
+
+    pub fn xdp() -> Wire {
+        Wire {
+            name: "XDP",
+            nic_args: &XDP_ARGS,
+            runtime: XDP_RUNTIME,
+            client: XDP_PEER,
+            sender_link: "crlxdp1",
+            namespace: Some(Namespace::create_xdp()),
+        }
+    }
+
+    /// Runs `f` where the client belongs.
+    pub fn client<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
+        match &self.namespace {
+            Some(ns) => ns.run_inside(f),
+            None => f(),
+        }
+    }
+}
+
 /// The host side of the veth pair, and the Linux peer's address in its namespace.
 pub const VETH_HOST: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 1);
 pub const VETH_PEER: Ipv4Addr = Ipv4Addr::new(10, 96, 0, 2);
@@ -149,6 +202,29 @@ impl Daemon {
 }
 
 impl Daemon {
+    /// iokerneld's statistics now.
+    pub fn stats(&self) -> corral_iokernel::daemon::Stats {
+        use corral_abi::control::{Reply, Request};
+        use std::os::fd::AsFd;
+        let conn = corral_iokernel::control::connect(&self.socket).expect("iokerneld's socket");
+        let reply = corral_iokernel::control::request_on(
+            conn.as_fd(),
+            &Request::Stats.encode(),
+            &[],
+            Duration::from_secs(5),
+        );
+        match reply {
+            Ok(Reply::Stats { json }) => serde_json::from_str(&json).expect("statistics"),
+            other => panic!("expected statistics, got {other:?}"),
+        }
+    }
+
+    /// Frames the NIC backend has received, and the system calls it made to receive them.
+    pub fn nic_rx_frames_and_syscalls(&self) -> (u64, u64) {
+        let nic = self.stats().nic.expect("a NIC backend").counters;
+        (nic.rx_frames, nic.rx_syscalls)
+    }
+
     /// CPU seconds iokerneld has spent in the kernel (its system calls, and what the kernel did
     /// on their behalf) since it started.
     pub fn system_seconds(&self) -> f64 {
@@ -180,15 +256,38 @@ impl Drop for Daemon {
 pub struct Namespace {
     name: String,
     path: String,
+    host_link: &'static str,
 }
 
 impl Namespace {
+    /// The Linux baseline's namespace: `crlveth0` here, `crlveth1` inside, 10.96.0.0/24.
     pub fn create() -> Namespace {
-        let name = format!("crlbench{}", std::process::id() % 100_000);
+        Namespace::with_pair("crlbench", "crlveth0", "crlveth1", "10.96.0")
+    }
+
+    /// The XDP path's namespace: `crlxdp0` here (where iokerneld attaches), `crlxdp1` inside
+    /// at `XDP_PEER`, 10.94.0.0/24. The inside end's checksum offload is off, so that its
+    /// frames reach AF_XDP with their checksums filled in, as frames from a wire do.
+    pub fn create_xdp() -> Namespace {
+        let ns = Namespace::with_pair("crlxdpns", "crlxdp0", "crlxdp1", "10.94.0");
+        let status = Command::new("ip")
+            .args([
+                "netns", "exec", &ns.name, "ethtool", "-K", "crlxdp1", "tx", "off",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .status()
+            .unwrap_or_else(|e| panic!("cannot run ethtool (scripts/setup.sh installs it): {e}"));
+        assert!(status.success(), "ethtool -K crlxdp1 tx off failed");
+        ns
+    }
+
+    fn with_pair(tag: &str, host_link: &'static str, peer_link: &str, subnet: &str) -> Namespace {
+        let name = format!("{tag}{}", std::process::id() % 100_000);
         // A namespace or link left by an interrupted run.
         for cmd in [
             &["ip", "netns", "del", name.as_str()][..],
-            &["ip", "link", "del", "crlveth0"],
+            &["ip", "link", "del", host_link],
         ] {
             let _ = Command::new(cmd[0])
                 .args(&cmd[1..])
@@ -199,22 +298,51 @@ impl Namespace {
         let ns = Namespace {
             path: format!("/var/run/netns/{name}"),
             name,
+            host_link,
         };
         run(&[
-            "ip", "link", "add", "crlveth0", "type", "veth", "peer", "name", "crlveth1",
+            "ip", "link", "add", host_link, "type", "veth", "peer", "name", peer_link,
         ]);
-        run(&["ip", "link", "set", "crlveth1", "netns", &ns.name]);
-        run(&["ip", "addr", "add", "10.96.0.1/24", "dev", "crlveth0"]);
-        run(&["ip", "link", "set", "crlveth0", "up"]);
+        run(&["ip", "link", "set", peer_link, "netns", &ns.name]);
+        run(&[
+            "ip",
+            "addr",
+            "add",
+            &format!("{subnet}.1/24"),
+            "dev",
+            host_link,
+        ]);
+        run(&["ip", "link", "set", host_link, "up"]);
         let inside = |cmd: &[&str]| {
             let mut full = vec!["ip", "netns", "exec", &ns.name];
             full.extend_from_slice(cmd);
             run(&full);
         };
-        inside(&["ip", "addr", "add", "10.96.0.2/24", "dev", "crlveth1"]);
-        inside(&["ip", "link", "set", "crlveth1", "up"]);
+        inside(&[
+            "ip",
+            "addr",
+            "add",
+            &format!("{subnet}.2/24"),
+            "dev",
+            peer_link,
+        ]);
+        inside(&["ip", "link", "set", peer_link, "up"]);
         inside(&["ip", "link", "set", "lo", "up"]);
         ns
+    }
+
+    /// Runs `f` on a thread inside the namespace and returns what it returns; threads it
+    /// starts are inside too.
+    pub fn run_inside<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    enter(&self.path);
+                    f()
+                })
+                .join()
+                .expect("a thread in the namespace")
+        })
     }
 
     /// Runs `f` on a new thread inside the namespace, pinned to `cpu`. The thread is detached
@@ -226,21 +354,25 @@ impl Namespace {
     ) -> JoinHandle<T> {
         let path = self.path.clone();
         std::thread::spawn(move || {
-            let file = std::fs::File::open(&path).expect("open the namespace");
-            // SAFETY: moving only this thread into the namespace; the fd is valid.
-            let rc =
-                unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&file), libc::CLONE_NEWNET) };
-            assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
+            enter(&path);
             pin(cpu);
             f()
         })
     }
 }
 
+/// Moves the calling thread into the network namespace at `path`.
+fn enter(path: &str) {
+    let file = std::fs::File::open(path).expect("open the namespace");
+    // SAFETY: moving only this thread into the namespace; the fd is valid.
+    let rc = unsafe { libc::setns(std::os::fd::AsRawFd::as_raw_fd(&file), libc::CLONE_NEWNET) };
+    assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
+}
+
 impl Drop for Namespace {
     fn drop(&mut self) {
         let _ = Command::new("ip")
-            .args(["link", "del", "crlveth0"])
+            .args(["link", "del", self.host_link])
             .status();
         let _ = Command::new("ip")
             .args(["netns", "del", &self.name])

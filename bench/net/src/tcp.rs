@@ -14,7 +14,9 @@ use corral::Runtime;
 use corral::net::{TcpListener as CorralListener, TcpStream as CorralStream};
 use hdrhistogram::Histogram;
 
-use crate::setup::{Daemon, Namespace, TAP_ARGS, TAP_RUNTIME, VETH_PEER, as_remote_client, pin};
+use crate::setup::{
+    Daemon, Namespace, TAP_ARGS, TAP_RUNTIME, VETH_PEER, Wire, as_remote_client, pin,
+};
 use crate::{Args, Tails};
 
 const PORT: u16 = 7;
@@ -182,19 +184,26 @@ fn bulk<S: Read + Write>(mut stream: S, close_write: impl FnOnce(&S), seconds: f
     counted as f64 / start.elapsed().as_secs_f64()
 }
 
-/// Round trips to a Corral echo server behind the TAP device, and to a Linux one over veth.
-pub fn round_trip(args: &Args, binary: &Path) -> (Vec<Tails>, Vec<Tails>) {
+/// Round trips to a Linux echo server over veth, and to a Corral one behind each wire.
+pub fn round_trip(args: &Args, binary: &Path, wires: &[Wire]) -> (Vec<Tails>, Vec<Vec<Tails>>) {
     let linux = {
         let ns = Namespace::create();
         linux_server(&ns, args.server_cpu, Service::Echo);
         let server = SocketAddrV4::new(VETH_PEER, PORT);
         (0..args.reps).map(|_| round_trips(server, args)).collect()
     };
-    let daemon = Daemon::start(args, binary, &TAP_ARGS, "tcp-rr");
-    let rt = daemon.runtime("tcp-echo", TAP_RUNTIME, 1, true);
-    let server = SocketAddrV4::new(TAP_RUNTIME, PORT);
-    corral_server(&rt, server, Service::Echo);
-    let corral = (0..args.reps).map(|_| round_trips(server, args)).collect();
+    let corral = wires
+        .iter()
+        .map(|wire| {
+            let daemon = Daemon::start(args, binary, wire.nic_args, "tcp-rr");
+            let rt = daemon.runtime("tcp-echo", wire.runtime, 1, true);
+            let server = SocketAddrV4::new(wire.runtime, PORT);
+            corral_server(&rt, server, Service::Echo);
+            (0..args.reps)
+                .map(|_| wire.client(|| round_trips(server, args)))
+                .collect()
+        })
+        .collect();
     (linux, corral)
 }
 
@@ -219,25 +228,27 @@ pub fn connections(args: &Args, binary: &Path) -> (Vec<f64>, Vec<f64>) {
     (linux, corral)
 }
 
-/// Bulk throughput from a Linux sender: to a Linux sink over veth, and to a Corral sink behind
-/// the TAP device; bytes per second, `args.reps` runs of `seconds` each.
-pub fn bulk_linux_sender(args: &Args, binary: &Path, seconds: f64) -> (Vec<f64>, Vec<f64>) {
-    let linux = {
-        let ns = Namespace::create();
-        linux_server(&ns, args.server_cpu, Service::Sink);
-        let server = SocketAddrV4::new(VETH_PEER, PORT);
-        (0..args.reps)
-            .map(|_| bulk_from_linux(server, args.iokernel_cpu, seconds))
-            .collect()
-    };
-    let daemon = Daemon::start(args, binary, &TAP_ARGS, "tcp-bulk");
-    let rt = daemon.runtime("tcp-sink", TAP_RUNTIME, 1, true);
-    let server = SocketAddrV4::new(TAP_RUNTIME, PORT);
+/// Bulk TCP from a Linux sender to a Linux sink over veth, bytes per second per repetition.
+pub fn bulk_linux(args: &Args, seconds: f64) -> Vec<f64> {
+    let ns = Namespace::create();
+    linux_server(&ns, args.server_cpu, Service::Sink);
+    let server = SocketAddrV4::new(VETH_PEER, PORT);
+    (0..args.reps)
+        .map(|_| bulk_from_linux(server, args.iokernel_cpu, seconds))
+        .collect()
+}
+
+/// Bulk TCP from a Linux sender to a Corral sink behind `wire`, bytes per second per
+/// repetition.
+pub fn bulk_corral(args: &Args, binary: &Path, wire: &Wire, seconds: f64) -> Vec<f64> {
+    let daemon = Daemon::start(args, binary, wire.nic_args, "tcp-bulk");
+    let rt = daemon.runtime("tcp-sink", wire.runtime, 1, true);
+    let server = SocketAddrV4::new(wire.runtime, PORT);
     corral_server(&rt, server, Service::Sink);
-    let retrans_before = linux_retransmissions();
+    let retrans_before = wire.client(linux_retransmissions);
     let system = daemon.system_seconds();
     let corral = (0..args.reps)
-        .map(|_| bulk_from_linux(server, args.iokernel_cpu, seconds))
+        .map(|_| wire.client(|| bulk_from_linux(server, args.iokernel_cpu, seconds)))
         .collect();
     let system = daemon.system_seconds() - system;
     let c = rt
@@ -247,17 +258,19 @@ pub fn bulk_linux_sender(args: &Args, binary: &Path, seconds: f64) -> (Vec<f64>,
         .counters
         .conns;
     eprintln!(
-        "Corral sink: {} segments in, {} out, {} out of order, {} duplicate, {} drops; \
+        "Corral sink ({}): {} segments in, {} out, {} out of order, {} duplicate, {} drops; \
          Linux sender: {} retransmissions; iokerneld's system time {:.2} us per segment in",
+        wire.name,
         c.segments_in,
         c.segments_out,
         c.ooo_segments,
         c.duplicate_segments,
         c.drops.iter().sum::<u64>(),
-        linux_retransmissions().saturating_sub(retrans_before),
+        wire.client(linux_retransmissions)
+            .saturating_sub(retrans_before),
         system / c.segments_in.max(1) as f64 * 1e6
     );
-    (linux, corral)
+    corral
 }
 
 /// Memory per idle established connection: opens `args.samples` connections from a Linux
@@ -364,7 +377,7 @@ fn raise_file_limit(n: u64) {
 
 /// Segments Linux's TCP has retransmitted since boot (`/proc/net/snmp`).
 fn linux_retransmissions() -> u64 {
-    let snmp = std::fs::read_to_string("/proc/net/snmp").unwrap_or_default();
+    let snmp = std::fs::read_to_string("/proc/thread-self/net/snmp").unwrap_or_default();
     let mut tcp = snmp.lines().filter(|l| l.starts_with("Tcp:"));
     let (Some(names), Some(values)) = (tcp.next(), tcp.next()) else {
         return 0;

@@ -1,6 +1,6 @@
-//! UDP: echo round trips (Corral through the TAP device against Linux over veth) and one-way
-//! datagram rates (through the TAP device, and between two runtimes through iokerneld's local
-//! switch).
+//! UDP: echo round trips (Corral through the TAP device or XDP against Linux over veth) and
+//! one-way datagram rates (through the TAP device or XDP, between two runtimes through
+//! iokerneld's local switch, and into a bare AF_XDP socket as the XDP path's floor).
 
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
 use std::path::Path;
@@ -12,7 +12,11 @@ use corral::Runtime;
 use corral::net::UdpSocket as CorralUdp;
 use hdrhistogram::Histogram;
 
-use crate::setup::{Daemon, Namespace, TAP_ARGS, TAP_HOST, TAP_RUNTIME, VETH_HOST, VETH_PEER, pin};
+use corral_wire::MacAddr;
+use corral_wire::frame::Ipv4FrameSpec;
+use corral_xdp::testnet::UdpFlood;
+
+use crate::setup::{Daemon, Namespace, VETH_HOST, VETH_PEER, Wire, XDP_RUNTIME, pin};
 use crate::{Args, Tails};
 
 /// Closed-loop round trips from a socket bound to `local` to `server`.
@@ -47,11 +51,11 @@ fn client(local: Ipv4Addr, server: SocketAddrV4, args: &Args) -> Tails {
     })
 }
 
-/// Round trips to a Corral echo server behind the TAP device.
-pub fn corral_echo(args: &Args, binary: &Path) -> Vec<Tails> {
-    let daemon = Daemon::start(args, binary, &TAP_ARGS, "echo");
-    let rt = daemon.runtime("echo-bench", TAP_RUNTIME, 1, args.parked_gap_us == 0);
-    let server = SocketAddrV4::new(TAP_RUNTIME, 7);
+/// Round trips to a Corral echo server behind `wire`.
+pub fn corral_echo(args: &Args, binary: &Path, wire: &Wire) -> Vec<Tails> {
+    let daemon = Daemon::start(args, binary, wire.nic_args, "echo");
+    let rt = daemon.runtime("echo-bench", wire.runtime, 1, args.parked_gap_us == 0);
+    let server = SocketAddrV4::new(wire.runtime, 7);
     let _server = rt.spawn(move || {
         let socket = CorralUdp::bind(server).expect("bind the echo port");
         let mut buf = vec![0u8; 2048];
@@ -61,7 +65,7 @@ pub fn corral_echo(args: &Args, binary: &Path) -> Vec<Tails> {
         }
     });
     (0..args.reps)
-        .map(|_| client(TAP_HOST, server, args))
+        .map(|_| wire.client(|| client(wire.client, server, args)))
         .collect()
 }
 
@@ -97,13 +101,113 @@ fn start_sink(rt: &Runtime, addr: SocketAddrV4) -> Arc<AtomicU64> {
     count
 }
 
-/// Datagrams of `payload` bytes per second a Linux sender gets through the TAP device to a
-/// Corral receiver spinning on the managed core, and the rate it offered: flat out.
-pub fn tap_rate(args: &Args, binary: &Path, payload: usize, seconds: f64) -> (f64, f64) {
-    let daemon = Daemon::start(args, binary, &TAP_ARGS, "tap");
-    let rt = daemon.runtime("tap-sink", TAP_RUNTIME, 1, true);
-    let count = start_sink(&rt, SocketAddrV4::new(TAP_RUNTIME, 9));
-    tap_flood(args, &count, payload, seconds, None, false)
+/// Raw frames of `len` bytes (UDP to port 9, 16 flows) per second a Linux sender gets through
+/// `wire` to a Corral receiver spinning on the managed core: flat out (sharing iokerneld's
+/// CPU under the fair scheduler), and paced at each rate of a ladder (the sender at the remote
+/// client's priority, sleeping between batches); (flat-out received/s, sent/s, best paced
+/// received/s, its offered rate), and iokerneld's NIC system calls per received frame.
+pub fn wire_raw_rates(
+    args: &Args,
+    binary: &Path,
+    wire: &Wire,
+    len: usize,
+    seconds: f64,
+) -> ([f64; 4], Cost) {
+    let daemon = Daemon::start(args, binary, wire.nic_args, "rate");
+    let rt = daemon.runtime("rate-sink", wire.runtime, 1, true);
+    let count = start_sink(&rt, SocketAddrV4::new(wire.runtime, 9));
+    let spec = Ipv4FrameSpec {
+        src_mac: MacAddr([0x02, 0, 0, 0, 0, 0x02]),
+        dst_mac: corral::net::NetConfig::new(wire.runtime, 24).effective_mac(),
+        src_ip: wire.client,
+        dst_ip: wire.runtime,
+        ttl: 64,
+        ident: 0,
+        tos: 0,
+    };
+    let (frames_before, syscalls_before) = daemon.nic_rx_frames_and_syscalls();
+    let system_before = daemon.system_seconds();
+    let flat = wire.client(|| raw_flood(args, wire.sender_link, &spec, len, &count, seconds, None));
+    let paced = climb_ladder(|rate| {
+        wire.client(|| {
+            raw_flood(
+                args,
+                wire.sender_link,
+                &spec,
+                len,
+                &count,
+                seconds / 4.0,
+                Some(rate),
+            )
+        })
+    });
+    let (frames, syscalls) = daemon.nic_rx_frames_and_syscalls();
+    let frames = (frames - frames_before).max(1) as f64;
+    let per_frame = Cost {
+        syscalls: (syscalls - syscalls_before) as f64 / frames,
+        system_us: Some((daemon.system_seconds() - system_before) / frames * 1e6),
+    };
+    ([flat.0, flat.1, paced.0, paced.1], per_frame)
+}
+
+/// What a receiver spent per frame received.
+pub struct Cost {
+    /// NIC system calls.
+    pub syscalls: f64,
+    /// iokerneld's CPU time in the kernel, microseconds (which includes softirq work that
+    /// happened to run while it was on its CPU).
+    pub system_us: Option<f64>,
+}
+
+/// Sends `len`-byte raw frames as `spec` says on `link` (in the calling thread's namespace)
+/// for `seconds`: flat out, or paced at `rate` frames a second; the receiver counts into
+/// `count`. Returns the rates received and sent.
+fn raw_flood(
+    args: &Args,
+    link: &str,
+    spec: &Ipv4FrameSpec,
+    len: usize,
+    count: &AtomicU64,
+    seconds: f64,
+    rate: Option<f64>,
+) -> (f64, f64) {
+    let mut flood = UdpFlood::new(link, spec, len, 20_000, 16, 9)
+        .unwrap_or_else(|e| panic!("a raw sender on {link}: {e}"));
+    // What was in flight from the last run lands before counting starts.
+    std::thread::sleep(Duration::from_millis(100));
+    let before = count.load(Ordering::Relaxed);
+    let batch = UdpFlood::BATCH as u64;
+    let mut send = move || {
+        let start = Instant::now();
+        let (mut sent, mut batches) = (0u64, 0u64);
+        while start.elapsed().as_secs_f64() < seconds {
+            if let Some(rate) = rate {
+                let due = Duration::from_secs_f64((batches * batch) as f64 / rate);
+                let wait = due.saturating_sub(start.elapsed());
+                std::thread::sleep(wait.max(Duration::from_micros(1)));
+            }
+            sent += flood.send_batch() as u64;
+            batches += 1;
+        }
+        (sent, start.elapsed().as_secs_f64())
+    };
+    let cpu = args.rate_sender_cpu.unwrap_or(args.iokernel_cpu);
+    let (sent, elapsed) = if rate.is_some() {
+        crate::setup::as_remote_client(cpu, send)
+    } else {
+        std::thread::scope(|scope| {
+            scope
+                .spawn(move || {
+                    pin(cpu);
+                    send()
+                })
+                .join()
+                .unwrap()
+        })
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    let received = count.load(Ordering::Relaxed) - before;
+    (received as f64 / elapsed, sent as f64 / elapsed)
 }
 
 /// A ceiling's ladder climbs in steps of 25,000 datagrams per second up to 600,000; past that,
@@ -141,21 +245,39 @@ fn climb_ladder(mut flood: impl FnMut(f64) -> (f64, f64)) -> (f64, f64) {
     best
 }
 
-/// The most datagrams of `payload` bytes per second the TAP path delivers to a Corral receiver
-/// at any offered rate. A sender flat out on iokerneld's CPU takes that CPU from iokerneld
+/// The most datagrams of `payload` bytes per second `wire` delivers to a Corral receiver at
+/// any offered rate. A sender flat out on iokerneld's CPU takes that CPU from iokerneld
 /// (there is no third one), so the most is found by pacing: the sender sleeps between bursts
 /// and offers each rate of a ladder in turn. Each burst is one segmented send, so that the
 /// sender's cost per frame is close to a TCP sender's. Returns the best received rate and the
 /// offered rate that gave it.
-pub fn tap_ceiling(args: &Args, binary: &Path, payload: usize, seconds: f64) -> (f64, f64) {
-    let daemon = Daemon::start(args, binary, &TAP_ARGS, "tap");
-    let rt = daemon.runtime("tap-sink", TAP_RUNTIME, 1, true);
-    let count = start_sink(&rt, SocketAddrV4::new(TAP_RUNTIME, 9));
+pub fn wire_ceiling(
+    args: &Args,
+    binary: &Path,
+    wire: &Wire,
+    payload: usize,
+    seconds: f64,
+) -> (f64, f64) {
+    let daemon = Daemon::start(args, binary, wire.nic_args, "ceiling");
+    let rt = daemon.runtime("ceiling-sink", wire.runtime, 1, true);
+    let to = SocketAddrV4::new(wire.runtime, 9);
+    let count = start_sink(&rt, to);
     let mut best_received = 0.0;
     let mut best_system = 0.0;
     let best = climb_ladder(|rate| {
         let system = daemon.system_seconds();
-        let got = tap_flood(args, &count, payload, seconds, Some(rate), true);
+        let got = wire.client(|| {
+            flood(
+                args,
+                wire.client,
+                to,
+                &count,
+                payload,
+                seconds,
+                Some(rate),
+                true,
+            )
+        });
         if got.0 > best_received {
             best_received = got.0;
             best_system = (daemon.system_seconds() - system) / (got.0 * seconds) * 1e6;
@@ -163,18 +285,77 @@ pub fn tap_ceiling(args: &Args, binary: &Path, payload: usize, seconds: f64) -> 
         got
     });
     eprintln!(
-        "TAP ceiling: {:.0} frames/s received of {:.0} offered; iokerneld's system time {:.2} us \
+        "{} ceiling: {:.0} frames/s received of {:.0} offered; iokerneld's system time {:.2} us \
          per frame",
-        best.0, best.1, best_system
+        wire.name, best.0, best.1, best_system
     );
     best
 }
 
-/// Floods the sink on port 9 that counts into `count`, through the TAP device, for `seconds`:
-/// flat out, or paced at `rate` datagrams per second (bursts of 16 with sleeps between them);
-/// `segmented`: each burst one send, segmented by the kernel.
-fn tap_flood(
+/// The XDP path's floor: the same raw floods from the same namespace (flat out, and the
+/// ladder of paced rates), into a bare AF_XDP socket on the same interface, in the same mode,
+/// polled by a thread on iokerneld's CPU that counts each frame and gives it back: what
+/// AF_XDP itself delivers here, with no switch, no runtime and no copy behind it. Returns as
+/// [`wire_raw_rates`] does, with the socket's system calls per frame.
+pub fn xdp_floor(args: &Args, len: usize, seconds: f64) -> ([f64; 4], Cost) {
+    let wire = Wire::xdp();
+    let mut port = corral_xdp::Port::open("crlxdp0", &corral_xdp::PortConfig::default())
+        .unwrap_or_else(|e| panic!("the AF_XDP floor: {e}"));
+    port.register(XDP_RUNTIME)
+        .expect("register the receiver's address");
+    let count = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (c, s, cpu) = (count.clone(), stop.clone(), args.iokernel_cpu);
+    let receiver = std::thread::spawn(move || {
+        pin(cpu);
+        while !s.load(Ordering::Relaxed) {
+            for socket in port.sockets_mut() {
+                let n = socket.recv_burst(32, |_| corral_xdp::Verdict::Release);
+                c.fetch_add(n as u64, Ordering::Relaxed);
+            }
+        }
+        port.counters()
+    });
+    let spec = Ipv4FrameSpec {
+        src_mac: MacAddr([0x02, 0, 0, 0, 0, 0x02]),
+        dst_mac: corral::net::NetConfig::new(XDP_RUNTIME, 24).effective_mac(),
+        src_ip: wire.client,
+        dst_ip: XDP_RUNTIME,
+        ttl: 64,
+        ident: 0,
+        tos: 0,
+    };
+    let flat = wire.client(|| raw_flood(args, wire.sender_link, &spec, len, &count, seconds, None));
+    let paced = climb_ladder(|rate| {
+        wire.client(|| {
+            raw_flood(
+                args,
+                wire.sender_link,
+                &spec,
+                len,
+                &count,
+                seconds / 4.0,
+                Some(rate),
+            )
+        })
+    });
+    stop.store(true, Ordering::Relaxed);
+    let counters = receiver.join().expect("the floor's receiver");
+    let per_frame = Cost {
+        syscalls: counters.syscalls() as f64 / counters.rx_frames.max(1) as f64,
+        system_us: None,
+    };
+    ([flat.0, flat.1, paced.0, paced.1], per_frame)
+}
+
+/// Floods `to`, whose receiver counts into `count`, from `from` for `seconds`: flat out, or
+/// paced at `rate` datagrams per second (bursts of 16 with sleeps between them); `segmented`:
+/// each burst one send, segmented by the kernel.
+#[allow(clippy::too_many_arguments, reason = "one flood's whole description")]
+fn flood(
     args: &Args,
+    from: Ipv4Addr,
+    to: SocketAddrV4,
     count: &AtomicU64,
     payload: usize,
     seconds: f64,
@@ -182,9 +363,8 @@ fn tap_flood(
     segmented: bool,
 ) -> (f64, f64) {
     const BURST: u64 = 16;
-    let to = SocketAddrV4::new(TAP_RUNTIME, 9);
     // Let ARP settle before timing.
-    let sender = UdpSocket::bind((TAP_HOST, 0)).unwrap();
+    let sender = UdpSocket::bind((from, 0)).unwrap();
     if segmented {
         // UDP generic segmentation: one send of a burst, cut into `payload`-byte datagrams
         // below the socket layer, as TCP's segmentation offload cuts a large write.

@@ -28,15 +28,14 @@
 //! frames: about 2.5 ms at 0.8 Mpps); each run prints its longest stall.
 
 use std::net::{Ipv4Addr, UdpSocket};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
+use corral_wire::MacAddr;
 use corral_wire::frame::{Ipv4FrameSpec, UDP_PAYLOAD_OFFSET};
-use corral_wire::{MacAddr, UdpHeader};
-use corral_xdp::testnet::VethPair;
+use corral_xdp::testnet::{UdpFlood, VethPair};
 use corral_xdp::{AttachMode, Counters, Port, PortConfig, SocketConfig, Verdict};
 
 #[derive(Parser, Debug)]
@@ -112,8 +111,6 @@ enum Mode {
 const FLOWS: u16 = 16;
 const FIRST_PORT: u16 = 20_000;
 const DST_PORT: u16 = 9;
-/// Frames per `sendmmsg`.
-const SEND_BATCH: usize = 64;
 
 /// One run's figures, per second over the measured window.
 #[derive(Clone, Copy, Debug, Default)]
@@ -429,108 +426,12 @@ fn reflect(frame: &mut [u8]) {
 /// From inside the namespace: sends `len`-byte UDP frames on `interface` until `stop`;
 /// returns how many went and over how many seconds.
 fn flood(interface: &str, spec: &Ipv4FrameSpec, len: usize, stop: &AtomicBool) -> (u64, f64) {
-    let payload = vec![0x5a; len - UDP_PAYLOAD_OFFSET];
-    let mut frames: Vec<Vec<u8>> = (0..SEND_BATCH)
-        .map(|i| {
-            let mut buf = vec![0u8; len];
-            let ports = UdpHeader {
-                src_port: FIRST_PORT + (i as u16 % FLOWS),
-                dst_port: DST_PORT,
-            };
-            let n = spec
-                .build_udp(&mut buf, ports, &payload)
-                .expect("a UDP frame");
-            assert_eq!(n, len);
-            buf
-        })
-        .collect();
-    let sock = packet_socket(interface);
-    let mut iovs: Vec<libc::iovec> = frames
-        .iter_mut()
-        .map(|f| libc::iovec {
-            iov_base: f.as_mut_ptr().cast(),
-            iov_len: f.len(),
-        })
-        .collect();
-    let mut msgs: Vec<libc::mmsghdr> = iovs
-        .iter_mut()
-        .map(|iov| {
-            // SAFETY: an all-zero mmsghdr is valid (null name and control, no flags).
-            let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
-            m.msg_hdr.msg_iov = iov;
-            m.msg_hdr.msg_iovlen = 1;
-            m
-        })
-        .collect();
+    let mut flood = UdpFlood::new(interface, spec, len, FIRST_PORT, FLOWS, DST_PORT)
+        .expect("a raw socket on the namespace's end");
     let start = Instant::now();
     let mut sent = 0u64;
     while !stop.load(Ordering::Relaxed) {
-        // SAFETY: `msgs` holds SEND_BATCH headers whose iovecs point into `frames`, all alive
-        // and unmoved for the call; the socket is open.
-        let n = unsafe {
-            libc::sendmmsg(
-                sock.as_raw_fd(),
-                msgs.as_mut_ptr(),
-                SEND_BATCH as libc::c_uint,
-                0,
-            )
-        };
-        if n > 0 {
-            sent += n as u64;
-        }
+        sent += flood.send_batch() as u64;
     }
     (sent, start.elapsed().as_secs_f64())
-}
-
-/// A raw `AF_PACKET` socket that sends on `interface`, past the queueing discipline, and
-/// receives nothing (protocol 0).
-fn packet_socket(interface: &str) -> OwnedFd {
-    // SAFETY: socket() with constant arguments.
-    let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
-    assert!(
-        fd >= 0,
-        "AF_PACKET socket: {}",
-        std::io::Error::last_os_error()
-    );
-    // SAFETY: `fd` is a new socket owned by nothing else.
-    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
-    let one: libc::c_int = 1;
-    // SAFETY: setsockopt on an open socket with a pointer to a live int and its size.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_PACKET,
-            libc::PACKET_QDISC_BYPASS,
-            (&one as *const libc::c_int).cast(),
-            size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    assert_eq!(
-        rc,
-        0,
-        "PACKET_QDISC_BYPASS: {}",
-        std::io::Error::last_os_error()
-    );
-    let ifindex = corral_xdp::Interface::by_name(interface)
-        .expect("the namespace's end")
-        .index();
-    // SAFETY: an all-zero sockaddr_ll is valid; the fields that matter are set below.
-    let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-    addr.sll_family = libc::AF_PACKET as u16;
-    addr.sll_ifindex = ifindex as i32;
-    // SAFETY: bind with a pointer to a live sockaddr_ll and its size.
-    let rc = unsafe {
-        libc::bind(
-            fd,
-            (&addr as *const libc::sockaddr_ll).cast(),
-            size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-        )
-    };
-    assert_eq!(
-        rc,
-        0,
-        "bind to {interface}: {}",
-        std::io::Error::last_os_error()
-    );
-    sock
 }

@@ -9,7 +9,7 @@
 
 use std::io;
 use std::net::Ipv4Addr;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -264,4 +264,124 @@ impl Drop for VethPair {
         run_quietly(&["ip", "link", "del", &self.host]);
         run_quietly(&["ip", "netns", "del", &self.namespace]);
     }
+}
+
+/// A flood of UDP frames out of one interface (of the calling thread's namespace): a raw
+/// `AF_PACKET` socket past the queueing discipline, [`UdpFlood::BATCH`] prebuilt frames a
+/// `sendmmsg`, from `flows` source ports so that a multi-queue receiver spreads them. A
+/// cheaper sender per frame than a UDP socket, so that what it feeds, not it, sets the rate.
+pub struct UdpFlood {
+    socket: OwnedFd,
+    frames: Vec<Vec<u8>>,
+}
+
+impl UdpFlood {
+    /// Frames per [`UdpFlood::send_batch`].
+    pub const BATCH: usize = 64;
+
+    /// `len`-byte frames (at least 42) as `spec` describes them, to UDP port `dst_port` from
+    /// ports `first_port..first_port + flows`.
+    pub fn new(
+        interface: &str,
+        spec: &corral_wire::frame::Ipv4FrameSpec,
+        len: usize,
+        first_port: u16,
+        flows: u16,
+        dst_port: u16,
+    ) -> io::Result<UdpFlood> {
+        let offset = corral_wire::frame::UDP_PAYLOAD_OFFSET;
+        if len < offset || flows == 0 {
+            return Err(io::Error::other(format!(
+                "frames of {len} bytes from {flows} flows: at least {offset} bytes and one flow"
+            )));
+        }
+        let payload = vec![0x5a; len - offset];
+        let frames = (0..Self::BATCH)
+            .map(|i| {
+                let mut buf = vec![0u8; len];
+                let ports = corral_wire::UdpHeader {
+                    src_port: first_port + (i as u16 % flows),
+                    dst_port,
+                };
+                spec.build_udp(&mut buf, ports, &payload)
+                    .map_err(|e| io::Error::other(format!("building a frame: {e:?}")))?;
+                Ok(buf)
+            })
+            .collect::<io::Result<Vec<_>>>()?;
+        Ok(UdpFlood {
+            socket: packet_socket(interface)?,
+            frames,
+        })
+    }
+
+    /// Sends the batch once (one `sendmmsg`); how many frames went.
+    pub fn send_batch(&mut self) -> usize {
+        let mut iovs: [libc::iovec; Self::BATCH] = std::array::from_fn(|i| libc::iovec {
+            iov_base: self.frames[i].as_mut_ptr().cast(),
+            iov_len: self.frames[i].len(),
+        });
+        let mut msgs: [libc::mmsghdr; Self::BATCH] = std::array::from_fn(|i| {
+            // SAFETY: an all-zero mmsghdr is valid (null name and control, no flags).
+            let mut m: libc::mmsghdr = unsafe { std::mem::zeroed() };
+            m.msg_hdr.msg_iov = &raw mut iovs[i];
+            m.msg_hdr.msg_iovlen = 1;
+            m
+        });
+        // SAFETY: `msgs` holds BATCH headers whose iovecs point into `self.frames`, all alive
+        // and unmoved for the call; the socket is open.
+        let n = unsafe {
+            libc::sendmmsg(
+                self.socket.as_raw_fd(),
+                msgs.as_mut_ptr(),
+                Self::BATCH as libc::c_uint,
+                0,
+            )
+        };
+        n.max(0) as usize
+    }
+}
+
+/// A raw `AF_PACKET` socket that sends on `interface`, past the queueing discipline, and
+/// receives nothing (protocol 0).
+fn packet_socket(interface: &str) -> io::Result<OwnedFd> {
+    // SAFETY: socket() with constant arguments.
+    let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a new socket owned by nothing else.
+    let socket = unsafe { OwnedFd::from_raw_fd(fd) };
+    let one: libc::c_int = 1;
+    // SAFETY: setsockopt on an open socket with a pointer to a live int and its size.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_PACKET,
+            libc::PACKET_QDISC_BYPASS,
+            (&raw const one).cast(),
+            size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let ifindex = crate::Interface::by_name(interface)
+        .map_err(io::Error::from)?
+        .index();
+    // SAFETY: an all-zero sockaddr_ll is valid; the fields that matter are set below.
+    let mut addr: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    addr.sll_family = libc::AF_PACKET as u16;
+    addr.sll_ifindex = ifindex as i32;
+    // SAFETY: bind with a pointer to a live sockaddr_ll and its size.
+    let rc = unsafe {
+        libc::bind(
+            fd,
+            (&raw const addr).cast(),
+            size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(socket)
 }
