@@ -116,38 +116,45 @@ pub fn wire_raw_rates(
     let daemon = Daemon::start(args, binary, wire.nic_args, "rate");
     let rt = daemon.runtime("rate-sink", wire.runtime, 1, true);
     let count = start_sink(&rt, SocketAddrV4::new(wire.runtime, 9));
-    let spec = Ipv4FrameSpec {
-        src_mac: MacAddr([0x02, 0, 0, 0, 0, 0x02]),
-        dst_mac: corral::net::NetConfig::new(wire.runtime, 24).effective_mac(),
-        src_ip: wire.client,
-        dst_ip: wire.runtime,
-        ttl: 64,
-        ident: 0,
-        tos: 0,
-    };
     let (frames_before, syscalls_before) = daemon.nic_rx_frames_and_syscalls();
     let system_before = daemon.system_seconds();
-    let flat = wire.client(|| raw_flood(args, wire.sender_link, &spec, len, &count, seconds, None));
-    let paced = climb_ladder(|rate| {
-        wire.client(|| {
-            raw_flood(
-                args,
-                wire.sender_link,
-                &spec,
-                len,
-                &count,
-                seconds / 4.0,
-                Some(rate),
-            )
-        })
-    });
+    let rates = raw_rates(args, wire, wire.runtime, len, &count, seconds);
     let (frames, syscalls) = daemon.nic_rx_frames_and_syscalls();
     let frames = (frames - frames_before).max(1) as f64;
     let per_frame = Cost {
         syscalls: (syscalls - syscalls_before) as f64 / frames,
         system_us: Some((daemon.system_seconds() - system_before) / frames * 1e6),
     };
-    ([flat.0, flat.1, paced.0, paced.1], per_frame)
+    (rates, per_frame)
+}
+
+/// Raw floods of `len`-byte frames from `wire`'s client to `to`'s port 9, whose receiver
+/// counts into `count`: flat out for `seconds`, then the ladder of paced rates, a quarter of
+/// `seconds` each. Returns flat-out received/s and sent/s, and the best paced received/s with
+/// its offered rate.
+fn raw_rates(
+    args: &Args,
+    wire: &Wire,
+    to: Ipv4Addr,
+    len: usize,
+    count: &AtomicU64,
+    seconds: f64,
+) -> [f64; 4] {
+    let spec = Ipv4FrameSpec {
+        src_mac: MacAddr([0x02, 0, 0, 0, 0, 0x02]),
+        dst_mac: corral::net::NetConfig::new(to, 24).effective_mac(),
+        src_ip: wire.client,
+        dst_ip: to,
+        ttl: 64,
+        ident: 0,
+        tos: 0,
+    };
+    let link = wire.sender_link;
+    let flat = wire.client(|| raw_flood(args, link, &spec, len, count, seconds, None));
+    let paced = climb_ladder(|rate| {
+        wire.client(|| raw_flood(args, link, &spec, len, count, seconds / 4.0, Some(rate)))
+    });
+    [flat.0, flat.1, paced.0, paced.1]
 }
 
 /// What a receiver spent per frame received.
@@ -316,36 +323,14 @@ pub fn xdp_floor(args: &Args, len: usize, seconds: f64) -> ([f64; 4], Cost) {
         }
         port.counters()
     });
-    let spec = Ipv4FrameSpec {
-        src_mac: MacAddr([0x02, 0, 0, 0, 0, 0x02]),
-        dst_mac: corral::net::NetConfig::new(XDP_RUNTIME, 24).effective_mac(),
-        src_ip: wire.client,
-        dst_ip: XDP_RUNTIME,
-        ttl: 64,
-        ident: 0,
-        tos: 0,
-    };
-    let flat = wire.client(|| raw_flood(args, wire.sender_link, &spec, len, &count, seconds, None));
-    let paced = climb_ladder(|rate| {
-        wire.client(|| {
-            raw_flood(
-                args,
-                wire.sender_link,
-                &spec,
-                len,
-                &count,
-                seconds / 4.0,
-                Some(rate),
-            )
-        })
-    });
+    let rates = raw_rates(args, &wire, XDP_RUNTIME, len, &count, seconds);
     stop.store(true, Ordering::Relaxed);
     let counters = receiver.join().expect("the floor's receiver");
     let per_frame = Cost {
         syscalls: counters.syscalls() as f64 / counters.rx_frames.max(1) as f64,
         system_us: None,
     };
-    ([flat.0, flat.1, paced.0, paced.1], per_frame)
+    (rates, per_frame)
 }
 
 /// Floods `to`, whose receiver counts into `count`, from `from` for `seconds`: flat out, or
