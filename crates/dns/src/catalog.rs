@@ -127,13 +127,15 @@ impl Catalog {
         let w = Writer::new(out, usize::from(u16::MAX));
         let opcode_bits = h.flags & 0x7800;
         let mut orig = [0u8; MAX_NAME];
+        if h.opcode() != opcode::QUERY {
+            // The query's flags come back (AD aside, which only a validator may set), as
+            // NSD sends them.
+            return error(w, h.id, h.flags & !flag::AD, rcode::NOTIMP);
+        }
         let Some((qlen, qtype, qclass, qend)) = read_question(msg, &mut orig) else {
             return error(w, h.id, (h.flags & flag::RD) | opcode_bits, rcode::FORMERR);
         };
-        if h.opcode() != opcode::QUERY {
-            return error(w, h.id, h.flags, rcode::NOTIMP);
-        }
-        if h.qdcount != 1 || h.has(flag::TC) {
+        if h.qdcount != 1 {
             return error(w, h.id, opcode_bits, rcode::FORMERR);
         }
         if h.ancount != 0 || h.nscount != 0 {
@@ -149,24 +151,6 @@ impl Catalog {
             },
             _ => return error(w, h.id, (h.flags & flag::RD) | opcode_bits, rcode::FORMERR),
         };
-        if let Some(e) = edns
-            && e.version != 0
-        {
-            // BADVERS is RCODE 16: the upper bits travel in the OPT record.
-            let (len, _) = error(w, h.id, h.flags, rcode::NOERROR);
-            let mut w = Writer::new(out, usize::from(u16::MAX));
-            w.rollback_to_len(len);
-            let ok = write_opt(&mut w, 1, e.dnssec_ok, None).is_ok();
-            debug_assert!(ok);
-            set_count(&mut w, 10, 1);
-            return (
-                w.len(),
-                Outcome::Answered {
-                    rcode: 16,
-                    truncated: false,
-                },
-            );
-        }
         let maxlen = match (transport, edns) {
             (Transport::Tcp, _) => usize::from(u16::MAX),
             (Transport::Udp, Some(e)) if e.payload > UDP_MIN_PAYLOAD => {
@@ -175,6 +159,19 @@ impl Catalog {
             (Transport::Udp, _) => usize::from(UDP_MIN_PAYLOAD),
         };
         let flags = flag::QR | (h.flags & flag::RD) | opcode_bits;
+        if let Some(e) = edns
+            && e.version != 0
+        {
+            // The DO bit of a version this server does not speak means nothing to it.
+            let plain = Some(Edns {
+                dnssec_ok: false,
+                ..e
+            });
+            let mut a = Answer::start(w, &orig[..qlen], qtype, qclass, maxlen, plain);
+            a.ext_rcode = 1;
+            // Refused before the query is read as one, so CD stays as NSD leaves it.
+            return a.finish(h.id, flags | (h.flags & flag::CD));
+        }
         if qclass != class::IN && qclass != class::ANY {
             if qclass == class::CH {
                 let mut a = Answer::start(w, &orig[..qlen], qtype, qclass, maxlen, edns);
@@ -218,7 +215,7 @@ impl Catalog {
                     a.aa = cnames > 0;
                     let cut_owner = &own[at..];
                     let ns = node.get(rtype::NS).expect("a cut has NS");
-                    a.add(Section::Authority, cut_owner, ns, ns.ttl);
+                    a.add(Section::Authority, cut_owner, ns, None);
                     for t in [rtype::A, rtype::AAAA] {
                         for target in ns.rdatas.iter() {
                             let mut tl = [0u8; MAX_NAME];
@@ -226,7 +223,7 @@ impl Catalog {
                             name::lowercase_in_place(&mut tl[..target.len()]);
                             if let Some(set) = zone.node(&tl[..target.len()]).and_then(|n| n.get(t))
                             {
-                                a.add(Section::Additional, target, set, set.ttl);
+                                a.add(Section::Additional, target, set, None);
                             }
                         }
                     }
@@ -239,7 +236,7 @@ impl Catalog {
                         node.get(a.qtype)
                     };
                     if let Some(set) = rrset {
-                        a.add(Section::Answer, own, set, set.ttl);
+                        a.add(Section::Answer, own, set, None);
                         return;
                     }
                     let Some(cname) = node.get(rtype::CNAME) else {
@@ -252,7 +249,7 @@ impl Catalog {
                     }
                     seen[cnames] = key;
                     cnames += 1;
-                    if !a.add(Section::Answer, own, cname, cname.ttl) {
+                    if !a.add(Section::Answer, own, cname, None) {
                         return;
                     }
                     let target = &cname.rdatas[0];
@@ -450,6 +447,9 @@ struct Answer<'w> {
     aa: bool,
     tc: bool,
     rcode: u8,
+    /// The upper eight bits of a 12-bit RCODE, which travel in the OPT record (1 with a
+    /// header RCODE of 0 is BADVERS).
+    ext_rcode: u8,
     ede: Option<u16>,
 }
 
@@ -483,20 +483,26 @@ impl<'w> Answer<'w> {
             aa: false,
             tc: false,
             rcode: rcode::NOERROR,
+            ext_rcode: 0,
             ede: None,
         }
     }
 
     /// Adds a whole record set, or none of it. An answer or authority set that does not fit
     /// truncates the response (TC) and ends it; an additional one is left out quietly, as
-    /// RFC 2181 section 9 allows. Returns whether it was added.
-    fn add(&mut self, s: Section, owner: &[u8], set: &RRset, ttl: u32) -> bool {
+    /// RFC 2181 section 9 allows. `ttl` replaces the records' own TTLs. Returns whether it was
+    /// added.
+    fn add(&mut self, s: Section, owner: &[u8], set: &RRset, ttl: Option<u32>) -> bool {
         if self.tc {
             return false;
         }
         let m = self.w.mark();
-        for d in set.rdatas.iter() {
-            if self.w.record(owner, set.rtype, ttl, d).is_err() {
+        for (d, &own_ttl) in set.rdatas.iter().zip(&set.ttls) {
+            if self
+                .w
+                .record(owner, set.rtype, ttl.unwrap_or(own_ttl), d)
+                .is_err()
+            {
                 self.w.rollback(m);
                 if s != Section::Additional {
                     self.tc = true;
@@ -519,7 +525,7 @@ impl<'w> Answer<'w> {
                 Section::Authority,
                 zone.origin().wire(),
                 zone.soa(),
-                zone.negative_ttl(),
+                Some(zone.negative_ttl()),
             );
         }
     }
@@ -535,7 +541,7 @@ impl<'w> Answer<'w> {
         self.w.set_limit(self.maxlen);
         let mut arcount = self.counts[2];
         if let Some(e) = self.edns {
-            let ok = write_opt(&mut self.w, 0, e.dnssec_ok, self.ede).is_ok();
+            let ok = write_opt(&mut self.w, self.ext_rcode, e.dnssec_ok, self.ede).is_ok();
             debug_assert!(ok, "the OPT record has its reserve");
             arcount += 1;
         }
@@ -551,7 +557,7 @@ impl<'w> Answer<'w> {
         (
             self.w.len(),
             Outcome::Answered {
-                rcode: u16::from(self.rcode),
+                rcode: (u16::from(self.ext_rcode) << 4) | u16::from(self.rcode),
                 truncated: self.tc,
             },
         )

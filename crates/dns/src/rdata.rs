@@ -124,7 +124,7 @@ fn generic(fields: &[(&str, bool)]) -> Result<Vec<u8>, String> {
     let (len, hex) = fields.split_first().ok_or("\\# without a length")?;
     let len: usize = int(len.0, "length")?;
     let hex: String = hex.iter().map(|f| f.0).collect();
-    if hex.len() % 2 != 0 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+    if !hex.len().is_multiple_of(2) || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(format!("bad hex {hex:?}"));
     }
     let data: Vec<u8> = (0..hex.len())

@@ -30,12 +30,15 @@ impl fmt::Display for ZoneError {
 
 impl std::error::Error for ZoneError {}
 
-/// The records of one name and type. The TTL is the first record's, as RFC 2181 section 5.2
-/// asks that they agree.
+/// The records of one name and type. RFC 2181 section 5.2 asks that their TTLs agree; where
+/// a file gives them different ones, each record keeps its own, as NSD serves them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RRset {
     pub rtype: u16,
+    /// The first record's TTL.
     pub ttl: u32,
+    /// Each record's TTL, in the order of `rdatas`.
+    pub ttls: Vec<u32>,
     /// Each record's data in wire form, names uncompressed.
     pub rdatas: Vec<Box<[u8]>>,
 }
@@ -445,8 +448,10 @@ fn build(path: &Path, origin: Option<Name>, records: Vec<Parsed>) -> Result<Zone
     };
     let mut nodes: HashMap<Box<[u8]>, Node, crate::hash::BuildFxHasher> = HashMap::default();
     let mut soa_count = 0;
-    // Where each name's CNAME or other data was first given, for the conflict message.
-    let mut first_line: HashMap<(Box<[u8]>, bool), (PathBuf, usize)> = HashMap::new();
+    // Where each name's CNAME (true) or other data (false) was first given, for the
+    // conflict message.
+    type Key = (Box<[u8]>, bool);
+    let mut first_line: HashMap<Key, (PathBuf, usize)> = HashMap::new();
     for r in &records {
         let here = |reason: String| err(&r.file, r.line, reason);
         if !r.owner.is_below_or_at(&origin) {
@@ -498,11 +503,13 @@ fn build(path: &Path, origin: Option<Name>, records: Vec<Parsed>) -> Result<Zone
                 }
                 if !set.rdatas.iter().any(|d| **d == r.rdata[..]) {
                     set.rdatas.push(r.rdata.clone().into());
+                    set.ttls.push(r.ttl);
                 }
             }
             None => node.rrsets.push(RRset {
                 rtype: r.rtype,
                 ttl: r.ttl,
+                ttls: vec![r.ttl],
                 rdatas: vec![r.rdata.clone().into()],
             }),
         }
