@@ -196,7 +196,12 @@ fn malformed(r: &mut Rng, id: u16) -> Vec<u8> {
     match r.below(12) {
         0 => {
             let len = r.below(40) as usize;
-            (0..len).map(|_| r.next() as u8).collect()
+            let mut m: Vec<u8> = (0..len).map(|_| r.next() as u8).collect();
+            // NOTIFY is left out (see above): its opcode becomes QUERY.
+            if m.len() > 2 && (m[2] >> 3) & 0xf == 4 {
+                m[2] &= !0x78;
+            }
+            m
         }
         1 => {
             let cut = r.below(q.len() as u64) as usize;

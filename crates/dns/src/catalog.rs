@@ -127,14 +127,17 @@ impl Catalog {
         let w = Writer::new(out, usize::from(u16::MAX));
         let opcode_bits = h.flags & 0x7800;
         let mut orig = [0u8; MAX_NAME];
-        if h.opcode() != opcode::QUERY {
-            // The query's flags come back (AD aside, which only a validator may set), as
-            // NSD sends them.
+        // The query's flags come back with NOTIMP (AD aside, which only a validator may set),
+        // as NSD sends them. A NOTIFY's question is read first, as a secondary server would.
+        if h.opcode() != opcode::QUERY && h.opcode() != opcode::NOTIFY {
             return error(w, h.id, h.flags & !flag::AD, rcode::NOTIMP);
         }
         let Some((qlen, qtype, qclass, qend)) = read_question(msg, &mut orig) else {
             return error(w, h.id, (h.flags & flag::RD) | opcode_bits, rcode::FORMERR);
         };
+        if h.opcode() == opcode::NOTIFY {
+            return error(w, h.id, h.flags & !flag::AD, rcode::NOTIMP);
+        }
         if h.qdcount != 1 {
             return error(w, h.id, opcode_bits, rcode::FORMERR);
         }
@@ -169,8 +172,9 @@ impl Catalog {
             });
             let mut a = Answer::start(w, &orig[..qlen], qtype, qclass, maxlen, plain);
             a.ext_rcode = 1;
-            // Refused before the query is read as one, so CD stays as NSD leaves it.
-            return a.finish(h.id, flags | (h.flags & flag::CD));
+            // Refused before the query is read as one: its flags come back as they came
+            // (AD aside, and the RCODE bits replaced), as NSD sends them.
+            return a.finish(h.id, (h.flags & !flag::AD & !0xf) | flag::QR);
         }
         if qclass != class::IN && qclass != class::ANY {
             if qclass == class::CH {
@@ -216,17 +220,7 @@ impl Catalog {
                     let cut_owner = &own[at..];
                     let ns = node.get(rtype::NS).expect("a cut has NS");
                     a.add(Section::Authority, cut_owner, ns, None);
-                    for t in [rtype::A, rtype::AAAA] {
-                        for target in ns.rdatas.iter() {
-                            let mut tl = [0u8; MAX_NAME];
-                            tl[..target.len()].copy_from_slice(target);
-                            name::lowercase_in_place(&mut tl[..target.len()]);
-                            if let Some(set) = zone.node(&tl[..target.len()]).and_then(|n| n.get(t))
-                            {
-                                a.add(Section::Additional, target, set, None);
-                            }
-                        }
-                    }
+                    a.addresses_of(zone, ns);
                     return;
                 }
                 Found::Node(node) => {
@@ -236,7 +230,11 @@ impl Catalog {
                         node.get(a.qtype)
                     };
                     if let Some(set) = rrset {
-                        a.add(Section::Answer, own, set, None);
+                        // Addresses of name servers go along even in minimal responses, as
+                        // NSD sends them: a resolver needs them next.
+                        if a.add(Section::Answer, own, set, None) && set.rtype == rtype::NS {
+                            a.addresses_of(zone, set);
+                        }
                         return;
                     }
                     let Some(cname) = node.get(rtype::CNAME) else {
@@ -512,6 +510,21 @@ impl<'w> Answer<'w> {
         }
         self.counts[s as usize] += set.rdatas.len() as u16;
         true
+    }
+
+    /// The A, then the AAAA records the zone has for each name server of `ns`: glue below a
+    /// cut, or addresses elsewhere in the zone.
+    fn addresses_of(&mut self, zone: &Zone, ns: &RRset) {
+        for t in [rtype::A, rtype::AAAA] {
+            for target in ns.rdatas.iter() {
+                let mut tl = [0u8; MAX_NAME];
+                tl[..target.len()].copy_from_slice(target);
+                name::lowercase_in_place(&mut tl[..target.len()]);
+                if let Some(set) = zone.node(&tl[..target.len()]).and_then(|n| n.get(t)) {
+                    self.add(Section::Additional, target, set, None);
+                }
+            }
+        }
     }
 
     /// NXDOMAIN or NODATA: the zone's SOA in the authority section with the negative TTL
