@@ -36,6 +36,14 @@ command -v memcached >/dev/null || need+=(memcached)
 command -v memccapable >/dev/null || need+=(libmemcached-tools)
 /usr/bin/python3 -c 'import pymemcache' 2>/dev/null || need+=(python3-pymemcache)
 /usr/bin/python3 -c 'import prometheus_client' 2>/dev/null || need+=(python3-prometheus-client)
+# Authoritative DNS servers the DNS server is compared against, its clients and load generator.
+command -v nsd >/dev/null || [ -x /usr/sbin/nsd ] || need+=(nsd)
+[ -x /usr/sbin/knotd ] || need+=(knot)
+command -v kdig >/dev/null || need+=(knot-dnsutils)
+command -v dig >/dev/null || need+=(bind9-dnsutils)
+command -v dnsperf >/dev/null || need+=(dnsperf)
+[ -x /usr/sbin/gdnsd ] || need+=(gdnsd)
+/usr/bin/python3 -c 'import dns' 2>/dev/null || need+=(python3-dnspython)
 # A stalled process's stacks, which some tests print when they fail.
 command -v gdb >/dev/null || need+=(gdb)
 

@@ -1,0 +1,298 @@
+//! Starting corral-dns and NSD on free ports over the same zones, and talking DNS to them.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// The test zones, as `corral-dns` arguments take them and NSD's config names them.
+pub const ZONES: &[(&str, &str)] = &[
+    ("example.com", "example.com.zone"),
+    ("example.org", "example.org.zone"),
+    ("child.example.com", "child.example.com.zone"),
+    ("2.0.192.in-addr.arpa", "2.0.192.in-addr.arpa.zone"),
+];
+
+pub fn zones_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/zones")
+}
+
+/// A server process, killed when dropped.
+pub struct Running {
+    pub child: Child,
+    pub port: u16,
+    pub name: &'static str,
+    _dir: Option<TempDir>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A directory removed when dropped.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        let p = std::env::temp_dir().join(format!(
+            "corral-dns-{tag}-{}-{}",
+            std::process::id(),
+            free_port()
+        ));
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A port free for both TCP and UDP now, never one this process handed out before.
+pub fn free_port() -> u16 {
+    static HANDED_OUT: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    let mut handed_out = HANDED_OUT.lock().unwrap();
+    loop {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        if handed_out.contains(&port) || UdpSocket::bind(("127.0.0.1", port)).is_err() {
+            continue;
+        }
+        handed_out.push(port);
+        return port;
+    }
+}
+
+fn wait_listening(
+    mut child: Child,
+    port: u16,
+    name: &'static str,
+    dir: Option<TempDir>,
+) -> Running {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match TcpStream::connect(("127.0.0.1", port)) {
+            // A connect whose ephemeral port is `port` itself succeeds as a simultaneous open
+            // with itself while nothing listens; that is not the server.
+            Ok(s) if s.local_addr().is_ok_and(|a| a.port() == port) => {}
+            Ok(_) => {
+                return Running {
+                    child,
+                    port,
+                    name,
+                    _dir: dir,
+                };
+            }
+            Err(_) => {}
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("{name} exited before listening: {status}");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name} did not listen on port {port}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Starts `corral-dns --runtime linux` with the test zones and one UDP thread, so that it
+/// answers datagrams in the order they come (as NSD with one server process does).
+pub fn start_corral_dns(extra: &[&str]) -> Running {
+    let port = free_port();
+    let child = Command::new(env!("CARGO_BIN_EXE_corral-dns"))
+        .current_dir(zones_dir())
+        .args([
+            "--runtime",
+            "linux",
+            "-l",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+            "-t",
+            "1",
+        ])
+        .args(ZONES.iter().map(|(o, f)| format!("{o}={f}")))
+        .args(extra)
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("start corral-dns");
+    wait_listening(child, port, "corral-dns", None)
+}
+
+pub fn nsd_path() -> &'static str {
+    let p = "/usr/sbin/nsd";
+    assert!(
+        Path::new(p).exists(),
+        "NSD is not installed at {p}: the differential test needs it (scripts/setup.sh installs it)"
+    );
+    p
+}
+
+/// Starts NSD on the same zones with one server process, minimal responses (see the
+/// differential test for why), and no rate limiting.
+pub fn start_nsd() -> Running {
+    let nsd = nsd_path();
+    let port = free_port();
+    let dir = TempDir::new("nsd");
+    let d = dir.0.display();
+    let mut conf = format!(
+        "server:\n  ip-address: 127.0.0.1@{port}\n  port: {port}\n  username: \"\"\n  chroot: \"\"\n  \
+         zonesdir: \"{zones}\"\n  database: \"\"\n  zonelistfile: \"{d}/zone.list\"\n  \
+         xfrdfile: \"{d}/xfrd.state\"\n  xfrdir: \"{d}\"\n  pidfile: \"{d}/nsd.pid\"\n  \
+         logfile: \"{d}/nsd.log\"\n  server-count: 1\n  minimal-responses: yes\n  \
+         hide-version: yes\n  hide-identity: yes\n  rrl-ratelimit: 0\n  verbosity: 0\n\
+         remote-control:\n  control-enable: no\n",
+        zones = zones_dir().display()
+    );
+    for (origin, file) in ZONES {
+        conf.push_str(&format!("zone:\n  name: {origin}\n  zonefile: {file}\n"));
+    }
+    let conf_path = dir.0.join("nsd.conf");
+    std::fs::write(&conf_path, conf).unwrap();
+    let child = Command::new(nsd)
+        .args(["-d", "-c"])
+        .arg(&conf_path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start nsd");
+    wait_listening(child, port, "nsd", Some(dir))
+}
+
+/// A UDP client of one server. Each exchange sends the message and a probe query, waits for
+/// the probe's answer, then sends a second probe and waits for that: a server that reads
+/// datagrams in batches (NSD) may answer within a batch out of order, but has answered the
+/// whole batch holding the message before it reads the second probe. Every other datagram
+/// that came back is the answer to the message, and silence is known to be silence without
+/// waiting for a time-out.
+pub struct UdpClient {
+    sock: UdpSocket,
+    probe_id: u16,
+}
+
+pub const PROBE_NAME: &[u8] = b"\x05probe\x07example\x03com\x00";
+
+impl UdpClient {
+    pub fn new(port: u16) -> UdpClient {
+        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        sock.connect(("127.0.0.1", port)).unwrap();
+        sock.set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        UdpClient { sock, probe_id: 0 }
+    }
+
+    pub fn exchange(&mut self, msg: &[u8]) -> Vec<Vec<u8>> {
+        let mut got = Vec::new();
+        self.sock.send(msg).unwrap();
+        for _ in 0..2 {
+            self.probe(&mut got);
+        }
+        got
+    }
+
+    /// Sends `msg`, whose answer is known to be due (the other server gave `n` datagrams),
+    /// and reads until `n` datagrams with its ID are in. A datagram with another ID is a late
+    /// answer to something earlier, which the caller should see: it is returned too.
+    pub fn exchange_expecting(&mut self, msg: &[u8], n: usize) -> Vec<Vec<u8>> {
+        self.sock.send(msg).unwrap();
+        let mut got = Vec::new();
+        let mut matching = 0;
+        let mut buf = [0u8; 65536];
+        while matching < n {
+            // Nothing in 20 s: the caller reports the difference with the message.
+            let Ok(len) = self.sock.recv(&mut buf) else {
+                break;
+            };
+            let d = &buf[..len];
+            if d.len() >= 2 && d[..2] == msg[..2] {
+                matching += 1;
+            }
+            got.push(d.to_vec());
+        }
+        got
+    }
+
+    fn probe(&mut self, got: &mut Vec<Vec<u8>>) {
+        self.probe_id = self.probe_id.wrapping_add(1);
+        let id = self.probe_id.to_be_bytes();
+        let probe = corral_dns_proto::message::query(self.probe_id, PROBE_NAME, 16, None);
+        self.sock.send(&probe).unwrap();
+        let mut buf = [0u8; 65536];
+        loop {
+            let n = self
+                .sock
+                .recv(&mut buf)
+                .expect("an answer to the probe query");
+            let d = &buf[..n];
+            if n >= 12 && d[..2] == id && d[12..].starts_with(PROBE_NAME) {
+                return;
+            }
+            got.push(d.to_vec());
+        }
+    }
+}
+
+/// A TCP connection to one server, several queries on it in turn.
+pub struct TcpClient {
+    stream: TcpStream,
+}
+
+impl TcpClient {
+    pub fn new(port: u16) -> TcpClient {
+        let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        stream.set_nodelay(true).unwrap();
+        TcpClient { stream }
+    }
+
+    pub fn exchange(&mut self, msg: &[u8]) -> Vec<u8> {
+        let mut framed = (msg.len() as u16).to_be_bytes().to_vec();
+        framed.extend_from_slice(msg);
+        self.stream.write_all(&framed).unwrap();
+        let mut len = [0u8; 2];
+        self.stream.read_exact(&mut len).expect("a framed response");
+        let mut resp = vec![0u8; usize::from(u16::from_be_bytes(len))];
+        self.stream.read_exact(&mut resp).expect("a whole response");
+        resp
+    }
+}
+
+/// A small seeded generator (xorshift64*), so a failing stream can be replayed from its seed.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0x9E3779B97F4A7C15) | 1)
+    }
+
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545F4914F6CDD1D)
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+
+    pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+        &items[self.below(items.len() as u64) as usize]
+    }
+}
