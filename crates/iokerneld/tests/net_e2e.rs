@@ -129,6 +129,42 @@ fn ping_from_linux_gets_every_echo_back() {
     daemon.assert_alive();
 }
 
+/// Each ping finds the runtime parked, and Linux's ARP entry gone: the ARP request wakes the
+/// runtime, and the echo request that follows at once often reaches it only as it parks, when
+/// its kthread answers it from its drain of the ring while it waits for a grant. That answer
+/// must leave within an allocation pass, not wait for the next frame to wake the runtime
+/// (`ping -W 5` would see it then only because nothing else comes).
+#[test]
+fn an_echo_answered_while_parked_leaves_without_waiting_for_the_next_frame() {
+    let _serial = serial();
+    let mut daemon = Daemon::start(7);
+    let _rt = daemon.runtime("parked", 2);
+    let target = daemon.ip(2).to_string();
+    for round in 0..10 {
+        daemon.wait_for("the runtime to park", |s| {
+            s["runtimes"][0]["active_kthreads"]
+                .as_array()
+                .is_some_and(Vec::is_empty)
+        });
+        let _ = Command::new("ip")
+            .args(["neigh", "flush", "dev", &daemon.tap])
+            .status();
+        let out = Command::new("ping")
+            .args(["-n", "-c", "1", "-W", "5"])
+            .arg(&target)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run ping (iputils-ping)");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("1 received"),
+            "round {round}: the echo never came back:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    daemon.assert_alive();
+}
+
 #[test]
 fn a_million_datagrams_from_a_linux_client_come_back_intact() {
     const DATAGRAMS: u64 = 1_000_000;

@@ -754,7 +754,8 @@ fn observe_runtime(driver: &mut CoreDriver, runtime: &mut Tenant, now: u64) -> R
     // frames left on its ring. The first running kthread is watched for it too (see `kick`).
     let mut stranded_timer: Option<u64> = None;
     let mut stranded_rx = false;
-    for (index, kt) in runtime.kthreads.iter().enumerate() {
+    let mut sent_while_parked = false;
+    for (index, kt) in runtime.kthreads.iter_mut().enumerate() {
         let parked = !matches!(
             driver
                 .alloc
@@ -767,7 +768,18 @@ fn observe_runtime(driver: &mut CoreDriver, runtime: &mut Tenant, now: u64) -> R
                 stranded_timer = Some(stranded_timer.map_or(t, |s| s.min(t)));
             }
             stranded_rx |= net::rx_unread(kt);
+            // A parked kthread drains its ingress ring while it waits for a grant, and answers
+            // what it finds there (an echo request, a segment that needs an ACK), possibly after
+            // its egress ring was last polled and found empty: such frames are picked up here,
+            // within a pass, instead of at its next wake-up.
+            if !kt.linger && !kt.packets.is_empty() {
+                kt.linger = true;
+                sent_while_parked = true;
+            }
         }
+    }
+    if sent_while_parked {
+        net::refresh_active(&*driver.alloc, runtime);
     }
     let mut watch_stranded = true;
     for (index, kt) in runtime.kthreads.iter_mut().enumerate() {
