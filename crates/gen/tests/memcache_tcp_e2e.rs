@@ -55,7 +55,7 @@ impl Daemon {
         let socket = dir.join("iokerneld.sock");
         let _ = std::fs::remove_file(&socket);
         let child = Command::new(iokerneld())
-            .args(["--core", "0", "--managed-cores", "1"])
+            .args(["--core", "0", "--managed-cores", "1", "--shield", "off"])
             .args(["--log-level", "warn", "--nic", "gen"])
             .arg("--socket")
             .arg(&socket)
@@ -75,9 +75,8 @@ impl Daemon {
 }
 
 impl Drop for Daemon {
-    /// SIGTERM first: iokerneld then undoes its shield of CPU 0. Killed outright it would leave
-    /// the machine shielded until the next iokerneld starts, and every process started
-    /// meanwhile (the next test programs) would be held off CPU 0.
+    /// SIGTERM first, so that iokerneld exits as it would in service (it runs unshielded here:
+    /// a shield left by a test killed mid-run would hold every later program off CPU 0).
     fn drop(&mut self) {
         // SAFETY: signalling our own child, which has not been reaped.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };

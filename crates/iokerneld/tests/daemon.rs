@@ -324,7 +324,7 @@ fn config_file_settings_are_used() {
     )
     .unwrap();
     let mut child = Command::new(IOKERNELD)
-        .args(["--config", config.to_str().unwrap()])
+        .args(["--config", config.to_str().unwrap(), "--shield", "off"])
         .stdin(Stdio::null())
         .spawn()
         .unwrap();

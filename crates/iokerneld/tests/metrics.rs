@@ -538,7 +538,16 @@ fn metrics_are_served_over_http_and_bad_requests_do_no_harm() {
 /// its exit: its status code and standard error.
 fn run_to_exit(dir: &Path, args: &[&str]) -> (Option<i32>, String) {
     let mut child = Command::new(IOKERNELD)
-        .args(["--core", "0", "--managed-cores", "1", "--nic", "none"])
+        .args([
+            "--core",
+            "0",
+            "--managed-cores",
+            "1",
+            "--nic",
+            "none",
+            "--shield",
+            "off",
+        ])
         .arg("--socket")
         .arg(dir.join("iokerneld.sock"))
         .args(args)

@@ -34,8 +34,8 @@ struct Daemon {
 }
 
 impl Drop for Daemon {
-    /// SIGTERM first: iokerneld then undoes its shield of CPU 0. Killed outright it would leave
-    /// the machine shielded until the next iokerneld starts, and every process started
+    /// SIGTERM first, as in service. It runs unshielded: a shield left by an iokerneld killed
+    /// outright would last until the next iokerneld starts, and every process started
     /// meanwhile (the next test programs) would be held off CPU 0.
     fn drop(&mut self) {
         // SAFETY: signalling our own child, which has not been reaped.
@@ -71,6 +71,9 @@ impl Daemon {
                 "none",
                 "--log-level",
                 "warn",
+                // Never the machine-wide shield: a test killed mid-run would leave it.
+                "--shield",
+                "off",
             ])
             .args([
                 "--preemption-timeout-us",
