@@ -8,6 +8,9 @@
 # `--experiment kv` runs the memcached co-location experiment instead: corral-kv and the batch
 # job on Corral against Debian's memcached 1.6.18 and the batch job at SCHED_IDLE on Linux, and
 # corral-kv alone on a dedicated core, at rising request rates to each one's saturation.
+# `--nic xdp` drives both systems from corral-loadgen-linux in a network namespace over a veth
+# pair instead: iokerneld takes its end of the pair with its AF_XDP backend, Linux's spin server
+# listens on it (on a 2-CPU machine the client shares iokerneld's CPU, unshielded).
 # Every system is shielded the same way (iokerneld's core, the Linux load generator's CPU);
 # `--no-shield` runs them all unshielded. target/release/corral-gapmeter, built here too,
 # measures what a busy loop on iokerneld's core loses, unshielded and shielded.

@@ -26,6 +26,23 @@ pub enum Experiment {
     Kv,
 }
 
+/// Where the load comes from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DemoNic {
+    /// Corral: iokerneld's built-in generator (`nic gen`); Linux: corral-loadgen-linux over
+    /// loopback.
+    #[default]
+    Gen,
+    /// Both: corral-loadgen-linux in a network namespace, over a veth pair whose other end
+    /// iokerneld takes with `nic xdp` (Corral) or Linux serves on (Linux).
+    Xdp,
+}
+
+/// The veth pair of `--nic xdp`: iokerneld's end (root namespace, Linux's address `.1`) and the
+/// client namespace's end (`.2`); the Corral spin server is at `.3`.
+pub const XDP_SUBNET: [u8; 3] = [10, 93, 0];
+
 /// How iokerneld takes the core back from the Corral batch job.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -221,6 +238,18 @@ pub struct Args {
     #[arg(long, default_value = "127.0.0.1:5000")]
     pub linux_addr: std::net::SocketAddrV4,
 
+    /// Where the load comes from: `gen` (iokerneld's built-in generator for Corral, a load
+    /// generator over loopback for Linux) or `xdp` (for both, corral-loadgen-linux in a
+    /// network namespace behind a veth pair: Corral's iokerneld takes its end of the pair with
+    /// `--nic xdp`, Linux's spin server listens on it). Sweep only.
+    #[arg(long, value_enum, default_value_t = DemoNic::Gen)]
+    pub nic: DemoNic,
+
+    /// With `--nic xdp`: the load generator's CPU [default: --iokernel-cpu, which it then
+    /// shares with iokerneld's loop, unshielded, when the machine has no third CPU].
+    #[arg(long)]
+    pub client_cpu: Option<usize>,
+
     /// iokerneld's control socket [default: a fresh path under /run/corral/ for this run].
     #[arg(long)]
     pub socket: Option<PathBuf>,
@@ -341,6 +370,9 @@ pub struct Plan {
     pub app_cpu: usize,
     pub corral_addr: std::net::SocketAddrV4,
     pub linux_addr: std::net::SocketAddrV4,
+    pub nic: DemoNic,
+    /// The load generator's CPU with `--nic xdp`.
+    pub client_cpu: usize,
     /// `--batch-cmd`, split into words; `None` runs the Monte Carlo `batch` app.
     pub batch_cmd: Option<Vec<String>>,
     /// The key-value experiment's workload and ladder.
@@ -486,6 +518,31 @@ impl Args {
                 self.app_cpu
             ));
         }
+        if self.nic == DemoNic::Xdp && self.experiment != Experiment::Sweep {
+            return Err(format!(
+                "--nic xdp runs the sweep only, not --experiment {:?}",
+                self.experiment
+            )
+            .to_lowercase());
+        }
+        let client_cpu = self.client_cpu.unwrap_or(self.iokernel_cpu);
+        if client_cpu == self.app_cpu {
+            return Err(format!(
+                "invalid client-cpu = {client_cpu}: the load generator must not share the \
+                 application CPU it measures"
+            ));
+        }
+        // A shield would move the load generator off iokerneld's CPU, onto the one measured.
+        let client_beside_loop = self.nic == DemoNic::Xdp && client_cpu == self.iokernel_cpu;
+        let shield = !(self.no_shield || client_beside_loop);
+        let [a, b, c] = XDP_SUBNET;
+        let (corral_addr, linux_addr) = match self.nic {
+            DemoNic::Gen => (self.corral_addr, self.linux_addr),
+            DemoNic::Xdp => (
+                std::net::SocketAddrV4::new([a, b, c, 3].into(), self.corral_addr.port()),
+                std::net::SocketAddrV4::new([a, b, c, 1].into(), self.linux_addr.port()),
+            ),
+        };
         let pick =
             |v: Option<f64>, normal: f64, quick: f64| v.unwrap_or(if q { quick } else { normal });
         let normal_point = match self.experiment {
@@ -548,11 +605,13 @@ impl Args {
             payload: self.payload,
             grace_ms: self.grace_ms,
             quick: q,
-            shield: !self.no_shield,
+            shield,
             iokernel_cpu: self.iokernel_cpu,
             app_cpu: self.app_cpu,
-            corral_addr: self.corral_addr,
-            linux_addr: self.linux_addr,
+            corral_addr,
+            linux_addr,
+            nic: self.nic,
+            client_cpu,
             batch_cmd: self
                 .batch_cmd
                 .as_deref()
@@ -660,6 +719,43 @@ pub fn split_words(line: &str) -> Option<Vec<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nic_xdp_moves_both_servers_onto_the_veth_subnet_and_runs_the_sweep_only() {
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["corral-demo"];
+            argv.extend_from_slice(extra);
+            Args::try_parse_from(argv).unwrap().plan()
+        };
+        let p = parse(&["--nic", "xdp"]).unwrap();
+        assert_eq!(p.nic, DemoNic::Xdp);
+        assert_eq!(p.corral_addr.to_string(), "10.93.0.3:5000");
+        assert_eq!(p.linux_addr.to_string(), "10.93.0.1:5000");
+        // The client shares iokerneld's CPU: nothing is shielded.
+        assert_eq!(p.client_cpu, 0);
+        assert!(!p.shield);
+        let p = parse(&[
+            "--nic",
+            "xdp",
+            "--iokernel-cpu",
+            "0",
+            "--app-cpu",
+            "1",
+            "--client-cpu",
+            "2",
+        ])
+        .unwrap();
+        assert!(p.shield);
+        assert_eq!(p.client_cpu, 2);
+        let err = parse(&["--nic", "xdp", "--client-cpu", "1"]).unwrap_err();
+        assert!(err.contains("client-cpu = 1"), "{err}");
+        let err = parse(&["--nic", "xdp", "--experiment", "kv"]).unwrap_err();
+        assert!(err.contains("sweep only"), "{err}");
+        let p = parse(&[]).unwrap();
+        assert_eq!(p.nic, DemoNic::Gen);
+        assert_eq!(p.corral_addr.to_string(), "10.99.0.2:5000");
+        assert!(p.shield);
+    }
 
     #[test]
     fn batch_commands_split_into_words() {

@@ -11,7 +11,7 @@ use serde_json::json;
 
 use crate::batch::Clock;
 use crate::charts;
-use crate::cli::{Args, Experiment, Plan};
+use crate::cli::{Args, DemoNic, Experiment, Plan};
 use crate::error::{Error, Result};
 use crate::plot;
 use crate::report::{self, fmt_pct, fmt_us};
@@ -141,6 +141,32 @@ pub fn run(args: &Args) -> Result<()> {
         ));
         rate
     };
+    let veth = match plan.nic {
+        DemoNic::Gen => None,
+        DemoNic::Xdp => {
+            let veth = crate::veth::Veth::create()?;
+            say(format!(
+                "--nic xdp: the load generator runs in the network namespace {} on CPU {}, over \
+                 a veth pair to {} (iokerneld's XDP backend for Corral, Linux's stack for \
+                 Linux); Corral's spin server is {}, Linux's {}",
+                veth.namespace,
+                plan.client_cpu,
+                crate::veth::HOST_LINK,
+                plan.corral_addr,
+                plan.linux_addr
+            ));
+            if plan.client_cpu == plan.iokernel_cpu {
+                say(format!(
+                    "--nic xdp: the load generator shares CPU {} with iokerneld's loop in the \
+                     Corral runs (no third CPU was given with --client-cpu), so nothing is \
+                     shielded; on this machine the client's CPU time is taken from the \
+                     dataplane, which a second machine would not do",
+                    plan.client_cpu
+                ));
+            }
+            Some(veth)
+        }
+    };
     let env = Env {
         plan,
         bins,
@@ -150,6 +176,7 @@ pub fn run(args: &Args) -> Result<()> {
         socket,
         clock: Clock::start(),
         spin_iterations_per_us,
+        veth,
     };
     let p = &env.plan;
     let loads = p
@@ -548,6 +575,18 @@ fn interference_text(runs: &[SystemRun]) -> String {
     )
 }
 
+/// Where a Corral run's load comes from, for its heading.
+fn load_source(p: &Plan) -> String {
+    match p.nic {
+        DemoNic::Gen => "nic gen".to_owned(),
+        DemoNic::Xdp => format!(
+            "nic xdp on {}; corral-loadgen-linux in the client namespace on CPU {}",
+            crate::veth::HOST_LINK,
+            p.client_cpu
+        ),
+    }
+}
+
 /// Runs Corral at one allocation interval over the plan's loads; `dedicated`: the floor, spin
 /// alone with a spinning kthread on a guaranteed core.
 fn corral_sweep(env: &Env, interval_us: u64, dedicated: bool) -> Result<SystemRun> {
@@ -559,18 +598,20 @@ fn corral_sweep(env: &Env, interval_us: u64, dedicated: bool) -> Result<SystemRu
     };
     if dedicated {
         say(format!(
-            "== Dedicated (Corral, allocation interval {}): iokerneld on CPU {} (nic gen), spin \
+            "== Dedicated (Corral, allocation interval {}): iokerneld on CPU {} ({}), spin \
              alone with a spinning kthread on CPU {} as a guaranteed core, no batch job",
             report::interval_label(interval_us),
             p.iokernel_cpu,
+            load_source(p),
             p.app_cpu
         ));
     } else {
         say(format!(
-            "== Corral (allocation interval {}): iokerneld on CPU {} (nic gen), spin and batch \
+            "== Corral (allocation interval {}): iokerneld on CPU {} ({}), spin and batch \
              sharing CPU {}",
             report::interval_label(interval_us),
             p.iokernel_cpu,
+            load_source(p),
             p.app_cpu
         ));
     }
@@ -622,8 +663,21 @@ fn linux_sweep(env: &Env) -> Result<SystemRun> {
     let p = &env.plan;
     say(format!(
         "== Linux: spin (UDP socket) and batch (SCHED_IDLE threads) pinned to CPU {}, \
-         corral-loadgen-linux on CPU {}",
-        p.app_cpu, p.iokernel_cpu
+         corral-loadgen-linux on CPU {}{}",
+        p.app_cpu,
+        if p.nic == DemoNic::Xdp {
+            p.client_cpu
+        } else {
+            p.iokernel_cpu
+        },
+        if p.nic == DemoNic::Xdp {
+            format!(
+                " in the client namespace, over the veth pair to {}",
+                p.linux_addr
+            )
+        } else {
+            String::new()
+        }
     ));
     let mut l = Linux::start(env)?;
     let alone = alone_watched(|| l.batch_alone())?;

@@ -1166,6 +1166,7 @@ mod tests {
             socket: PathBuf::new(),
             clock: crate::batch::Clock::start(),
             spin_iterations_per_us: f64::NAN,
+            veth: None,
         };
         let w = workload_args(&env);
         // fb_value is written in its explicit form, which both generators parse back.

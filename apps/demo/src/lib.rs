@@ -23,3 +23,4 @@ pub mod report;
 pub mod results;
 pub mod shielding;
 pub mod systems;
+pub mod veth;

@@ -23,7 +23,7 @@ use corral_loadgen::wire::Message;
 use serde::Deserialize;
 
 use crate::batch::{BatchReader, Clock};
-use crate::cli::{BatchPreemption, Plan};
+use crate::cli::{BatchPreemption, DemoNic, Plan};
 use crate::error::{Error, Result};
 use crate::machine;
 use crate::procs::{self, Proc, Spec};
@@ -156,6 +156,8 @@ pub struct Env {
     /// systems' servers, so that a requested microsecond is the same work in each; NaN in the
     /// key-value experiment, which runs no spin server.
     pub spin_iterations_per_us: f64,
+    /// `--nic xdp`'s veth pair and client namespace.
+    pub veth: Option<crate::veth::Veth>,
 }
 
 /// Measures the spin servers' burn rate once, with `spin --calibrate-only` pinned to `cpu`.
@@ -408,7 +410,7 @@ pub struct Corral<'e> {
 }
 
 /// iokerneld's command line: its CPU, the application CPU to manage, the control socket, the
-/// generator as its NIC, the allocation interval, the cede grace period, the shield on or off,
+/// generator (or, with `--nic xdp`, the veth pair's end) as its NIC, the allocation interval, the cede grace period, the shield on or off,
 /// and `--handover` and `--policy` only when the plan names them.
 pub(crate) fn iokerneld_args(plan: &Plan, socket: &str, interval_us: u64) -> Vec<String> {
     let mut args: Vec<String> = vec![
@@ -418,8 +420,17 @@ pub(crate) fn iokerneld_args(plan: &Plan, socket: &str, interval_us: u64) -> Vec
         plan.app_cpu.to_string(),
         "--socket".into(),
         socket.into(),
-        "--nic".into(),
-        "gen".into(),
+    ];
+    match plan.nic {
+        DemoNic::Gen => args.extend(["--nic".into(), "gen".into()]),
+        DemoNic::Xdp => args.extend([
+            "--nic".into(),
+            "xdp".into(),
+            "--interface".into(),
+            crate::veth::HOST_LINK.into(),
+        ]),
+    }
+    args.extend([
         "--interval-us".into(),
         interval_us.to_string(),
         // Info: the line saying what it shielded; the few others come at start and exit.
@@ -429,7 +440,7 @@ pub(crate) fn iokerneld_args(plan: &Plan, socket: &str, interval_us: u64) -> Vec
         plan.cede_grace_us.to_string(),
         "--shield".into(),
         if plan.shield { "on" } else { "off" }.into(),
-    ];
+    ]);
     if let Some(mode) = plan.handover {
         args.extend(["--handover".into(), mode.name().into()]);
     }
@@ -633,10 +644,16 @@ impl<'e> Corral<'e> {
         let end = Instant::now() + START_TIMEOUT;
         let mut last = String::new();
         while Instant::now() < end {
-            let args = self.gen_args(&[(1000.0, 0.2)], "probe");
-            match self.run_gen(args.0, &args.1, 0.2) {
-                Ok(r) if r.summary.matched > 0 => return Ok(()),
-                Ok(r) => last = format!("{} requests sent, none answered", r.summary.sent),
+            let probed = match self.env.plan.nic {
+                DemoNic::Gen => {
+                    let args = self.gen_args(&[(1000.0, 0.2)], "probe");
+                    self.run_gen(args.0, &args.1, 0.2).map(|r| r.summary)
+                }
+                DemoNic::Xdp => self.run_loadgen(1000.0, 0.2, "probe").map(|r| r.1.summary),
+            };
+            match probed {
+                Ok(r) if r.matched > 0 => return Ok(()),
+                Ok(r) => last = format!("{} requests sent, none answered", r.sent),
                 Err(Error::Interrupted) => return Err(Error::Interrupted),
                 Err(e) => last = e.to_string(),
             }
@@ -674,19 +691,8 @@ impl<'e> Corral<'e> {
                 }
             }
         }
+        args.extend(schedule_args(plan));
         args.extend([
-            "--service".into(),
-            plan.service.to_string(),
-            "--arrivals".into(),
-            "poisson".into(),
-            "--clients".into(),
-            plan.clients.to_string(),
-            "--seed".into(),
-            plan.seed.to_string(),
-            "--payload".into(),
-            plan.payload.to_string(),
-            "--grace-ms".into(),
-            plan.grace_ms.to_string(),
             "--window-ms".into(),
             plan.window_ms.to_string(),
             "--json".into(),
@@ -746,6 +752,9 @@ impl<'e> Corral<'e> {
     ) -> Result<Point> {
         let rate = phases.first().map_or(0.0, |p| p.0);
         let total_secs: f64 = phases.iter().map(|p| p.1).sum();
+        if self.env.plan.nic == DemoNic::Xdp {
+            return self.run_point_over_veth(load, rate, total_secs, name, alone);
+        }
         let (args, json) = self.gen_args(phases, name);
         let command: Vec<String> = std::iter::once(self.env.bins.iokerneld.display().to_string())
             .chain(args.iter().cloned())
@@ -766,17 +775,7 @@ impl<'e> Corral<'e> {
         if let Some(obj) = raw.as_object_mut() {
             obj.remove("windows");
         }
-        let batch = match self.batch.as_mut() {
-            Some((batch, reader)) => {
-                let (env, spin, iokerneld) = (self.env, &mut self.spin, &mut self.iokerneld);
-                point_batch(env, reader, started, total_secs, alone, || {
-                    iokerneld.check_running()?;
-                    spin.check_running()?;
-                    batch.check_running()
-                })?
-            }
-            None => PointBatch::default(),
-        };
+        let batch = self.point_batch(started, total_secs, alone)?;
         Ok(Point {
             load,
             rate_rps: rate,
@@ -797,6 +796,66 @@ impl<'e> Corral<'e> {
             demotions,
             raw,
         })
+    }
+
+    /// The batch job's share over a point that started at `started` and lasted `secs`; none
+    /// for the dedicated floor.
+    fn point_batch(
+        &mut self,
+        started: f64,
+        secs: f64,
+        alone: Option<&BatchAlone>,
+    ) -> Result<PointBatch> {
+        let Some((batch, reader)) = self.batch.as_mut() else {
+            return Ok(PointBatch::default());
+        };
+        let (env, spin, iokerneld) = (self.env, &mut self.spin, &mut self.iokerneld);
+        point_batch(env, reader, started, secs, alone, || {
+            iokerneld.check_running()?;
+            spin.check_running()?;
+            batch.check_running()
+        })
+    }
+
+    /// Runs corral-loadgen-linux in the client namespace against spin through the veth pair
+    /// and iokerneld's XDP backend, at `rate` for `secs`: its command line and result.
+    fn run_loadgen(
+        &mut self,
+        rate: f64,
+        secs: f64,
+        name: &str,
+    ) -> Result<(Vec<String>, LinuxGenResult, serde_json::Value)> {
+        let env = self.env;
+        let json = env.raw.join(format!("{}-{name}.json", self.tag));
+        let _ = std::fs::remove_file(&json);
+        let args = loadgen_args(&env.plan, env.plan.corral_addr, rate, secs, &json);
+        let spec = loadgen_spec_with(env, None, args, &format!("{}-{name}", self.tag));
+        let command = spec.command_line();
+        let mut lg = Proc::spawn(spec)?;
+        let status = lg.wait_timeout(gen_timeout(&env.plan, secs), || self.alive())?;
+        let (parsed, raw) = loadgen_result(&lg, status, &json)?;
+        Ok((command, parsed, raw))
+    }
+
+    /// A sweep point with the load from the client namespace (`--nic xdp`).
+    fn run_point_over_veth(
+        &mut self,
+        load: f64,
+        rate: f64,
+        secs: f64,
+        name: &str,
+        alone: Option<&BatchAlone>,
+    ) -> Result<Point> {
+        let stats_before = self.daemon_stats().ok();
+        let started = self.env.clock.now_s();
+        let (command, parsed, raw) = self.run_loadgen(rate, secs, name)?;
+        let demotions = stats_before
+            .zip(self.daemon_stats().ok())
+            .and_then(|(a, b)| demotions_between(&a, &b));
+        let batch = self.point_batch(started, secs, alone)?;
+        Ok(loadgen_point(
+            load, rate, command, parsed, batch, demotions, raw,
+        ))
     }
 
     /// The batch job's throughput with the server idle; an error for the dedicated floor,
@@ -1011,30 +1070,7 @@ impl<'e> Linux<'e> {
         let name = format!("linux-load{}", fmt_pct(load).trim_end_matches('%'));
         let json = self.env.raw.join(format!("{name}.json"));
         let _ = std::fs::remove_file(&json);
-        let args: Vec<String> = vec![
-            "--server".into(),
-            plan.linux_addr.to_string(),
-            "--rate".into(),
-            format!("{rate}"),
-            "--duration".into(),
-            format!("{}", plan.point_secs),
-            "--service".into(),
-            plan.service.to_string(),
-            "--arrivals".into(),
-            "poisson".into(),
-            "--clients".into(),
-            plan.clients.to_string(),
-            "--seed".into(),
-            plan.seed.to_string(),
-            "--payload".into(),
-            plan.payload.to_string(),
-            "--grace-ms".into(),
-            plan.grace_ms.to_string(),
-            "--cpu".into(),
-            plan.iokernel_cpu.to_string(),
-            "--json".into(),
-            json.display().to_string(),
-        ];
+        let args = loadgen_args(plan, plan.linux_addr, rate, plan.point_secs, &json);
         let spec = loadgen_spec(self.env, &self.shield, args, &name);
         let command = spec.command_line();
         let started = self.env.clock.now_s();
@@ -1051,38 +1087,112 @@ impl<'e> Linux<'e> {
             batch.check_running()
         };
         let status = lg.wait_timeout(gen_timeout(&env.plan, env.plan.point_secs), &mut alive)?;
-        if !status.success() {
-            return Err(Error::msg(format!(
-                "corral-loadgen-linux failed ({status}): {}",
-                lg.log_tail()
-            )));
-        }
-        let raw = read_json(&json)?;
-        let parsed: LinuxGenResult = serde_json::from_value(raw.clone()).map_err(|e| {
-            Error::msg(format!(
-                "cannot read corral-loadgen-linux's result {}: {e}",
-                json.display()
-            ))
-        })?;
+        let (parsed, raw) = loadgen_result(&lg, status, &json)?;
         let batch = point_batch(env, reader, started, env.plan.point_secs, alone, alive)?;
-        Ok(Point {
-            load,
-            rate_rps: rate,
-            command,
-            summary: parsed.summary,
-            batch_units_per_s: batch.units_per_s,
-            batch_fraction: batch.fraction,
-            batch_window_s: batch.window_s,
-            reallocations_per_s: None,
-            iokerneld_stalls: None,
-            windows: Vec::new(),
-            interference: Vec::new(),
-            foreign_cpus: None,
-            steal: None,
-            demotions: None,
-            raw,
-        })
+        Ok(loadgen_point(load, rate, command, parsed, batch, None, raw))
     }
+}
+
+/// What a point's corral-loadgen-linux wrote, once it exited with `status`.
+fn loadgen_result(
+    lg: &Proc,
+    status: std::process::ExitStatus,
+    json: &Path,
+) -> Result<(LinuxGenResult, serde_json::Value)> {
+    if !status.success() {
+        return Err(Error::msg(format!(
+            "corral-loadgen-linux failed ({status}): {}",
+            lg.log_tail()
+        )));
+    }
+    let raw = read_json(json)?;
+    let parsed = serde_json::from_value(raw.clone()).map_err(|e| {
+        Error::msg(format!(
+            "cannot read corral-loadgen-linux's result {}: {e}",
+            json.display()
+        ))
+    })?;
+    Ok((parsed, raw))
+}
+
+/// A sweep point measured by corral-loadgen-linux, which reports no windows and knows nothing
+/// of iokerneld.
+fn loadgen_point(
+    load: f64,
+    rate: f64,
+    command: Vec<String>,
+    parsed: LinuxGenResult,
+    batch: PointBatch,
+    demotions: Option<Demotions>,
+    raw: serde_json::Value,
+) -> Point {
+    Point {
+        load,
+        rate_rps: rate,
+        command,
+        summary: parsed.summary,
+        batch_units_per_s: batch.units_per_s,
+        batch_fraction: batch.fraction,
+        batch_window_s: batch.window_s,
+        reallocations_per_s: None,
+        iokerneld_stalls: None,
+        windows: Vec::new(),
+        interference: Vec::new(),
+        foreign_cpus: None,
+        steal: None,
+        demotions,
+        raw,
+    }
+}
+
+/// corral-loadgen-linux's arguments for a sweep point of `rate` requests per second over
+/// `secs` at `server`, its result written to `json`.
+fn loadgen_args(
+    plan: &Plan,
+    server: std::net::SocketAddrV4,
+    rate: f64,
+    secs: f64,
+    json: &Path,
+) -> Vec<String> {
+    let cpu = match plan.nic {
+        DemoNic::Gen => plan.iokernel_cpu,
+        DemoNic::Xdp => plan.client_cpu,
+    };
+    let mut args: Vec<String> = vec![
+        "--server".into(),
+        server.to_string(),
+        "--rate".into(),
+        format!("{rate}"),
+        "--duration".into(),
+        format!("{secs}"),
+    ];
+    args.extend(schedule_args(plan));
+    args.extend([
+        "--cpu".into(),
+        cpu.to_string(),
+        "--json".into(),
+        json.display().to_string(),
+    ]);
+    args
+}
+
+/// The schedule both generators play, as their shared flags: service times, Poisson arrivals,
+/// clients, seed, payload and the grace period for late answers.
+fn schedule_args(plan: &Plan) -> [String; 12] {
+    [
+        "--service".into(),
+        plan.service.to_string(),
+        "--arrivals".into(),
+        "poisson".into(),
+        "--clients".into(),
+        plan.clients.to_string(),
+        "--seed".into(),
+        plan.seed.to_string(),
+        "--payload".into(),
+        plan.payload.to_string(),
+        "--grace-ms".into(),
+        plan.grace_ms.to_string(),
+    ]
 }
 
 /// A point's `corral-loadgen-linux` with `args`, logging to `name`.log: pinned to the CPU
@@ -1094,14 +1204,27 @@ pub(crate) fn loadgen_spec(
     args: Vec<String>,
     name: &str,
 ) -> Spec {
+    loadgen_spec_with(env, shield.loop_priority(), args, name)
+}
+
+/// [`loadgen_spec`] at `fifo` priority (none: the fair class), inside the client namespace
+/// with `--nic xdp` (pinned to `--client-cpu` then).
+fn loadgen_spec_with(env: &Env, fifo: Option<u32>, args: Vec<String>, name: &str) -> Spec {
+    let (program, args, cpu) = match &env.veth {
+        Some(veth) => {
+            let (program, args) = veth.wrap(&env.bins.loadgen_linux.display().to_string(), args);
+            (PathBuf::from(program), args, env.plan.client_cpu)
+        }
+        None => (env.bins.loadgen_linux.clone(), args, env.plan.iokernel_cpu),
+    };
     let mut spec = Spec::new(
         "corral-loadgen-linux",
-        &env.bins.loadgen_linux,
+        &program,
         args,
         env.logs.join(format!("{name}.log")),
     );
-    spec.pin_to_cpu = Some(env.plan.iokernel_cpu);
-    spec.fifo_priority = shield.loop_priority();
+    spec.pin_to_cpu = Some(cpu);
+    spec.fifo_priority = fifo;
     spec
 }
 

@@ -333,6 +333,66 @@ fn quick_run_of_all_systems_writes_well_formed_results() {
     }
 }
 
+/// `--nic xdp`: the same load generator, in a namespace behind a veth pair, drives Corral
+/// through iokerneld's XDP backend and Linux through its own stack; every point is answered,
+/// and the pair and namespace are gone afterwards.
+#[test]
+fn quick_run_over_xdp_drives_both_systems_from_a_namespace() {
+    let bins = require_binaries();
+    let _cpu = CPU.lock().unwrap_or_else(|e| e.into_inner());
+    let out = tempfile::tempdir().unwrap();
+    let mut cmd = demo();
+    cmd.args([
+        "--quick",
+        "--nic",
+        "xdp",
+        "--systems",
+        "corral,linux",
+        "--out",
+    ])
+    .arg(out.path())
+    .arg("--bin-dir")
+    .arg(&bins);
+    let o = run_with_timeout(cmd, Duration::from_secs(180));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.success(),
+        "{stdout}\n{stderr}\n{}",
+        log_tails(out.path())
+    );
+    for want in [
+        "nic xdp on crldemo0",
+        "in the client namespace, over the veth pair to 10.93.0.1:",
+        "C p99.9 <= 0.5x L p99.9",
+    ] {
+        assert!(stdout.contains(want), "{want:?} missing from:\n{stdout}");
+    }
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.path().join("results.json")).unwrap())
+            .unwrap();
+    assert_eq!(json["plan"]["nic"], "xdp");
+    for s in json["systems"].as_array().unwrap() {
+        let name = s["system"].as_str().unwrap();
+        for p in s["points"].as_array().unwrap() {
+            let summary = &p["summary"];
+            assert!(
+                summary["matched"].as_u64().unwrap() > 0,
+                "{name}: nothing answered over the veth pair: {summary}"
+            );
+            let command = p["command"].as_array().unwrap();
+            assert!(
+                command.iter().any(|a| a == "netns"),
+                "{name}: the load generator ran outside the namespace: {command:?}"
+            );
+        }
+    }
+    assert!(
+        !std::path::Path::new("/sys/class/net/crldemo0").exists(),
+        "the veth pair outlived the demo"
+    );
+}
+
 #[test]
 fn quick_burst_reports_windows_through_the_step() {
     let bins = require_binaries();
