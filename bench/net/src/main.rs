@@ -317,10 +317,18 @@ fn rates(args: &Args, binary: &std::path::Path, seconds: f64) {
         let (figures, syscalls) = udp::xdp_floor(args, len, seconds);
         rows.push(("XDP -> bare AF_XDP socket".to_owned(), figures, syscalls));
     }
+    let sender_cpu = args.rate_sender_cpu.unwrap_or(args.iokernel_cpu);
+    let shares = if sender_cpu == args.iokernel_cpu {
+        "iokerneld's CPU (the floor's receiver's)".to_owned()
+    } else if sender_cpu == args.server_cpu {
+        "the Corral receiver's CPU (the floor has none there)".to_owned()
+    } else {
+        format!("CPU {sender_cpu}")
+    };
     println!(
-        "raw {len}-byte frames from a Linux packet socket (64 a sendmmsg, 16 flows); flat out: \
-         the sender shares iokerneld's CPU under the fair scheduler; paced: the best of a \
-         ladder, the sender at the remote client's priority"
+        "raw {len}-byte frames from a Linux packet socket (64 a sendmmsg, 16 flows) on CPU \
+         {sender_cpu}; flat out: the sender shares {shares} under the fair scheduler; paced: \
+         the best of a ladder, the sender at the remote client's priority"
     );
     println!(
         "{:<30} {:>11} {:>11} {:>11} {:>11} {:>14} {:>10}",

@@ -251,6 +251,7 @@ pub fn bulk_corral(args: &Args, binary: &Path, wire: &Wire, seconds: f64) -> Vec
         .map(|_| wire.client(|| bulk_from_linux(server, args.iokernel_cpu, seconds)))
         .collect();
     let system = daemon.system_seconds() - system;
+    let device_drops = daemon.stats().nic.map_or(0, |n| n.counters.rx_device_drops);
     let c = rt
         .net_stats()
         .expect("a networked runtime")
@@ -259,7 +260,8 @@ pub fn bulk_corral(args: &Args, binary: &Path, wire: &Wire, seconds: f64) -> Vec
         .conns;
     eprintln!(
         "Corral sink ({}): {} segments in, {} out, {} out of order, {} duplicate, {} drops; \
-         Linux sender: {} retransmissions; iokerneld's system time {:.2} us per segment in",
+         Linux sender: {} retransmissions; frames the kernel dropped before iokerneld read \
+         them: {device_drops}; iokerneld's system time {:.2} us per segment in",
         wire.name,
         c.segments_in,
         c.segments_out,

@@ -13,7 +13,10 @@
 //! * `--drop`: receives each frame and drops it (returns it to the fill ring);
 //! * `--reflect`: swaps each frame's MACs, IPv4 addresses and UDP ports and transmits it back
 //!   out of the same queue, in place (no copy) or, with `--copy`, copied into a free frame as a
-//!   daemon forwarding a runtime's frame would.
+//!   daemon forwarding a runtime's frame would;
+//! * `--rtt N`: N closed-loop round trips from a Linux UDP socket in the namespace, reflected
+//!   in place: the echo round trip with no daemon between the socket and its answerer (what a
+//!   runtime polling its own queue would see).
 //!
 //! It prints, per run and as medians over the runs: frames sent per second, frames received
 //! per second, frames reflected per second (TX completions) and arrived back in the namespace
@@ -50,6 +53,12 @@ struct Args {
     /// Swap MACs, addresses and ports, and transmit back.
     #[arg(long)]
     reflect: bool,
+    /// Instead of rates: this many closed-loop UDP round trips from a Linux socket in the
+    /// namespace (on the sender's CPU, at `SCHED_FIFO` priority 1) to a receiver that reflects
+    /// each frame in place, a socket that a runtime would own under direct polling; prints
+    /// p50 / p99 / p99.9.
+    #[arg(long, value_name = "N")]
+    rtt: Option<u64>,
     /// Reflect by copying each frame into a free UMEM frame instead of in place.
     #[arg(long)]
     copy: bool,
@@ -195,6 +204,10 @@ fn main() {
         args.warmup
     );
     pin(args.receiver_cpu, args.fifo);
+    if let Some(n) = args.rtt {
+        round_trips(&args, &pair, &mut port, target, n);
+        return;
+    }
     let modes = [(args.drop, Mode::Drop), (args.reflect, Mode::Reflect)];
     for mode in modes.into_iter().filter(|m| m.0).map(|m| m.1) {
         let name = match (mode, args.copy) {
@@ -235,6 +248,63 @@ fn main() {
             med(|f| f.syscalls_per_frame)
         );
     }
+}
+
+/// `n` closed-loop round trips of a 64-byte UDP payload from a socket in the namespace to
+/// `target`, reflected by this thread polling the sockets: the round trip with nothing but
+/// AF_XDP between the wire and its answerer.
+fn round_trips(args: &Args, pair: &VethPair, port: &mut Port, target: Ipv4Addr, n: u64) {
+    // The reflected frame carries the client's checksums: they must be whole ones.
+    pair.full_checksums()
+        .expect("turn the namespace end's checksum offload off (ethtool)");
+    let stop = Arc::new(AtomicBool::new(false));
+    let (peer_ip, cpu, stopped) = (pair.peer_ip, args.sender_cpu, stop.clone());
+    let client = pair.spawn_inside(move || {
+        pin(cpu, true);
+        let socket = UdpSocket::bind((peer_ip, 0)).expect("bind the client");
+        socket
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .unwrap();
+        let mut times = Vec::with_capacity(n as usize);
+        let (mut request, mut buf) = ([0u8; 64], [0u8; 2048]);
+        let warmup = n / 10;
+        for seq in 0..warmup + n {
+            request[..8].copy_from_slice(&seq.to_le_bytes());
+            let start = Instant::now();
+            socket.send_to(&request, (target, DST_PORT)).unwrap();
+            loop {
+                let (len, _) = socket.recv_from(&mut buf).expect("a reflection within 2 s");
+                if len >= 8 && buf[..8] == request[..8] {
+                    break;
+                }
+            }
+            if seq >= warmup {
+                times.push(start.elapsed().as_secs_f64() * 1e6);
+            }
+        }
+        stopped.store(true, Ordering::Relaxed);
+        times
+    });
+    let mut scratch = vec![[0u8; 2048]; args.burst];
+    while !stop.load(Ordering::Relaxed) {
+        poll_for(
+            port,
+            Mode::Reflect,
+            args,
+            &mut scratch,
+            Duration::from_millis(10),
+        );
+    }
+    let mut times = client.join().expect("the client");
+    times.sort_by(f64::total_cmp);
+    let q = |f: f64| times[((times.len() - 1) as f64 * f) as usize];
+    println!(
+        "round trip to a bare AF_XDP reflector, {n} samples: p50 {:.1} us, p99 {:.1} us, \
+         p99.9 {:.1} us",
+        q(0.5),
+        q(0.99),
+        q(0.999)
+    );
 }
 
 /// Pins the calling thread to `cpu`, at `SCHED_FIFO` priority 1 if `fifo`.

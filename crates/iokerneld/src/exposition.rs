@@ -888,6 +888,12 @@ pub fn render(stats: &Stats) -> String {
                 n.rx_syscalls,
             ),
             (
+                "corral_nic_rx_device_drops_total",
+                "Frames for iokerneld the kernel dropped before it read them (TAP: the device's \
+                 queue full; XDP: a socket's RX ring full or no receive buffer lent).",
+                n.rx_device_drops,
+            ),
+            (
                 "corral_nic_tx_syscalls_total",
                 "System calls made to send (TAP: one per frame; XDP: one per flush the kernel \
                  asked for).",
@@ -1147,7 +1153,7 @@ mod tests {
             "nic": {
                 "backend": "tap", "description": "corral0 \"host\" 10.99.0.1/24",
                 "rx_frames": 600, "rx_bytes": 601, "tx_frames": 602, "tx_bytes": 603,
-                "rx_errors": 604, "tx_errors": 605, "rx_syscalls": 606, "tx_syscalls": 607,
+                "rx_errors": 604, "tx_errors": 605, "rx_syscalls": 606, "tx_syscalls": 607, "rx_device_drops": 610,
                 "mode": "native copy", "queue_rx_frames": [608, 609],
             },
             "faults": { "rx": direction(700), "tx": direction(720), "local": direction(740) },

@@ -350,6 +350,7 @@ fn linux_reaches_runtimes_through_xdp_while_the_host_keeps_its_own_traffic() {
     assert!(counter(n, "rx_frames") > 4000, "{n:#}");
     assert_eq!(counter(n, "rx_errors"), 0, "{n:#}");
     assert_eq!(counter(n, "tx_errors"), 0, "{n:#}");
+    assert_eq!(counter(n, "rx_device_drops"), 0, "{n:#}");
     for (reason, count) in stats["net"]["drops"].as_object().unwrap() {
         assert_eq!(
             count, 0,

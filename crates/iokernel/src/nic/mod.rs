@@ -112,6 +112,11 @@ pub struct NicCounters {
     /// frames waiting, when the kernel asks for it.
     #[serde(default)]
     pub tx_syscalls: u64,
+    /// Frames for iokerneld that the kernel dropped before it could read them: with TAP, the
+    /// device's queue overflowing (its host side's `tx_dropped`); with XDP, the sockets' RX
+    /// rings full or no receive buffer lent (`XDP_STATISTICS`).
+    #[serde(default)]
+    pub rx_device_drops: u64,
 }
 
 /// A NIC backend.
@@ -167,7 +172,7 @@ pub trait Nic {
         None
     }
 
-    /// Counters so far.
+    /// Counters so far. Called for statistics, not from the loop: it may make system calls.
     fn counters(&self) -> NicCounters;
 
     /// Least time between receive polls while nothing arrives, in nanoseconds. A backend whose

@@ -216,7 +216,16 @@ impl Nic for Tap {
     }
 
     fn counters(&self) -> NicCounters {
-        self.counters
+        // What Linux could not queue for us: its side of the device transmits to us.
+        let path = format!("/sys/class/net/{}/statistics/tx_dropped", self.name);
+        let rx_device_drops = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0);
+        NicCounters {
+            rx_device_drops,
+            ..self.counters
+        }
     }
 
     fn idle_poll_interval_ns(&self) -> u64 {

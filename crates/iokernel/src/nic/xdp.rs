@@ -195,6 +195,13 @@ impl Nic for Xdp {
             tx_errors: k.tx_dropped + k.kick_errors,
             rx_syscalls: k.rx_wakeups + k.waits,
             tx_syscalls: k.tx_kicks,
+            rx_device_drops: self
+                .port
+                .sockets()
+                .iter()
+                .filter_map(|s| s.kernel_stats().ok())
+                .map(|k| k.rx_dropped + k.rx_ring_full)
+                .sum(),
         }
     }
 }
