@@ -116,7 +116,7 @@ fn qname(r: &mut Rng) -> Vec<u8> {
 }
 
 /// A well-formed query, and whether the stream sends it over TCP.
-fn query(r: &mut Rng, id: u16) -> Vec<u8> {
+pub fn query(r: &mut Rng, id: u16) -> Vec<u8> {
     let name = qname(r);
     let qtype = *r.pick(TYPES);
     let mut q = corral_dns_proto::message::query(id, &name, qtype, None);
@@ -154,7 +154,7 @@ fn query(r: &mut Rng, id: u16) -> Vec<u8> {
 }
 
 /// A message that is broken in one of the ways a server must survive.
-fn malformed(r: &mut Rng, id: u16) -> Vec<u8> {
+pub fn malformed(r: &mut Rng, id: u16) -> Vec<u8> {
     let mut q = query(r, id);
     match r.below(12) {
         0 => {
