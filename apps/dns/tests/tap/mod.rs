@@ -74,6 +74,9 @@ impl TapDns {
         let host = format!("{}.{}.{}.1/24", subnet[0], subnet[1], subnet[2]);
         let iokerneld = Command::new(iokerneld_binary())
             .args(["--core", "0", "--managed-cores", "1", "--log-level", "warn"])
+            // Never the machine-wide shield a root iokerneld takes by default: tests run beside
+            // others, and a test killed mid-run would leave it in place.
+            .args(["--shield", "off"])
             .args(["--nic", "tap", "--tap-name", &tap, "--host-ip", &host])
             .arg("--socket")
             .arg(&socket)
