@@ -41,3 +41,23 @@ pub fn bind_udp(server: Arc<Server>, addr: SocketAddrV4) -> std::io::Result<UdpS
         }
     })
 }
+
+/// The runtime's own counts of what reached its stack and what it dropped there (by reason,
+/// the nonzero ones), in the counters' `name=value` style: with iokerneld's per-runtime drops,
+/// they account for every datagram that never became a query.
+pub fn stack_line(rt: &::corral::Runtime) -> String {
+    let Some(stats) = rt.net_stats() else {
+        return "stack=none".into();
+    };
+    let mut line = format!(
+        "stack_rx_packets={} stack_udp_rx={} stack_udp_tx={} stack_drops={}",
+        stats.rx_packets,
+        stats.udp_rx_datagrams,
+        stats.udp_tx_datagrams,
+        stats.total_drops()
+    );
+    for (reason, n) in stats.drops.iter().filter(|(_, n)| *n > 0) {
+        line.push_str(&format!(" stack_drop_{reason}={n}"));
+    }
+    line
+}

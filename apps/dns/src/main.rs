@@ -96,16 +96,6 @@ fn main() {
         return;
     }
     let server = Arc::new(Server::new(catalog));
-    if args.stats_every > 0 {
-        let server = server.clone();
-        let every = Duration::from_secs(args.stats_every);
-        thread::spawn(move || {
-            loop {
-                thread::sleep(every);
-                eprintln!("corral-dns: {}", server.counters.line());
-            }
-        });
-    }
     let listen = listen.unwrap_or_else(|| "0.0.0.0".into());
     let port = port.unwrap_or(53);
     match args.runtime {
@@ -119,6 +109,16 @@ fn serve_linux(args: &Args, server: Arc<Server>, listen: &str, port: u16) {
         .unwrap_or_else(|e| fail(format_args!("cannot bind UDP {listen}:{port}: {e}")));
     let tcp = TcpListener::bind((listen, port))
         .unwrap_or_else(|e| fail(format_args!("cannot bind TCP {listen}:{port}: {e}")));
+    if args.stats_every > 0 {
+        let server = server.clone();
+        let every = Duration::from_secs(args.stats_every);
+        thread::spawn(move || {
+            loop {
+                thread::sleep(every);
+                eprintln!("corral-dns: {}", server.counters.line());
+            }
+        });
+    }
     let threads = args.threads;
     let s = server.clone();
     let udp = thread::spawn(move || linux::run_udp(s, udp, threads));
@@ -169,7 +169,24 @@ fn serve_corral(args: &Args, server: Arc<Server>, listen: &str, port: u16) {
     let rt = ::corral::Runtime::new(config)
         .unwrap_or_else(|e| fail(format_args!("cannot start the runtime: {e}")));
     let addr = SocketAddrV4::new(ip, port);
-    if let Err(e) = rt.block_on(move || corral::serve(server, addr)) {
-        fail(format_args!("cannot serve on {addr}: {e}"));
-    }
+    thread::scope(|scope| {
+        if args.stats_every > 0 {
+            let (server, rt) = (&server, &rt);
+            let every = Duration::from_secs(args.stats_every);
+            scope.spawn(move || {
+                loop {
+                    thread::sleep(every);
+                    eprintln!(
+                        "corral-dns: {} {}",
+                        server.counters.line(),
+                        corral::stack_line(rt)
+                    );
+                }
+            });
+        }
+        let server = server.clone();
+        if let Err(e) = rt.block_on(move || corral::serve(server, addr)) {
+            fail(format_args!("cannot serve on {addr}: {e}"));
+        }
+    });
 }

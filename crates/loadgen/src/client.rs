@@ -96,7 +96,7 @@ fn invalid(e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> io::Error 
 }
 
 /// What the sender stores when it could not play the schedule: the receiver stops at once.
-const SENDER_FAILED: u64 = u64::MAX;
+pub(crate) const SENDER_FAILED: u64 = u64::MAX;
 
 /// `CLOCK_MONOTONIC` in nanoseconds: the clock every process on the machine shares, which the
 /// servers stamp responses with.
@@ -113,13 +113,13 @@ pub fn monotonic_ns() -> u64 {
 
 /// Time since the run's epoch (a `CLOCK_MONOTONIC` time), which both threads share.
 #[derive(Clone, Copy)]
-struct Clock {
-    epoch_ns: u64,
+pub(crate) struct Clock {
+    pub(crate) epoch_ns: u64,
 }
 
 impl Clock {
     #[inline]
-    fn now_ns(&self) -> u64 {
+    pub(crate) fn now_ns(&self) -> u64 {
         monotonic_ns().saturating_sub(self.epoch_ns)
     }
 
@@ -187,15 +187,20 @@ pub fn run(cfg: &ClientConfig) -> io::Result<Summary> {
 }
 
 fn open_sockets(cfg: &ClientConfig) -> io::Result<Vec<UdpSocket>> {
-    let local: SocketAddr = if cfg.server.is_ipv4() {
+    open_udp_sockets(cfg.server, cfg.flows)
+}
+
+/// `flows` sockets on ports of their own, each connected to `server`, with large buffers.
+pub(crate) fn open_udp_sockets(server: SocketAddr, flows: usize) -> io::Result<Vec<UdpSocket>> {
+    let local: SocketAddr = if server.is_ipv4() {
         "0.0.0.0:0".parse().expect("literal address")
     } else {
         "[::]:0".parse().expect("literal address")
     };
-    (0..cfg.flows)
+    (0..flows)
         .map(|_| {
             let s = UdpSocket::bind(local)?;
-            s.connect(cfg.server)?;
+            s.connect(server)?;
             // Room for bursts of responses while the receiver is descheduled; best effort.
             set_buffer(&s, libc::SO_RCVBUFFORCE, libc::SO_RCVBUF, 8 << 20);
             set_buffer(&s, libc::SO_SNDBUFFORCE, libc::SO_SNDBUF, 8 << 20);
@@ -259,15 +264,19 @@ fn send(
         }
         Ok((rec, scheduled))
     })();
-    let mark = match &result {
+    done.store(sender_mark(&result), Ordering::Release);
+    result
+}
+
+/// What a sender that ended with `result` stores for its receiver (see [`RunEnd`]).
+pub(crate) fn sender_mark(result: &io::Result<(SendRecorder, u64)>) -> u64 {
+    match result {
         Ok((rec, _)) => rec
             .last_actual_ns()
             .saturating_add(1)
             .min(SENDER_FAILED - 1),
         Err(_) => SENDER_FAILED,
-    };
-    done.store(mark, Ordering::Release);
-    result
+    }
 }
 
 /// Waits until `due_ns` and returns the time it saw then. Spins, so that sends go out within
@@ -276,7 +285,7 @@ fn send(
 /// well under 20 µs). Without it, it never yields: a yield would also hand the CPU to unrelated
 /// work for a whole time slice.
 #[inline]
-fn wait_until(clock: &Clock, due_ns: u64, share: bool) -> u64 {
+pub(crate) fn wait_until(clock: &Clock, due_ns: u64, share: bool) -> u64 {
     const YIELD_ABOVE_NS: u64 = 20_000;
     loop {
         let now = clock.now_ns();
@@ -302,6 +311,36 @@ fn receive(
         pin_current_thread(cpu)?;
     }
     let mut rec = ResponseRecorder::for_schedule(&cfg.schedule);
+    let mut buf = vec![0u8; wire::MAX_LEN + 1];
+    let end = RunEnd {
+        done,
+        duration_ns: cfg.schedule.duration_ns,
+        grace_ns: cfg.grace_ns,
+    };
+    poll_until_end(fds, clock, &end, &mut rec, |_, fd, rec| {
+        drain(fd, &mut buf, &clock, rec)
+    })?;
+    Ok(rec)
+}
+
+/// How a receiver knows the run is over: the sender's mark in `done` (0 while sending, then
+/// the time of its last send plus 1, or [`SENDER_FAILED`]), and the grace after the later of
+/// that send and the schedule's end.
+pub(crate) struct RunEnd<'a> {
+    pub(crate) done: &'a AtomicU64,
+    pub(crate) duration_ns: u64,
+    pub(crate) grace_ns: u64,
+}
+
+/// Polls `fds` until the run's end (setting `rec`'s deadline once it is known), calling
+/// `ready(index, fd, rec)` for each readable one.
+pub(crate) fn poll_until_end(
+    fds: &[RawFd],
+    clock: Clock,
+    end: &RunEnd<'_>,
+    rec: &mut ResponseRecorder,
+    mut ready: impl FnMut(usize, RawFd, &mut ResponseRecorder) -> io::Result<()>,
+) -> io::Result<()> {
     let mut pollfds: Vec<libc::pollfd> = fds
         .iter()
         .map(|&fd| libc::pollfd {
@@ -310,19 +349,16 @@ fn receive(
             revents: 0,
         })
         .collect();
-    let mut buf = vec![0u8; wire::MAX_LEN + 1];
     let mut deadline = u64::MAX;
     loop {
         if deadline == u64::MAX {
-            let d = done.load(Ordering::Acquire);
+            let d = end.done.load(Ordering::Acquire);
             if d == SENDER_FAILED {
                 break;
             }
             if d != 0 {
                 let last_send = d - 1;
-                deadline = last_send
-                    .max(cfg.schedule.duration_ns)
-                    .saturating_add(cfg.grace_ns);
+                deadline = last_send.max(end.duration_ns).saturating_add(end.grace_ns);
                 rec.set_deadline(deadline);
             }
         }
@@ -347,12 +383,14 @@ fn receive(
             }
             return Err(e);
         }
-        for p in pollfds.iter_mut().filter(|p| p.revents != 0) {
-            p.revents = 0;
-            drain(p.fd, &mut buf, &clock, &mut rec)?;
+        for (i, p) in pollfds.iter_mut().enumerate() {
+            if p.revents != 0 {
+                p.revents = 0;
+                ready(i, p.fd, rec)?;
+            }
         }
     }
-    Ok(rec)
+    Ok(())
 }
 
 /// Splits a matched response's latency from its stamps and the client's own times.

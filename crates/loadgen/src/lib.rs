@@ -21,10 +21,12 @@
 //!   out, bytes in, replies checked in order and recorded.
 //! - [`kvclient`]: a Linux memcached client (TCP or UDP) that plays a schedule of
 //!   key-value requests.
+//! - [`dns`]: DNS queries from a dnsperf-format file, responses matched by DNS ID and
+//!   checked against their question, and a Linux UDP client that plays a schedule of them.
 //! - [`client`]: a Linux UDP client that plays a schedule against a server (the baseline; the
 //!   `corral-loadgen-linux` binary).
 //!
-//! Everything but [`client`] and [`kvclient`] is plain data and functions with no threads, sockets or clocks of
+//! Everything but [`client`], [`kvclient`] and [`dns::run`] is plain data and functions with no threads, sockets or clocks of
 //! its own, so a generator built into another program (iokerneld's `gen` NIC backend) drives it
 //! from its own loop:
 //!
@@ -54,6 +56,7 @@
 //! ```
 
 pub mod client;
+pub mod dns;
 pub mod kv;
 pub mod kvclient;
 pub mod kvstream;

@@ -1,8 +1,10 @@
 //! Starting corral-dns and NSD on free ports over the same zones, and talking DNS to them.
 #![allow(dead_code)]
 
+pub mod diff;
+
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
@@ -26,6 +28,12 @@ pub struct Running {
     pub port: u16,
     pub name: &'static str,
     _dir: Option<TempDir>,
+}
+
+impl Running {
+    pub fn addr(&self) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))
+    }
 }
 
 impl Drop for Running {
@@ -183,9 +191,9 @@ pub struct UdpClient {
 pub const PROBE_NAME: &[u8] = b"\x05probe\x07example\x03com\x00";
 
 impl UdpClient {
-    pub fn new(port: u16) -> UdpClient {
-        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
-        sock.connect(("127.0.0.1", port)).unwrap();
+    pub fn new(server: SocketAddr) -> UdpClient {
+        let sock = UdpSocket::bind("0.0.0.0:0").unwrap();
+        sock.connect(server).unwrap();
         sock.set_read_timeout(Some(Duration::from_secs(20)))
             .unwrap();
         UdpClient { sock, probe_id: 0 }
@@ -248,8 +256,8 @@ pub struct TcpClient {
 }
 
 impl TcpClient {
-    pub fn new(port: u16) -> TcpClient {
-        let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    pub fn new(server: SocketAddr) -> TcpClient {
+        let stream = TcpStream::connect(server).unwrap();
         stream
             .set_read_timeout(Some(Duration::from_secs(20)))
             .unwrap();
@@ -295,4 +303,54 @@ impl Rng {
     pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
         &items[self.below(items.len() as u64) as usize]
     }
+}
+
+/// Runs `dig` or `kdig` against `server` without recursion and with a 10 s time-out; returns
+/// what it printed, failing the test if it failed.
+pub fn dig(tool: &str, server: SocketAddr, args: &[&str]) -> String {
+    let out = Command::new(tool)
+        .args([
+            &format!("@{}", server.ip()),
+            "-p",
+            &server.port().to_string(),
+            "+norecurse",
+            "+time=10",
+        ])
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {tool} ({e}); scripts/setup.sh installs it"));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{tool} {args:?} failed: {text}");
+    text
+}
+
+/// `dig` over UDP and TCP, an NXDOMAIN, and an answer too big for 512 bytes that dig retries
+/// over TCP by itself (and, told not to, shows truncated).
+pub fn dig_answers_over_udp_and_tcp(server: SocketAddr) {
+    let short = dig("dig", server, &["+short", "www.example.com", "A"]);
+    assert_eq!(
+        short,
+        "web.example.com.\nhost.example.com.\n192.0.2.80\n192.0.2.81\n"
+    );
+    let tcp = dig("dig", server, &["+tcp", "+short", "mail.example.com", "A"]);
+    assert_eq!(tcp, "192.0.2.25\n");
+    let nx = dig("dig", server, &["nothing.example.com", "A"]);
+    assert!(
+        nx.contains("status: NXDOMAIN") && nx.contains("flags: qr aa;"),
+        "{nx}"
+    );
+    // 36 A records do not fit 512 bytes: dig sees TC and asks again over TCP by itself.
+    let big = dig("dig", server, &["+bufsize=512", "big.example.com", "A"]);
+    assert!(big.contains("Truncated, retrying in TCP mode"), "{big}");
+    assert!(big.contains("ANSWER: 36"), "{big}");
+    // Told not to retry, it shows the truncated answer itself.
+    let tc = dig(
+        "dig",
+        server,
+        &["+ignore", "+bufsize=512", "big.example.com", "A"],
+    );
+    assert!(
+        tc.contains("flags: qr aa tc;") && tc.contains("ANSWER: 0"),
+        "{tc}"
+    );
 }

@@ -1,7 +1,8 @@
 //! Open-loop load generator on Linux sockets: the baseline client for Corral's latency
 //! experiments. Plays a seeded schedule against a UDP echo or spin server (`--protocol spin`,
 //! the default) or a memcached server over TCP or UDP (`--protocol memcache-tcp` /
-//! `memcache-udp`), and reports latency measured from each request's scheduled send time.
+//! `memcache-udp`) or a DNS server (`--protocol dns --queries FILE`, dnsperf's query format),
+//! and reports latency measured from each request's scheduled send time.
 //!
 //! ```text
 //! corral-loadgen-linux --server 127.0.0.1:5000 --rate 100000 --duration 5 \
@@ -19,6 +20,7 @@ use clap::Parser;
 use serde::Serialize;
 
 use corral_loadgen::client::{self, ClientConfig};
+use corral_loadgen::dns::{DnsClientConfig, QueryMix};
 use corral_loadgen::kv::{KvChecks, Popularity, SizeDist};
 use corral_loadgen::kvclient::{self, KvClientConfig, Transport};
 use corral_loadgen::queueing::{self, QueueingBound};
@@ -34,11 +36,13 @@ enum Protocol {
     MemcacheTcp,
     /// memcached's text protocol over UDP, with its 8-byte frame header.
     MemcacheUdp,
+    /// DNS queries over UDP from --queries, matched by DNS ID.
+    Dns,
 }
 
 #[derive(Parser, Debug)]
 #[command(
-    about = "Open-loop load generator (Linux sockets): spin over UDP, memcached over TCP or UDP"
+    about = "Open-loop load generator (Linux sockets): spin over UDP, memcached over TCP or UDP, DNS over UDP"
 )]
 struct Args {
     /// Which requests to send.
@@ -124,6 +128,13 @@ struct Args {
     /// memcached: do not set every key before the run (gets of unset keys then miss).
     #[arg(long)]
     no_preload: bool,
+    /// DNS: the queries, in dnsperf's format (`NAME TYPE` per line), asked in order, round
+    /// and round.
+    #[arg(long, required_if_eq("protocol", "dns"))]
+    queries: Option<PathBuf>,
+    /// DNS: EDNS UDP payload size to offer (no EDNS if absent).
+    #[arg(long)]
+    edns: Option<u16>,
 }
 
 #[derive(Serialize)]
@@ -185,6 +196,7 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         Protocol::Spin => None,
         Protocol::MemcacheTcp => Some(Transport::Tcp),
         Protocol::MemcacheUdp => Some(Transport::Udp),
+        Protocol::Dns => return run_dns(args, schedule, policy),
     };
     if let Some(transport) = transport {
         return run_kv(args, transport, schedule, policy);
@@ -222,6 +234,54 @@ fn run(args: &Args) -> Result<(), Box<dyn std::error::Error>> {
         let text = serde_json::to_string_pretty(&report)?;
         std::fs::write(path, text + "\n")
             .map_err(|e| format!("writing {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// A DNS run's JSON: the same `summary` as a spin run, and the responses by RCODE.
+#[derive(Serialize)]
+struct DnsJson<'a> {
+    protocol: Protocol,
+    config: &'a DnsClientConfig,
+    queries: &'a std::path::Path,
+    summary: &'a Summary,
+    dns: &'a corral_loadgen::dns::DnsCounts,
+}
+
+fn run_dns(
+    args: &Args,
+    schedule: ScheduleConfig,
+    policy: AdherencePolicy,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let path = args
+        .queries
+        .as_deref()
+        .ok_or("--protocol dns needs --queries FILE")?;
+    let text =
+        std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    let mix = QueryMix::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let cfg = DnsClientConfig {
+        server: args.server,
+        schedule,
+        flows: args.flows.unwrap_or(args.clients.clamp(1, 16) as usize),
+        edns: args.edns,
+        cpu: args.cpu,
+        rx_cpu: args.rx_cpu.or(args.cpu),
+        grace_ns: args.grace_ms.saturating_mul(1_000_000),
+        policy,
+    };
+    let report = corral_loadgen::dns::run(&cfg, &mix)?;
+    println!("{report}");
+    if let Some(out) = &args.json {
+        let json = DnsJson {
+            protocol: args.protocol,
+            config: &cfg,
+            queries: path,
+            summary: &report.summary,
+            dns: &report.counts,
+        };
+        let text = serde_json::to_string_pretty(&json)?;
+        std::fs::write(out, text + "\n").map_err(|e| format!("writing {}: {e}", out.display()))?;
     }
     Ok(())
 }

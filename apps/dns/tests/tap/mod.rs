@@ -1,0 +1,327 @@
+//! corral-dns on Corral's runtime behind its own iokerneld and TAP device, reached from Linux.
+//!
+//! Each test starts an iokerneld (on CPU 0, managing CPU 1) with a TAP device and a subnet of
+//! its own, then `corral-dns --runtime corral` at `subnet.2`, port 53, registered with it;
+//! Linux reaches the server through the TAP's host side, `subnet.1`. Tests hold [`serial`]
+//! because they all hand out CPU 1. Both processes are killed, and the directory removed, on
+//! drop.
+//!
+//! Other test binaries create TAP devices too, possibly at the same time (two checkouts on one
+//! machine), and two devices holding one host address confuse the kernel's routes, so these
+//! draw their subnets `10.X.test.0/24` from a second-octet range of their own, 150-159 (varied
+//! by the pid), beside iokerneld's tests (120-139, 160-239) and corral-kv's (140-149); the TAP
+//! devices are named `cdns<pid>t<test>`.
+
+#![allow(dead_code, reason = "each test binary uses part of it")]
+
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::common::{ZONES, zones_dir};
+
+/// How long iokerneld or the server may take to come up.
+const START: Duration = Duration::from_secs(20);
+
+pub const DNS: &str = env!("CARGO_BIN_EXE_corral-dns");
+
+/// The server's port: on its own stack nothing else holds 53.
+pub const PORT: u16 = 53;
+
+/// iokerneld, found next to corral-dns: a binary of another package has no `CARGO_BIN_EXE_`.
+pub fn iokerneld_binary() -> PathBuf {
+    let path = Path::new(DNS).with_file_name("iokerneld");
+    assert!(
+        path.is_file(),
+        "{} is missing: build it with `cargo build -p corral-iokerneld` and the same profile",
+        path.display()
+    );
+    path
+}
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Holds CPU 1 for the calling test, even after another test failed while holding it.
+pub fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A Corral DNS server behind its own iokerneld and TAP device.
+pub struct TapDns {
+    iokerneld: Child,
+    /// Started once iokerneld listens.
+    dns: Option<Child>,
+    dir: PathBuf,
+    socket: PathBuf,
+    pub ip: Ipv4Addr,
+    pub tap: String,
+}
+
+impl TapDns {
+    /// Starts iokerneld and corral-dns (the test zones, counters every second) for test number
+    /// `test` (unique within this binary), with `extra` flags for corral-dns; returns once the
+    /// server accepts a TCP connection from Linux.
+    pub fn start(test: u8, extra: &[&str]) -> TapDns {
+        let pid = std::process::id();
+        let tap = format!("cdns{}t{test}", pid % 10_000);
+        let subnet = [10, 150 + (pid % 10) as u8, test];
+        let dir = std::env::temp_dir().join(format!("corral-dns-tap-{pid}-{test}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create the test directory");
+        let socket = dir.join("iokerneld.sock");
+        let host = format!("{}.{}.{}.1/24", subnet[0], subnet[1], subnet[2]);
+        let iokerneld = Command::new(iokerneld_binary())
+            .args(["--core", "0", "--managed-cores", "1", "--log-level", "warn"])
+            // Never the machine-wide shield a root iokerneld takes by default: tests run beside
+            // others, and a test killed mid-run would leave it in place.
+            .args(["--shield", "off"])
+            .args(["--nic", "tap", "--tap-name", &tap, "--host-ip", &host])
+            .arg("--socket")
+            .arg(&socket)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log_file(&dir, "iokerneld.log"))
+            .spawn()
+            .expect("start iokerneld");
+        let ip = Ipv4Addr::new(subnet[0], subnet[1], subnet[2], 2);
+        let mut me = TapDns {
+            iokerneld,
+            dns: None,
+            dir,
+            socket,
+            ip,
+            tap,
+        };
+        me.wait_for("iokerneld's control socket", |me| {
+            me.iokerneld_stats_command()
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        });
+        let dns = Command::new(DNS)
+            .current_dir(zones_dir())
+            .args(["--runtime", "corral", "-l", &ip.to_string()])
+            .args(["-p", &PORT.to_string(), "--stats-every", "1"])
+            .arg("--iokerneld")
+            .arg(&me.socket)
+            .args(ZONES.iter().map(|(o, f)| format!("{o}={f}")))
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(log_file(&me.dir, "corral-dns.out"))
+            .stderr(log_file(&me.dir, "corral-dns.log"))
+            .spawn()
+            .expect("start corral-dns");
+        me.dns = Some(dns);
+        let addr = SocketAddr::V4(me.addr());
+        me.wait_for(
+            "corral-dns to accept a connection over the TAP device",
+            |_| TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_ok(),
+        );
+        me
+    }
+
+    pub fn addr(&self) -> SocketAddrV4 {
+        SocketAddrV4::new(self.ip, PORT)
+    }
+
+    /// The TAP device's host side, which Linux sends from.
+    pub fn host(&self) -> Ipv4Addr {
+        let o = self.ip.octets();
+        Ipv4Addr::new(o[0], o[1], o[2], 1)
+    }
+
+    fn iokerneld_stats_command(&self) -> Command {
+        let mut c = Command::new(iokerneld_binary());
+        c.arg("stats").arg("--socket").arg(&self.socket);
+        c
+    }
+
+    /// iokerneld's statistics, as `iokerneld stats` prints them.
+    pub fn iokerneld_stats(&self) -> serde_json::Value {
+        let out = self
+            .iokerneld_stats_command()
+            .output()
+            .expect("run iokerneld stats");
+        assert!(
+            out.status.success(),
+            "iokerneld stats failed: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.logs()
+        );
+        serde_json::from_slice(&out.stdout).expect("iokerneld's statistics are JSON")
+    }
+
+    /// Frames iokerneld dropped on their way to corral-dns, every reason together, and the
+    /// reasons.
+    pub fn iokerneld_drops(&self) -> (u64, serde_json::Value) {
+        let stats = self.iokerneld_stats();
+        let runtime = stats["runtimes"]
+            .as_array()
+            .and_then(|rs| rs.iter().find(|r| r["name"] == "corral-dns"))
+            .cloned()
+            .unwrap_or_else(|| panic!("corral-dns is not registered: {stats:#}"));
+        let drops = runtime["packets"]["drops"].clone();
+        let total = drops
+            .as_object()
+            .map(|m| m.values().filter_map(|v| v.as_u64()).sum())
+            .unwrap_or(0);
+        (total, drops)
+    }
+
+    /// A counter of the TAP device, as Linux keeps it.
+    pub fn tap_counter(&self, name: &str) -> u64 {
+        std::fs::read_to_string(format!("/sys/class/net/{}/statistics/{name}", self.tap))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    /// Packets the TAP device's queueing discipline dropped (Linux counts them there, not in
+    /// the device's own counters).
+    pub fn qdisc_dropped(&self) -> u64 {
+        let out = Command::new("tc")
+            .args(["-s", "qdisc", "show", "dev", &self.tap])
+            .output()
+            .expect("run tc (iproute2)");
+        let text = String::from_utf8_lossy(&out.stdout);
+        // "Sent N bytes M pkt (dropped D, overlimits ...": every qdisc of the device.
+        text.split("dropped ")
+            .skip(1)
+            .filter_map(|rest| rest.split([',', ' ']).next()?.parse::<u64>().ok())
+            .sum()
+    }
+
+    /// corral-dns's latest counters line (`--stats-every 1`), as `name=value` pairs.
+    pub fn counters(&self) -> Counters {
+        let log = std::fs::read_to_string(self.dir.join("corral-dns.log")).unwrap_or_default();
+        let line = log
+            .lines()
+            .rev()
+            .find(|l| l.starts_with("corral-dns: udp_queries="))
+            .unwrap_or_default();
+        Counters(
+            line.trim_start_matches("corral-dns: ")
+                .split_whitespace()
+                .filter_map(|kv| {
+                    let (k, v) = kv.split_once('=')?;
+                    Some((k.to_string(), v.parse().ok()?))
+                })
+                .collect(),
+        )
+    }
+
+    /// The counters once they have stopped moving: two lines a second apart that agree (so
+    /// the server is done with what reached it, and the line is newer than the call).
+    pub fn settled_counters(&mut self) -> Counters {
+        let mut last = self.counters();
+        let start = Instant::now();
+        loop {
+            std::thread::sleep(Duration::from_millis(1100));
+            self.assert_alive();
+            let now = self.counters();
+            if now == last && !now.0.is_empty() {
+                return now;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(60),
+                "corral-dns's counters still move after 60 s\n{}",
+                self.logs()
+            );
+            last = now;
+        }
+    }
+
+    /// corral-dns's resident memory.
+    pub fn rss_bytes(&self) -> usize {
+        let pid = self
+            .dns
+            .as_ref()
+            .expect("corral-dns runs once started")
+            .id();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let line = status
+            .lines()
+            .find(|l| l.starts_with("VmRSS:"))
+            .expect("VmRSS line");
+        let kb: usize = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+        kb * 1024
+    }
+
+    /// What iokerneld and corral-dns have logged (the last of it), for failure messages.
+    pub fn logs(&self) -> String {
+        let read = |name: &str| {
+            let text = std::fs::read_to_string(self.dir.join(name)).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            lines[lines.len().saturating_sub(20)..].join("\n")
+        };
+        format!(
+            "iokerneld.log:\n{}\ncorral-dns.log:\n{}",
+            read("iokerneld.log"),
+            read("corral-dns.log")
+        )
+    }
+
+    /// Fails the test if either process has exited.
+    pub fn assert_alive(&mut self) {
+        let exited = [
+            ("iokerneld", Some(&mut self.iokerneld)),
+            ("corral-dns", self.dns.as_mut()),
+        ]
+        .into_iter()
+        .find_map(|(what, child)| {
+            let status = child?.try_wait().expect("check on a child")?;
+            Some((what, status))
+        });
+        if let Some((what, status)) = exited {
+            panic!("{what} exited with {status}\n{}", self.logs());
+        }
+    }
+
+    fn wait_for(&mut self, what: &str, mut ready: impl FnMut(&TapDns) -> bool) {
+        let start = Instant::now();
+        while !ready(self) {
+            self.assert_alive();
+            assert!(
+                start.elapsed() < START,
+                "timed out waiting for {what}\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for TapDns {
+    fn drop(&mut self) {
+        for child in [self.dns.as_mut(), Some(&mut self.iokerneld)]
+            .into_iter()
+            .flatten()
+        {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// corral-dns's counters by name (its own and its runtime's stack's).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Counters(pub Vec<(String, u64)>);
+
+impl Counters {
+    /// The counter `name`, 0 if the line does not have it (the stack's drop reasons appear
+    /// only once nonzero).
+    pub fn get(&self, name: &str) -> u64 {
+        self.0
+            .iter()
+            .find(|(k, _)| k == name)
+            .map_or(0, |(_, v)| *v)
+    }
+}
+
+fn log_file(dir: &Path, name: &str) -> std::fs::File {
+    std::fs::File::create(dir.join(name)).expect("create a log file")
+}

@@ -1,0 +1,437 @@
+//! DNS over UDP for the open-loop generators: a query mix read from a file in dnsperf's
+//! format (`NAME TYPE` per line), queries built from it, and responses matched to their
+//! requests by DNS ID and checked against the question they answer. [`run`] plays a schedule
+//! from Linux sockets.
+//!
+//! Each socket has its own 16-bit ID space: request `n` of a socket takes ID `n mod 65536`,
+//! and a table per socket keeps, under each ID, the request it stands for and when that was
+//! scheduled. The sender writes an entry before sending; the receiver reads it when the
+//! response comes. An ID comes round again after 65,536 requests on one socket, so a
+//! response later than that is taken for the newer request only if it carries the same
+//! question; otherwise it counts as malformed, and its request as lost.
+
+use std::io;
+use std::net::{SocketAddr, UdpSocket};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread;
+use std::time::Duration;
+
+use corral_affinity::pin_current_thread;
+use corral_dns_proto::Name;
+use corral_dns_proto::wire::type_from_name;
+use serde::{Deserialize, Serialize};
+
+use crate::client::{
+    Clock, RunEnd, monotonic_ns, open_udp_sockets, poll_until_end, sender_mark, wait_until,
+};
+use crate::recorder::{
+    AdherencePolicy, ResponseRecorder, RunInfo, SendRecorder, Summary, summarize,
+};
+use crate::schedule::ScheduleConfig;
+
+/// Questions to ask, in wire form (name, type, class IN), each picked in turn by a request's
+/// id.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueryMix {
+    questions: Vec<Vec<u8>>,
+}
+
+impl QueryMix {
+    /// Reads dnsperf's query-file format: `NAME TYPE` per line (names absolute whether or not
+    /// they end in a dot; types as mnemonics or `TYPEnnn`), blank lines and `;` or `#`
+    /// comments skipped. The error names the line.
+    pub fn parse(text: &str) -> Result<QueryMix, String> {
+        let mut questions = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with(';') || line.starts_with('#') {
+                continue;
+            }
+            let mut words = line.split_whitespace();
+            let (Some(name), Some(ty), None) = (words.next(), words.next(), words.next()) else {
+                return Err(format!("line {}: expected NAME TYPE, got {line:?}", i + 1));
+            };
+            let absolute = if name.ends_with('.') {
+                name.to_string()
+            } else {
+                format!("{name}.")
+            };
+            let name = Name::parse(&absolute, None).map_err(|e| format!("line {}: {e}", i + 1))?;
+            let ty = type_from_name(ty)
+                .ok_or_else(|| format!("line {}: unknown record type {ty:?}", i + 1))?;
+            let mut q = name.wire().to_vec();
+            q.extend_from_slice(&ty.to_be_bytes());
+            q.extend_from_slice(&1u16.to_be_bytes());
+            questions.push(q);
+        }
+        if questions.is_empty() {
+            return Err("no queries in the file".into());
+        }
+        Ok(QueryMix { questions })
+    }
+
+    pub fn len(&self) -> usize {
+        self.questions.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.questions.is_empty()
+    }
+
+    /// The question request `id` asks: the mix in order, round and round, as dnsperf reads
+    /// its file.
+    pub fn question(&self, id: u64) -> &[u8] {
+        &self.questions[(id % self.questions.len() as u64) as usize]
+    }
+
+    /// Writes the query with `dns_id` for request `id` into `out`, with an OPT record
+    /// offering `edns` bytes if given (none otherwise, as dnsperf without `-e` or `-D`);
+    /// returns its length.
+    pub fn encode(&self, id: u64, dns_id: u16, edns: Option<u16>, out: &mut Vec<u8>) -> usize {
+        out.clear();
+        out.extend_from_slice(&dns_id.to_be_bytes());
+        // A plain query, RD clear: an authoritative server is being asked.
+        out.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0, u8::from(edns.is_some())]);
+        out.extend_from_slice(self.question(id));
+        if let Some(size) = edns {
+            out.push(0);
+            out.extend_from_slice(&41u16.to_be_bytes());
+            out.extend_from_slice(&size.to_be_bytes());
+            out.extend_from_slice(&[0, 0, 0, 0, 0, 0]);
+        }
+        out.len()
+    }
+}
+
+/// What a response said, once matched to its query.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Checked {
+    /// An answer to the question asked, with this RCODE and whether TC was set.
+    Answer { rcode: u8, truncated: bool },
+    /// Not a response to that question (too short, QR clear, another question).
+    Mismatch,
+}
+
+/// Checks `response` against the `question` its ID stands for (names without case, as DNS
+/// compares them).
+pub fn check(response: &[u8], question: &[u8]) -> Checked {
+    let end = 12 + question.len();
+    if response.len() < end || response[2] & 0x80 == 0 || response[4..6] != [0, 1] {
+        return Checked::Mismatch;
+    }
+    if !response[12..end].eq_ignore_ascii_case(question) {
+        return Checked::Mismatch;
+    }
+    Checked::Answer {
+        rcode: response[3] & 0xf,
+        truncated: response[2] & 0x02 != 0,
+    }
+}
+
+/// Responses by RCODE, and those that were not answers to their question.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DnsCounts {
+    pub noerror: u64,
+    pub nxdomain: u64,
+    pub refused: u64,
+    pub servfail: u64,
+    pub other_rcode: u64,
+    pub truncated: u64,
+    /// Datagrams whose ID had no query outstanding or whose question was not that query's.
+    pub mismatched: u64,
+}
+
+impl DnsCounts {
+    pub fn count(&mut self, c: Checked) {
+        match c {
+            Checked::Answer { rcode, truncated } => {
+                self.truncated += u64::from(truncated);
+                *match rcode {
+                    0 => &mut self.noerror,
+                    2 => &mut self.servfail,
+                    3 => &mut self.nxdomain,
+                    5 => &mut self.refused,
+                    _ => &mut self.other_rcode,
+                } += 1;
+            }
+            Checked::Mismatch => self.mismatched += 1,
+        }
+    }
+}
+
+/// Per socket and DNS ID: the request (id + 1; 0 for none) and its scheduled send time.
+struct Outstanding {
+    request: Vec<AtomicU64>,
+    scheduled_ns: Vec<AtomicU64>,
+}
+
+impl Outstanding {
+    fn new() -> Outstanding {
+        let slots = || (0..1 << 16).map(|_| AtomicU64::new(0)).collect();
+        Outstanding {
+            request: slots(),
+            scheduled_ns: slots(),
+        }
+    }
+
+    fn put(&self, dns_id: u16, request: u64, scheduled_ns: u64) {
+        let i = usize::from(dns_id);
+        self.scheduled_ns[i].store(scheduled_ns, Ordering::Relaxed);
+        // Released after the time, so that a reader that sees the request sees its time.
+        self.request[i].store(request + 1, Ordering::Release);
+    }
+
+    fn get(&self, dns_id: u16) -> Option<(u64, u64)> {
+        let i = usize::from(dns_id);
+        let r = self.request[i].load(Ordering::Acquire);
+        (r != 0).then(|| (r - 1, self.scheduled_ns[i].load(Ordering::Relaxed)))
+    }
+}
+
+/// A DNS run from Linux sockets.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DnsClientConfig {
+    pub server: SocketAddr,
+    pub schedule: ScheduleConfig,
+    /// Sockets (source ports) to spread clients over.
+    pub flows: usize,
+    /// EDNS UDP payload size to offer, if any.
+    pub edns: Option<u16>,
+    pub cpu: Option<usize>,
+    pub rx_cpu: Option<usize>,
+    pub grace_ns: u64,
+    pub policy: AdherencePolicy,
+}
+
+/// A DNS run's results: the usual summary (latency from each request's scheduled send time)
+/// and the responses by RCODE.
+#[derive(Clone, Debug, Serialize)]
+pub struct DnsReport {
+    pub summary: Summary,
+    pub counts: DnsCounts,
+}
+
+impl std::fmt::Display for DnsReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let c = &self.counts;
+        write!(
+            f,
+            "{}\ndns: noerror {} nxdomain {} refused {} servfail {} other {} truncated {} \
+             mismatched {}",
+            self.summary,
+            c.noerror,
+            c.nxdomain,
+            c.refused,
+            c.servfail,
+            c.other_rcode,
+            c.truncated,
+            c.mismatched
+        )
+    }
+}
+
+/// Plays `cfg.schedule` with questions from `mix`: the sender never waits for a response, and
+/// latency counts from each query's scheduled send time.
+pub fn run(cfg: &DnsClientConfig, mix: &QueryMix) -> io::Result<DnsReport> {
+    cfg.schedule
+        .validate()
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    if cfg.flows == 0 || cfg.flows > 4096 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("invalid flows = {}: expected 1 to 4096 sockets", cfg.flows),
+        ));
+    }
+    let sockets = open_udp_sockets(cfg.server, cfg.flows)?;
+    let tables: Arc<Vec<Outstanding>> =
+        Arc::new((0..cfg.flows).map(|_| Outstanding::new()).collect());
+    let clock = Clock {
+        epoch_ns: monotonic_ns() + Duration::from_millis(20).as_nanos() as u64,
+    };
+    let done = Arc::new(AtomicU64::new(0));
+    let rx = {
+        let fds: Vec<RawFd> = sockets.iter().map(|s| s.as_raw_fd()).collect();
+        let (done, tables, cfg, mix) = (done.clone(), tables.clone(), cfg.clone(), mix.clone());
+        thread::Builder::new()
+            .name("loadgen-dns-rx".into())
+            .spawn(move || receive(&cfg, &mix, &fds, &tables, clock, &done))?
+    };
+    let sent = send(cfg, mix, &sockets, &tables, clock);
+    done.store(sender_mark(&sent), Ordering::Release);
+    let received = rx
+        .join()
+        .map_err(|_| io::Error::other("receiver thread panicked"))?;
+    let (send_rec, scheduled) = sent?;
+    let (resp_rec, counts) = received?;
+    Ok(DnsReport {
+        summary: summarize(
+            &RunInfo {
+                target_rps: cfg.schedule.rate_rps,
+                duration_ns: cfg.schedule.duration_ns,
+                scheduled,
+            },
+            &send_rec,
+            &resp_rec,
+            &cfg.policy,
+        ),
+        counts,
+    })
+}
+
+fn send(
+    cfg: &DnsClientConfig,
+    mix: &QueryMix,
+    sockets: &[UdpSocket],
+    tables: &[Outstanding],
+    clock: Clock,
+) -> io::Result<(SendRecorder, u64)> {
+    if let Some(cpu) = cfg.cpu {
+        pin_current_thread(cpu)?;
+    }
+    let apart = matches!((cfg.cpu, cfg.rx_cpu), (Some(a), Some(b)) if a != b);
+    let mut rec = SendRecorder::new();
+    let mut next_id = vec![0u16; sockets.len()];
+    let mut buf = Vec::with_capacity(512);
+    let mut scheduled = 0;
+    for req in cfg.schedule.iter() {
+        scheduled += 1;
+        let flow = req.client as usize % sockets.len();
+        let dns_id = next_id[flow];
+        next_id[flow] = dns_id.wrapping_add(1);
+        mix.encode(req.id, dns_id, cfg.edns, &mut buf);
+        tables[flow].put(dns_id, req.id, req.send_ns);
+        let now = wait_until(&clock, req.send_ns, !apart);
+        match sockets[flow].send(&buf) {
+            Ok(_) => rec.record_sent(req.send_ns, now),
+            Err(_) => rec.record_send_error(req.send_ns, now),
+        }
+    }
+    Ok((rec, scheduled))
+}
+
+fn receive(
+    cfg: &DnsClientConfig,
+    mix: &QueryMix,
+    fds: &[RawFd],
+    tables: &[Outstanding],
+    clock: Clock,
+    done: &AtomicU64,
+) -> io::Result<(ResponseRecorder, DnsCounts)> {
+    if let Some(cpu) = cfg.rx_cpu {
+        pin_current_thread(cpu)?;
+    }
+    let mut rec = ResponseRecorder::for_schedule(&cfg.schedule);
+    let mut counts = DnsCounts::default();
+    let mut buf = vec![0u8; 65536];
+    let end = RunEnd {
+        done,
+        duration_ns: cfg.schedule.duration_ns,
+        grace_ns: cfg.grace_ns,
+    };
+    poll_until_end(fds, clock, &end, &mut rec, |flow, fd, rec| {
+        loop {
+            // SAFETY: buf is valid for writes of its length; MSG_DONTWAIT leaves the socket
+            // blocking for the sender, which shares it.
+            let n =
+                unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                match e.raw_os_error() {
+                    Some(libc::EAGAIN) => return Ok(()),
+                    Some(libc::ECONNREFUSED) | Some(libc::EINTR) => continue,
+                    _ => return Err(e),
+                }
+            }
+            let now = clock.now_ns();
+            let d = &buf[..n as usize];
+            let matched = (d.len() >= 2)
+                .then(|| tables[flow].get(u16::from_be_bytes([d[0], d[1]])))
+                .flatten();
+            let Some((request, scheduled_ns)) = matched else {
+                counts.mismatched += 1;
+                rec.record_malformed();
+                continue;
+            };
+            let checked = check(d, mix.question(request));
+            counts.count(checked);
+            if checked == Checked::Mismatch {
+                rec.record_malformed();
+            } else {
+                rec.record_response(request, scheduled_ns, now);
+            }
+        }
+    })?;
+    Ok((rec, counts))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dnsperf_file_reads_and_makes_queries() {
+        let mix = QueryMix::parse(
+            "; a comment\nwww.example.com A\n\n# another\nexample.com. mx\nx.example.com TYPE65\n",
+        )
+        .unwrap();
+        assert_eq!(mix.len(), 3);
+        let mut q = Vec::new();
+        mix.encode(4, 0xbeef, None, &mut q);
+        assert_eq!(&q[..12], &[0xbe, 0xef, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(&q[12..], b"\x07example\x03com\x00\x00\x0f\x00\x01");
+        mix.encode(2, 1, Some(1232), &mut q);
+        assert_eq!(q[11], 1);
+        assert!(q.ends_with(&[0, 0, 41, 4, 0xd0, 0, 0, 0, 0, 0, 0]));
+        assert!(q[12..].starts_with(b"\x01x\x07example\x03com\x00\x00\x41\x00\x01"));
+    }
+
+    #[test]
+    fn bad_lines_are_refused_with_their_number() {
+        assert_eq!(
+            QueryMix::parse("www.example.com A\nwww.example.com BOGUS\n").unwrap_err(),
+            "line 2: unknown record type \"BOGUS\""
+        );
+        assert!(
+            QueryMix::parse("a A B\n")
+                .unwrap_err()
+                .starts_with("line 1: expected NAME TYPE")
+        );
+        assert!(QueryMix::parse("; nothing\n").is_err());
+    }
+
+    #[test]
+    fn responses_are_checked_against_their_question() {
+        let mix = QueryMix::parse("www.example.com A\n").unwrap();
+        let mut q = Vec::new();
+        mix.encode(0, 7, None, &mut q);
+        let mut r = q.clone();
+        r[2] |= 0x84; // QR, AA
+        r[3] = 3;
+        assert_eq!(
+            check(&r, mix.question(0)),
+            Checked::Answer {
+                rcode: 3,
+                truncated: false
+            }
+        );
+        // Case does not matter; another name, a query and a stub do.
+        r[13] = b'W';
+        assert!(matches!(check(&r, mix.question(0)), Checked::Answer { .. }));
+        r[14] = b'x';
+        assert_eq!(check(&r, mix.question(0)), Checked::Mismatch);
+        assert_eq!(check(&q, mix.question(0)), Checked::Mismatch);
+        assert_eq!(check(&r[..11], mix.question(0)), Checked::Mismatch);
+    }
+
+    #[test]
+    fn outstanding_ids_map_back_to_requests() {
+        let t = Outstanding::new();
+        assert_eq!(t.get(5), None);
+        t.put(5, 0, 10);
+        assert_eq!(t.get(5), Some((0, 10)));
+        t.put(5, 65_541, 99);
+        assert_eq!(t.get(5), Some((65_541, 99)));
+    }
+}
