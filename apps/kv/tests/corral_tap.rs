@@ -12,40 +12,20 @@ use std::net::UdpSocket;
 use std::process::Command;
 use std::time::Duration;
 
+use common::clients::{memccapable_passes, memcslap_without_errors, run};
 use common::differential::{MEMCACHED_FLAGS, compare};
 use common::start_memcached;
 use tap::{TapKv, serial};
-
-fn run(cmd: &mut Command) -> (bool, String) {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e} (scripts/setup.sh installs it)"));
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
-}
 
 #[test]
 fn memccapable_text_protocol_passes_over_tap() {
     let _serial = serial();
     let mut kv = TapKv::start(1, &["-t", "1"]);
-    let (ok, text) = run(Command::new("memccapable").args([
-        "-h",
+    memccapable_passes(
+        |p| Command::new(p),
         &kv.ip.to_string(),
-        "-p",
-        &kv.port.to_string(),
-        "-a",
-        "-t",
-        "10",
-    ]));
-    let passed = text.lines().filter(|l| l.contains("[pass]")).count();
-    assert!(
-        ok && text.contains("All tests passed") && passed == 27,
-        "memccapable -a:\n{text}\n{}",
-        kv.logs()
+        kv.port,
+        || kv.logs(),
     );
     kv.assert_alive();
 }
@@ -56,29 +36,7 @@ fn memcslap_load_has_no_errors_over_tap() {
     // Two kthreads on the one managed core: connections' uthreads are preempted and migrate
     // while they share the store's shards.
     let mut kv = TapKv::start(2, &["-t", "2"]);
-    for test in ["set", "get", "mget"] {
-        let (ok, text) = run(Command::new("memcslap").args([
-            "-s",
-            &kv.server(),
-            "-t",
-            test,
-            "-c",
-            "8",
-            "-e",
-            "5000",
-            "-F",
-        ]));
-        let lower = text.to_lowercase();
-        assert!(
-            ok && !lower.contains("error") && !lower.contains("fail"),
-            "memcslap -t {test}:\n{text}\n{}",
-            kv.logs()
-        );
-        assert!(
-            text.contains("Time total"),
-            "memcslap -t {test} did not finish:\n{text}"
-        );
-    }
+    memcslap_without_errors(|p| Command::new(p), &kv.server(), 8, || kv.logs());
     kv.assert_alive();
 }
 

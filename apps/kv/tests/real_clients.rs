@@ -6,56 +6,20 @@ mod common;
 
 use std::process::Command;
 
+use common::clients::{memccapable_passes, memcslap_without_errors, run};
 use common::start_kv;
-
-fn run(cmd: &mut Command) -> (bool, String) {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e} (scripts/setup.sh installs it)"));
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
-}
 
 #[test]
 fn memccapable_text_protocol_passes() {
     let kv = start_kv(&[]);
-    let (ok, text) = run(Command::new("memccapable").args([
-        "-h",
-        "127.0.0.1",
-        "-p",
-        &kv.port.to_string(),
-        "-a",
-        "-t",
-        "10",
-    ]));
-    let passed = text.lines().filter(|l| l.contains("[pass]")).count();
-    assert!(
-        ok && text.contains("All tests passed") && passed == 27,
-        "memccapable -a:\n{text}"
-    );
+    memccapable_passes(|p| Command::new(p), "127.0.0.1", kv.port, String::new);
 }
 
 #[test]
 fn memcslap_load_has_no_errors() {
     let kv = start_kv(&["-t", "4"]);
     let server = format!("127.0.0.1:{}", kv.port);
-    for test in ["set", "get", "mget"] {
-        let (ok, text) = run(Command::new("memcslap")
-            .args(["-s", &server, "-t", test, "-c", "4", "-e", "5000", "-F"]));
-        let lower = text.to_lowercase();
-        assert!(
-            ok && !lower.contains("error") && !lower.contains("fail"),
-            "memcslap -t {test}:\n{text}"
-        );
-        assert!(
-            text.contains("Time total"),
-            "memcslap -t {test} did not finish:\n{text}"
-        );
-    }
+    memcslap_without_errors(|p| Command::new(p), &server, 4, String::new);
 }
 
 #[test]

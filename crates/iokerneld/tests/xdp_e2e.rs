@@ -645,6 +645,46 @@ fn malformed_frames_from_the_wire_are_counted_and_harm_no_one() {
     drop(rt);
 }
 
+/// scapy in the namespace, as another host on the wire would be: TCP segments with malformed
+/// options (an option list longer than its header, a zero-length option) open nothing and
+/// deliver nothing, and the connection they were sent on still echoes.
+#[test]
+fn malformed_tcp_options_from_scapy_over_the_wire_harm_no_connection() {
+    let _serial = serial();
+    let pair = veth(1);
+    let mut daemon = start_daemon(&pair, &[]);
+    let ip = pair.spare[0];
+    let (rt, _udp) = start_runtime(&daemon, "scapy-target", ip);
+    wait_until("the runtime to answer ping", WAIT, || {
+        answers_ping(&pair, ip)
+    });
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/scapy/bad_options.py");
+    let o = ip.octets();
+    let target_mac = format!("02:43:{:02x}:{:02x}:{:02x}:{:02x}", o[0], o[1], o[2], o[3]);
+    let fake_ip = pair.spare[2].to_string();
+    let text = in_namespace(
+        &pair,
+        &[
+            "/usr/bin/python3",
+            script.to_str().unwrap(),
+            &pair.peer,
+            &fake_ip,
+            "02:99:00:00:00:78",
+            &ip.to_string(),
+            &target_mac,
+            &ECHO.to_string(),
+        ],
+    );
+    let report: Value = serde_json::from_str(text.trim().lines().last().unwrap_or(""))
+        .unwrap_or_else(|e| panic!("bad_options.py printed no report ({e}): {text}"));
+    assert_ne!(report["overrun"], "syn-ack", "{report}");
+    assert_ne!(report["zero_length"], "syn-ack", "{report}");
+    assert_eq!(report["established"], "ignored", "{report}");
+    daemon.assert_alive();
+    drop(rt);
+}
+
 #[test]
 fn with_four_queues_flows_spread_over_the_sockets_and_each_is_served() {
     let _serial = serial();

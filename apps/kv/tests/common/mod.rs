@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod bad_input;
+pub mod clients;
 pub mod differential;
 
 use std::io::{Read, Write};

@@ -55,17 +55,45 @@ impl TapKv {
         let pid = std::process::id();
         let tap = format!("ckv{}t{test}", pid % 10_000);
         let subnet = [10, 140 + (pid % 10) as u8, test];
+        let host = format!("{}.{}.{}.1/24", subnet[0], subnet[1], subnet[2]);
+        let ip = Ipv4Addr::new(subnet[0], subnet[1], subnet[2], 2);
+        let nic = ["--nic", "tap", "--tap-name", &tap, "--host-ip", &host];
+        TapKv::launch(test, &tap, &nic, (ip, 24), extra, |addr| {
+            TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_ok()
+        })
+    }
+
+    /// As [`TapKv::start`], but iokerneld takes the root end of `pair` with its AF_XDP backend
+    /// and corral-kv gets the pair's first spare address; Linux reaches it from the pair's
+    /// namespace (and only from there).
+    pub fn start_xdp(test: u8, pair: &corral_xdp::testnet::VethPair, extra: &[&str]) -> TapKv {
+        let nic = ["--nic", "xdp", "--interface", &pair.host];
+        TapKv::launch(test, &pair.host, &nic, (pair.spare[0], 29), extra, |addr| {
+            pair.inside(|| TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_ok())
+        })
+    }
+
+    /// Starts iokerneld with `nic` flags, then corral-kv at `ip/prefix`, and waits until
+    /// `reaches` connects to it.
+    fn launch(
+        test: u8,
+        link: &str,
+        nic: &[&str],
+        (ip, prefix): (Ipv4Addr, u8),
+        extra: &[&str],
+        mut reaches: impl FnMut(SocketAddr) -> bool,
+    ) -> TapKv {
+        let pid = std::process::id();
         let dir = std::env::temp_dir().join(format!("corral-kv-tap-{pid}-{test}"));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("create the test directory");
         let socket = dir.join("iokerneld.sock");
-        let host = format!("{}.{}.{}.1/24", subnet[0], subnet[1], subnet[2]);
         let iokerneld = Command::new(iokerneld_binary())
             .args(["--core", "0", "--managed-cores", "1", "--log-level", "warn"])
             // Never the machine-wide shield a root iokerneld takes by default: tests run beside
             // others, and a test killed mid-run would leave it in place.
             .args(["--shield", "off"])
-            .args(["--nic", "tap", "--tap-name", &tap, "--host-ip", &host])
+            .args(nic)
             .arg("--socket")
             .arg(&socket)
             .stdin(Stdio::null())
@@ -73,7 +101,6 @@ impl TapKv {
             .stderr(log_file(&dir, "iokerneld.log"))
             .spawn()
             .expect("start iokerneld");
-        let ip = Ipv4Addr::new(subnet[0], subnet[1], subnet[2], 2);
         let (port, udp_port) = (11211, 11211);
         let mut me = TapKv {
             iokerneld,
@@ -82,7 +109,7 @@ impl TapKv {
             ip,
             port,
             udp_port,
-            tap,
+            tap: link.to_owned(),
         };
         // The control socket is a SOCK_SEQPACKET one: ask it for statistics as an operator would.
         me.wait_for("iokerneld's control socket", || {
@@ -97,6 +124,7 @@ impl TapKv {
         });
         let kv = Command::new(KV)
             .args(["--runtime", "corral", "-l", &ip.to_string()])
+            .args(["--prefix", &prefix.to_string()])
             .args(["-p", &port.to_string(), "-U", &udp_port.to_string()])
             .arg("--iokerneld")
             .arg(&socket)
@@ -109,8 +137,8 @@ impl TapKv {
         me.kv = Some(kv);
         let addr = SocketAddr::V4(SocketAddrV4::new(ip, port));
         me.wait_for(
-            "corral-kv to accept a connection over the TAP device",
-            || TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_ok(),
+            &format!("corral-kv to accept a connection over {link}"),
+            || reaches(addr),
         );
         me
     }
