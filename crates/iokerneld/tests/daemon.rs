@@ -270,6 +270,13 @@ fn help_explains_every_setting() {
         "`log_file`",
         "--nic",
         "`gen`",
+        "`xdp`",
+        "--interface",
+        "`interface`",
+        "--xdp-queues",
+        "`xdp_queues`",
+        "--xdp-attach",
+        "`xdp_attach`",
         "stats",
         "gen",
     ] {
