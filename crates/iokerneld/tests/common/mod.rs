@@ -8,8 +8,10 @@
 //! Test binaries that create TAP devices may run at the same time (two checkouts on one
 //! machine), and two devices holding one host address confuse the kernel's routes, so each
 //! binary draws its subnets `10.X.test.0/24` from a second octet range of its own (varied by
-//! its pid): `net_e2e` 120-139, corral-kv's TAP tests 140-149, the TCP tests 170-199
-//! (`tcp_common`, by family), `spinning_net` 200-219, `faults_e2e` 220-239.
+//! its pid): `net_e2e` 120-139, corral-kv's TAP tests 140-149, corral-dns's TAP tests 150-159,
+//! the TCP tests 170-199 (`tcp_common`, by family), `spinning_net` 200-219, `faults_e2e`
+//! 220-239. The XDP tests (`xdp_e2e`, corral-kv's `corral_xdp`) take their /29s from
+//! 10.64.0.0/12 through `corral_xdp::testnet::VethPair`.
 
 pub mod packet;
 
