@@ -30,7 +30,9 @@ impl BaselineShield {
         if !plan.shield {
             return BaselineShield {
                 shield: None,
-                said: "off (--no-shield): every process in the fair class but the batch job".into(),
+                said: "off (--no-shield, or --nic xdp with the client on iokerneld's CPU): every \
+                       process in the fair class but the batch job"
+                    .into(),
             };
         }
         // SAFETY: geteuid has no preconditions.
@@ -124,7 +126,11 @@ pub fn iokerneld_said(plan: &Plan, log: &Path) -> String {
             "iokerneld --shield on logged no shield line (see {})",
             log.display()
         ),
-        (true, false) => "off (--no-shield: iokerneld --shield off)".into(),
+        (true, false) => {
+            "off (--no-shield, or --nic xdp with the client on iokerneld's CPU: iokerneld \
+             --shield off)"
+                .into()
+        }
     }
 }
 
