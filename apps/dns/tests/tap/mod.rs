@@ -171,6 +171,36 @@ impl TapDns {
         (total, drops)
     }
 
+    /// Leaves Linux nothing of its own to send into the TAP device: a permanent neighbour
+    /// entry for the server (no ARP probes) and no IPv6 on the device (no neighbour discovery
+    /// or multicast reports). A test that compares the device's drops with the datagrams it
+    /// sent needs every frame there to be one of them.
+    pub fn quiet_host_side(&self) {
+        let o = self.ip.octets();
+        let mac = format!("02:43:{:02x}:{:02x}:{:02x}:{:02x}", o[0], o[1], o[2], o[3]);
+        let ip = self.ip.to_string();
+        let neigh = [
+            "neigh",
+            "replace",
+            &ip,
+            "lladdr",
+            &mac,
+            "dev",
+            &self.tap,
+            "nud",
+            "permanent",
+        ];
+        let sysctl = format!("net.ipv6.conf.{}.disable_ipv6=1", self.tap);
+        for (program, args) in [("ip", &neigh[..]), ("sysctl", &["-q", "-w", &sysctl][..])] {
+            let status = Command::new(program)
+                .args(args)
+                .stdin(Stdio::null())
+                .status()
+                .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
+            assert!(status.success(), "{program} {args:?} failed");
+        }
+    }
+
     /// A counter of the TAP device, as Linux keeps it.
     pub fn tap_counter(&self, name: &str) -> u64 {
         std::fs::read_to_string(format!("/sys/class/net/{}/statistics/{name}", self.tap))
