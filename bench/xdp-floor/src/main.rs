@@ -286,7 +286,8 @@ fn round_trips(args: &Args, pair: &VethPair, port: &mut Port, target: Ipv4Addr, 
         times
     });
     let mut scratch = vec![[0u8; 2048]; args.burst];
-    while !stop.load(Ordering::Relaxed) {
+    // Until the client is done, or has died (its panic then comes out of the join below).
+    while !stop.load(Ordering::Relaxed) && !client.is_finished() {
         poll_for(
             port,
             Mode::Reflect,
