@@ -12,14 +12,14 @@ use common::start_kv;
 #[test]
 fn memccapable_text_protocol_passes() {
     let kv = start_kv(&[]);
-    memccapable_passes(|p| Command::new(p), "127.0.0.1", kv.port, String::new);
+    memccapable_passes(|p| Command::new(p), "127.0.0.1", kv.port, || kv.describe());
 }
 
 #[test]
 fn memcslap_load_has_no_errors() {
     let kv = start_kv(&["-t", "4"]);
     let server = format!("127.0.0.1:{}", kv.port);
-    memcslap_without_errors(|p| Command::new(p), &server, 4, String::new);
+    memcslap_without_errors(|p| Command::new(p), &server, 4, || kv.describe());
 }
 
 #[test]

@@ -6,7 +6,8 @@ mod common;
 use std::net::UdpSocket;
 use std::time::Duration;
 
-use common::{free_port, start_kv};
+use common::start_kv;
+use corral_testserver::free_port;
 
 fn frame(id: u16, seq: u16, total: u16, body: &[u8]) -> Vec<u8> {
     let mut d = Vec::new();

@@ -3,12 +3,14 @@
 
 pub mod diff;
 
+pub use corral_testserver::free_port;
+use corral_testserver::spawn_listening;
+
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream, UdpSocket};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The test zones, as `corral-dns` arguments take them and NSD's config names them.
 pub const ZONES: &[(&str, &str)] = &[
@@ -64,76 +66,36 @@ impl Drop for TempDir {
     }
 }
 
-/// A port free for both TCP and UDP now, never one this process handed out before.
-pub fn free_port() -> u16 {
-    static HANDED_OUT: Mutex<Vec<u16>> = Mutex::new(Vec::new());
-    let mut handed_out = HANDED_OUT.lock().unwrap();
-    loop {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        if handed_out.contains(&port) || UdpSocket::bind(("127.0.0.1", port)).is_err() {
-            continue;
-        }
-        handed_out.push(port);
-        return port;
-    }
-}
-
-fn wait_listening(
-    mut child: Child,
-    port: u16,
-    name: &'static str,
-    dir: Option<TempDir>,
-) -> Running {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        match TcpStream::connect(("127.0.0.1", port)) {
-            // A connect whose ephemeral port is `port` itself succeeds as a simultaneous open
-            // with itself while nothing listens; that is not the server.
-            Ok(s) if s.local_addr().is_ok_and(|a| a.port() == port) => {}
-            Ok(_) => {
-                return Running {
-                    child,
-                    port,
-                    name,
-                    _dir: dir,
-                };
-            }
-            Err(_) => {}
-        }
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("{name} exited before listening: {status}");
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{name} did not listen on port {port}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
+/// How long a server may take to listen.
+const STARTUP: Duration = Duration::from_secs(30);
 
 /// Starts `corral-dns --runtime linux` with the test zones and one UDP thread, so that it
 /// answers datagrams in the order they come (as NSD with one server process does).
 pub fn start_corral_dns(extra: &[&str]) -> Running {
-    let port = free_port();
-    let child = Command::new(env!("CARGO_BIN_EXE_corral-dns"))
-        .current_dir(zones_dir())
-        .args([
-            "--runtime",
-            "linux",
-            "-l",
-            "127.0.0.1",
-            "-p",
-            &port.to_string(),
-            "-t",
-            "1",
-        ])
-        .args(ZONES.iter().map(|(o, f)| format!("{o}={f}")))
-        .args(extra)
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("start corral-dns");
-    wait_listening(child, port, "corral-dns", None)
+    let (child, port) = spawn_listening("corral-dns", STARTUP, |port| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_corral-dns"));
+        c.current_dir(zones_dir())
+            .args([
+                "--runtime",
+                "linux",
+                "-l",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+                "-t",
+                "1",
+            ])
+            .args(ZONES.iter().map(|(o, f)| format!("{o}={f}")))
+            .args(extra)
+            .stdin(Stdio::null());
+        c
+    });
+    Running {
+        child,
+        port,
+        name: "corral-dns",
+        _dir: None,
+    }
 }
 
 pub fn nsd_path() -> &'static str {
@@ -149,32 +111,37 @@ pub fn nsd_path() -> &'static str {
 /// differential test for why), and no rate limiting.
 pub fn start_nsd() -> Running {
     let nsd = nsd_path();
-    let port = free_port();
     let dir = TempDir::new("nsd");
-    let d = dir.0.display();
-    let mut conf = format!(
-        "server:\n  ip-address: 127.0.0.1@{port}\n  port: {port}\n  username: \"\"\n  chroot: \"\"\n  \
-         zonesdir: \"{zones}\"\n  database: \"\"\n  zonelistfile: \"{d}/zone.list\"\n  \
-         xfrdfile: \"{d}/xfrd.state\"\n  xfrdir: \"{d}\"\n  pidfile: \"{d}/nsd.pid\"\n  \
-         logfile: \"{d}/nsd.log\"\n  server-count: 1\n  minimal-responses: yes\n  \
-         hide-version: yes\n  hide-identity: yes\n  rrl-ratelimit: 0\n  verbosity: 0\n\
-         remote-control:\n  control-enable: no\n",
-        zones = zones_dir().display()
-    );
-    for (origin, file) in ZONES {
-        conf.push_str(&format!("zone:\n  name: {origin}\n  zonefile: {file}\n"));
+    let (child, port) = spawn_listening("nsd", STARTUP, |port| {
+        let d = dir.0.display();
+        let mut conf = format!(
+            "server:\n  ip-address: 127.0.0.1@{port}\n  port: {port}\n  username: \"\"\n  chroot: \"\"\n  \
+             zonesdir: \"{zones}\"\n  database: \"\"\n  zonelistfile: \"{d}/zone.list\"\n  \
+             xfrdfile: \"{d}/xfrd.state\"\n  xfrdir: \"{d}\"\n  pidfile: \"{d}/nsd.pid\"\n  \
+             logfile: \"{d}/nsd.log\"\n  server-count: 1\n  minimal-responses: yes\n  \
+             hide-version: yes\n  hide-identity: yes\n  rrl-ratelimit: 0\n  verbosity: 0\n\
+             remote-control:\n  control-enable: no\n",
+            zones = zones_dir().display()
+        );
+        for (origin, file) in ZONES {
+            conf.push_str(&format!("zone:\n  name: {origin}\n  zonefile: {file}\n"));
+        }
+        let conf_path = dir.0.join("nsd.conf");
+        std::fs::write(&conf_path, conf).unwrap();
+        let mut c = Command::new(nsd);
+        c.args(["-d", "-c"])
+            .arg(&conf_path)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        c
+    });
+    Running {
+        child,
+        port,
+        name: "nsd",
+        _dir: Some(dir),
     }
-    let conf_path = dir.0.join("nsd.conf");
-    std::fs::write(&conf_path, conf).unwrap();
-    let child = Command::new(nsd)
-        .args(["-d", "-c"])
-        .arg(&conf_path)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start nsd");
-    wait_listening(child, port, "nsd", Some(dir))
 }
 
 /// A UDP client of one server. Each exchange sends the message and a probe query, waits for

@@ -6,11 +6,10 @@ pub mod clients;
 pub mod differential;
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// A server process, killed when dropped.
 pub struct Running {
@@ -36,6 +35,16 @@ impl Running {
     /// Resident memory of the process, from /proc.
     pub fn rss_bytes(&self) -> usize {
         rss_bytes(self.child.id())
+    }
+
+    /// Whether the server still listens on its port, for a failure message.
+    pub fn describe(&self) -> String {
+        let pid = self.child.id();
+        let listens = corral_testserver::process_listens(pid, self.port);
+        format!(
+            "server pid {pid} on port {}: still listening: {listens}",
+            self.port
+        )
     }
 }
 
@@ -74,54 +83,21 @@ impl KvServer for Running {
     }
 }
 
-/// A TCP port nobody listens on now: the kernel's pick, and never one this test process handed
-/// out before (the kernel may offer a just-released port again, and two tests must not both
-/// start a server on it).
-pub fn free_port() -> u16 {
-    static HANDED_OUT: Mutex<Vec<u16>> = Mutex::new(Vec::new());
-    let mut handed_out = HANDED_OUT.lock().unwrap();
-    loop {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        if !handed_out.contains(&port) {
-            handed_out.push(port);
-            return port;
-        }
-    }
-}
+use corral_testserver::spawn_listening;
 
-fn wait_listening(mut child: Child, port: u16, what: &str) -> Running {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        match TcpStream::connect(("127.0.0.1", port)) {
-            // A connect whose ephemeral port happens to be `port` itself, while nothing
-            // listens there yet, succeeds as a TCP simultaneous open with itself; that socket
-            // then holds the port and the server cannot bind it.
-            Ok(s) if s.local_addr().is_ok_and(|a| a.port() == port) => {}
-            Ok(_) => return Running { child, port },
-            Err(_) => {}
-        }
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("{what} exited before listening: {status}");
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{what} did not listen on port {port}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
+/// How long a server may take to listen.
+const STARTUP: Duration = Duration::from_secs(20);
 
 /// Starts `corral-kv` on a free port with extra flags.
 pub fn start_kv(extra: &[&str]) -> Running {
-    let port = free_port();
-    let child = Command::new(env!("CARGO_BIN_EXE_corral-kv"))
-        .args(["-l", "127.0.0.1", "-p", &port.to_string()])
-        .args(extra)
-        .stdin(Stdio::null())
-        .spawn()
-        .expect("start corral-kv");
-    wait_listening(child, port, "corral-kv")
+    let (child, port) = spawn_listening("corral-kv", STARTUP, |port| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_corral-kv"));
+        c.args(["-l", "127.0.0.1", "-p", &port.to_string()])
+            .args(extra)
+            .stdin(Stdio::null());
+        c
+    });
+    Running { child, port }
 }
 
 pub fn memcached_path() -> &'static str {
@@ -135,9 +111,9 @@ pub fn memcached_path() -> &'static str {
 
 /// Starts the real memcached on a free port.
 pub fn start_memcached(extra: &[&str]) -> Running {
-    let port = free_port();
-    let child = Command::new(memcached_path())
-        .args([
+    let (child, port) = spawn_listening("memcached", STARTUP, |port| {
+        let mut c = Command::new(memcached_path());
+        c.args([
             "-l",
             "127.0.0.1",
             "-U",
@@ -150,10 +126,10 @@ pub fn start_memcached(extra: &[&str]) -> Running {
         .args(extra)
         .stdin(Stdio::null())
         // `verbosity` in a test stream makes memcached log every command.
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start memcached");
-    wait_listening(child, port, "memcached")
+        .stderr(Stdio::null());
+        c
+    });
+    Running { child, port }
 }
 
 /// Sends `request`, then `mn`, and returns every byte the server answered before its `MN`.
