@@ -26,14 +26,19 @@
 //! query lost in the median), the first rate at which the median run lost queries, and
 //! dnsperf's capacity; ratios are to the best of NSD, Knot and gdnsd.
 
-use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use corral_bench_dns::ORIGIN;
+use corral_bench_dns::linux::{LinuxDns, wait_answering};
+use corral_bench_dns::workload::{write_queries, write_zone};
 
-const ORIGIN: &str = "bench.example.";
+/// Queries in the query file.
+const QUERIES: usize = 20_000;
+
 const START: Duration = Duration::from_secs(30);
 
 #[derive(Parser, Debug)]
@@ -161,7 +166,7 @@ fn run(args: &Args) -> Result<()> {
     let zone = out.join("bench.example.zone");
     let queries = out.join("queries.txt");
     let (records, mix) = write_zone(&zone, args.names)?;
-    write_queries(&queries, args.names)?;
+    write_queries(&queries, args.names, QUERIES)?;
     println!(
         "corral-bench-dns: zone {ORIGIN} ({records} records, {} names), {} queries ({mix}); \
          rates {:?} q/s, {} s each, {} repetitions; clients on CPU {} (SCHED_OTHER), \
@@ -580,66 +585,16 @@ impl Server {
                 )?;
                 me.children.push(child);
             }
-            "nsd" => {
-                let conf = format!(
-                    "server:\n  ip-address: 127.0.0.1@{port}\n  port: {port}\n  username: \"\"\n  \
-                     chroot: \"\"\n  database: \"\"\n  zonelistfile: \"{d}/zone.list\"\n  \
-                     xfrdfile: \"{d}/xfrd.state\"\n  xfrdir: \"{d}\"\n  pidfile: \"{d}/nsd.pid\"\n  \
-                     logfile: \"{d}/nsd.log\"\n  server-count: 1\n  minimal-responses: yes\n  \
-                     hide-version: yes\n  hide-identity: yes\n  rrl-ratelimit: 0\n  verbosity: 0\n\
-                     remote-control:\n  control-enable: no\n\
-                     zone:\n  name: {ORIGIN}\n  zonefile: \"{z}\"\n"
-                );
-                let path = dir.join("nsd.conf");
-                std::fs::write(&path, conf).map_err(|e| format!("{}: {e}", path.display()))?;
+            linux => {
+                let server: LinuxDns = linux.parse()?;
+                let args = server.configure(dir, zone, me.addr)?;
                 let child = spawn(
-                    pinned("nsd").args(["-d", "-c"]).arg(&path),
-                    &dir.join("nsd.stderr"),
-                    "nsd",
+                    pinned(server.program()).args(args),
+                    &dir.join(format!("{}.stderr", server.program())),
+                    server.program(),
                 )?;
                 me.children.push(child);
             }
-            "knot" => {
-                let conf = format!(
-                    "server:\n  rundir: \"{d}\"\n  listen: 127.0.0.1@{port}\n  udp-workers: 1\n  \
-                     tcp-workers: 1\n  background-workers: 1\n  identity: \"\"\n  version: \"\"\n\
-                     database:\n  storage: \"{d}\"\n\
-                     log:\n  - target: stderr\n    any: warning\n\
-                     zone:\n  - domain: {ORIGIN}\n    file: \"{z}\"\n    storage: \"{d}\"\n    \
-                     zonefile-sync: -1\n    journal-content: none\n"
-                );
-                let path = dir.join("knot.conf");
-                std::fs::write(&path, conf).map_err(|e| format!("{}: {e}", path.display()))?;
-                let child = spawn(
-                    pinned("knotd").arg("-c").arg(&path),
-                    &dir.join("knotd.stderr"),
-                    "knotd",
-                )?;
-                me.children.push(child);
-            }
-            "gdnsd" => {
-                let zones = dir.join("gdnsd").join("zones");
-                std::fs::create_dir_all(&zones).map_err(|e| format!("{}: {e}", zones.display()))?;
-                std::fs::copy(zone, zones.join(ORIGIN.trim_end_matches('.')))
-                    .map_err(|e| format!("copy the zone for gdnsd: {e}"))?;
-                let conf = format!(
-                    "options => {{\n  listen => [ 127.0.0.1 ]\n  dns_port => {port}\n  \
-                     udp_threads => 1\n  tcp_threads => 1\n  run_dir => \"{d}/run\"\n  \
-                     state_dir => \"{d}/state\"\n}}\n"
-                );
-                let path = dir.join("gdnsd").join("config");
-                std::fs::write(&path, conf).map_err(|e| format!("{}: {e}", path.display()))?;
-                let child = spawn(
-                    pinned("gdnsd")
-                        .arg("-c")
-                        .arg(dir.join("gdnsd"))
-                        .arg("start"),
-                    &dir.join("gdnsd.stderr"),
-                    "gdnsd",
-                )?;
-                me.children.push(child);
-            }
-            _ => unreachable!("checked in run"),
         }
         me.wait_answering(dir)?;
         Ok(me)
@@ -654,42 +609,12 @@ impl Server {
         Ok(())
     }
 
-    /// Waits until the server answers an SOA query for the zone with its SOA, authoritatively
-    /// (Knot answers SERVFAIL while it still loads the zone).
+    /// Waits until the server answers an SOA query for the zone with its SOA.
     fn wait_answering(&mut self, dir: &Path) -> Result<()> {
-        let sock = UdpSocket::bind("0.0.0.0:0").map_err(|e| format!("probe socket: {e}"))?;
-        sock.set_read_timeout(Some(Duration::from_millis(200)))
-            .map_err(|e| format!("probe socket: {e}"))?;
-        let mut q = vec![0x12, 0x34, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0];
-        for label in ORIGIN.trim_end_matches('.').split('.') {
-            q.push(label.len() as u8);
-            q.extend_from_slice(label.as_bytes());
-        }
-        q.extend_from_slice(&[0, 0, 6, 0, 1]);
-        let t0 = Instant::now();
-        let mut buf = [0u8; 1500];
-        loop {
-            self.check_alive()
-                .map_err(|e| format!("{e}; see {}", dir.display()))?;
-            let _ = sock.send_to(&q, self.addr);
-            if let Ok((n, _)) = sock.recv_from(&mut buf)
-                && n >= 12
-                && buf[..2] == [0x12, 0x34]
-                && buf[2] & 0x04 != 0
-                && buf[3] & 0x0f == 0
-                && buf[6..8] != [0, 0]
-            {
-                return Ok(());
-            }
-            if t0.elapsed() > START {
-                return Err(format!(
-                    "{} does not answer at {}; see {}",
-                    self.name,
-                    self.addr,
-                    dir.display()
-                ));
-            }
-        }
+        let addr = self.addr;
+        let name = self.name.clone();
+        wait_answering(addr, START, || self.check_alive())
+            .map_err(|e| format!("{name}: {e}; see {}", dir.display()))
     }
 
     fn stop(mut self) -> Result<()> {
@@ -714,69 +639,4 @@ impl Drop for Server {
             let _ = c.wait();
         }
     }
-}
-
-const QUERIES: usize = 20_000;
-
-/// Writes the zone: an apex with SOA, NS, MX and TXT, the name servers and mail host, `names`
-/// hosts with an A record (the even ones an AAAA too), and a CNAME to a host for every tenth.
-fn write_zone(path: &Path, names: usize) -> Result<(usize, String)> {
-    let mut z = String::new();
-    z.push_str(&format!(
-        "$ORIGIN {ORIGIN}\n$TTL 3600\n@ IN SOA ns1 hostmaster 2026112901 7200 900 1209600 300\n\
-         @ IN NS ns1\n@ IN NS ns2\n@ IN MX 10 mail\n@ IN TXT \"v=spf1 mx -all\"\n\
-         ns1 IN A 192.0.2.53\nns2 IN A 192.0.2.54\nmail IN A 192.0.2.25\n"
-    ));
-    let mut records = 8;
-    for i in 0..names {
-        z.push_str(&format!(
-            "host{i} IN A 10.{}.{}.{}\n",
-            (i >> 16) & 255,
-            (i >> 8) & 255,
-            i & 255
-        ));
-        records += 1;
-        if i % 2 == 0 {
-            z.push_str(&format!("host{i} IN AAAA 2001:db8::{:x}\n", i + 1));
-            records += 1;
-        }
-        if i % 10 == 0 {
-            z.push_str(&format!("alias{i} IN CNAME host{i}\n"));
-            records += 1;
-        }
-    }
-    std::fs::write(path, z).map_err(|e| format!("{}: {e}", path.display()))?;
-    Ok((
-        records,
-        "A of hosts 50%, AAAA 15% (half of them NODATA), CNAME to a host 10%, \
-         apex MX 5% and NS 5%, missing names 15% (NXDOMAIN)"
-            .into(),
-    ))
-}
-
-/// Writes the query file in dnsperf's format, drawn with a fixed seed.
-fn write_queries(path: &Path, names: usize) -> Result<()> {
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut next = || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
-    let mut q = String::new();
-    for _ in 0..QUERIES {
-        let kind = next() % 100;
-        let i = next() as usize % names;
-        let line = match kind {
-            0..50 => format!("host{i}.{ORIGIN} A"),
-            50..65 => format!("host{i}.{ORIGIN} AAAA"),
-            65..75 => format!("alias{}.{ORIGIN} A", i / 10 * 10),
-            75..80 => format!("{ORIGIN} MX"),
-            80..85 => format!("{ORIGIN} NS"),
-            _ => format!("missing{i}.{ORIGIN} A"),
-        };
-        q.push_str(&line);
-        q.push('\n');
-    }
-    std::fs::write(path, q).map_err(|e| format!("{}: {e}", path.display()))
 }
