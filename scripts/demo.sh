@@ -8,6 +8,9 @@
 # `--experiment kv` runs the memcached co-location experiment instead: corral-kv and the batch
 # job on Corral against Debian's memcached 1.6.18 and the batch job at SCHED_IDLE on Linux, and
 # corral-kv alone on a dedicated core, at rising request rates to each one's saturation.
+# `--experiment dns` runs the same procedure with DNS over UDP: corral-dns and the batch job on
+# Corral against Debian's gdnsd (or `--dns-server nsd|knot`) and the batch job at SCHED_IDLE,
+# and corral-dns alone on a dedicated core, every system asked the same query file.
 # `--nic xdp` drives both systems from corral-loadgen-linux in a network namespace over a veth
 # pair instead: iokerneld takes its end of the pair with its AF_XDP backend, Linux's spin server
 # listens on it (on a 2-CPU machine the client shares iokerneld's CPU, unshielded).
@@ -19,8 +22,8 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
 # Cargo's own progress lines show from the first second: a first build takes a minute or two.
-echo "demo: building iokerneld, the spin and key-value servers, the batch job, corral-run, the demo and the gap meter (release)"
-cargo build --release -p corral-iokerneld -p corral-app-spin -p corral-app-kv -p corral-app-batch \
+echo "demo: building iokerneld, the spin, key-value and DNS servers, the batch job, corral-run, the demo and the gap meter (release)"
+cargo build --release -p corral-iokerneld -p corral-app-spin -p corral-app-kv -p corral-app-dns -p corral-app-batch \
   -p corral-loadgen -p corral-run -p corral-demo -p corral-gapmeter
 echo "demo: built; starting"
 exec target/release/corral-demo "$@"

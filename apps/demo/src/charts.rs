@@ -340,9 +340,9 @@ pub fn interval_name(interval_us: u64) -> String {
     format!("interval {}", report::interval_label(interval_us))
 }
 
-/// The key-value experiment's `kv` panels: p99 and p50, achieved throughput and the batch
-/// share, against the offered rate.
-pub fn kv(systems: &[Series], max_krps: f64) -> [Chart; 3] {
+/// A server experiment's panels (`kv`, `dns`): p99 and p50 under `latency_title`, achieved
+/// throughput and the batch share, against the offered rate.
+pub fn kv(systems: &[Series], max_krps: f64, latency_title: &str) -> [Chart; 3] {
     let x_range = (0.0, max_krps * 1.05);
     let x_label = "offered load (thousand requests/s)".to_owned();
     let latency = systems
@@ -363,12 +363,7 @@ pub fn kv(systems: &[Series], max_krps: f64) -> [Chart; 3] {
         .flat_map(|s| s.points.iter().filter_map(|p| p.batch_fraction))
         .fold(1.1_f64, |top, f| top.max(f * 1.05));
     [
-        latency_chart(
-            "memcached over TCP: latency".into(),
-            &x_label,
-            x_range,
-            latency,
-        ),
+        latency_chart(latency_title.into(), &x_label, x_range, latency),
         Chart {
             title: "Achieved throughput".into(),
             x_label: x_label.clone(),
@@ -699,7 +694,12 @@ mod tests {
                 .collect(),
         })
         .collect();
-        plot::save(&out, "kv", &kv(&kv_systems, 300.0)).unwrap();
+        plot::save(
+            &out,
+            "kv",
+            &kv(&kv_systems, 300.0, "memcached over TCP: latency"),
+        )
+        .unwrap();
 
         for stem in ["intervals", "intervals-batch", "burst", "kv"] {
             let png = std::fs::read(out.join(format!("{stem}.png"))).unwrap();
@@ -716,7 +716,7 @@ mod tests {
             color: plot::ORANGE,
             points: vec![point(1.0, 20.0, Some(50.0), None)],
         };
-        let [lat, _, _] = kv(&[s], 1.0);
+        let [lat, _, _] = kv(&[s], 1.0, "latency");
         assert_eq!(names(&lat), ["Linux p99", "Linux p50"]);
     }
 }

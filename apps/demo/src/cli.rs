@@ -6,6 +6,8 @@ use clap::{Parser, ValueEnum};
 use corral_loadgen::ServiceDist;
 use corral_loadgen::kv::SizeDist;
 
+use corral_bench_dns::linux::LinuxDns;
+
 use crate::results::System;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, serde::Serialize)]
@@ -24,6 +26,19 @@ pub enum Experiment {
     /// Linux, and corral-kv alone on a dedicated core, each driven to saturation with the same
     /// memcached workload over TCP.
     Kv,
+    /// The DNS co-location experiment (the paper's gdnsd with swaptions): corral-dns with the
+    /// batch job on Corral, a Linux DNS server from Debian (`--dns-server`, gdnsd by default)
+    /// with the batch job at SCHED_IDLE, and corral-dns alone on a dedicated core, each driven
+    /// to saturation with the same queries over UDP.
+    Dns,
+}
+
+impl Experiment {
+    /// Whether this is a server co-location experiment (a ladder of rates to saturation
+    /// against one latency objective), rather than a spin-server sweep.
+    pub fn is_server_ladder(self) -> bool {
+        matches!(self, Experiment::Kv | Experiment::Dns)
+    }
 }
 
 /// Where the load comes from.
@@ -264,20 +279,21 @@ pub struct Args {
     #[arg(long, value_name = "COMMAND")]
     pub batch_cmd: Option<String>,
 
-    /// Key-value experiment: offered rates in requests per second, comma-separated, rising;
+    /// Key-value and DNS experiments: offered rates in requests per second, comma-separated, rising;
     /// each system stops after two points in a row show it saturated [default:
     /// 10k, 20k, 40k, 60k, 80k, 100k, 125k, 150k, 200k, 250k, 300k, 400k, 500k, 650k, 800k,
     /// 1M; with --quick 5k,10k].
     #[arg(long, value_delimiter = ',', value_name = "RPS,...")]
     pub rates: Vec<f64>,
 
-    /// Key-value experiment: the rate of the unloaded point that measures each server's median
-    /// latency; memcached's sets the objective.
+    /// Key-value and DNS experiments: the rate of the unloaded point that measures each
+    /// server's median latency; the Linux server's sets the objective.
     #[arg(long, default_value_t = 1000.0, value_name = "RPS")]
     pub unloaded_rate: f64,
 
-    /// Key-value experiment: the p99 latency objective every system is held to, as a multiple
-    /// of memcached's unloaded median (without Linux in --systems, of the first system's).
+    /// Key-value and DNS experiments: the p99 latency objective every system is held to, as a
+    /// multiple of the Linux server's unloaded median (without Linux in --systems, of the first
+    /// system's).
     #[arg(long, default_value_t = 10.0)]
     pub slo_factor: f64,
 
@@ -314,6 +330,30 @@ pub struct Args {
     /// scripts/setup.sh installs).
     #[arg(long, default_value = "/usr/bin/memcached")]
     pub memcached: PathBuf,
+
+    /// DNS experiment: the Linux server Corral is compared with: `gdnsd` (the server the paper
+    /// ported), `nsd` or `knot`, from Debian, with one server thread.
+    #[arg(long, default_value = "gdnsd", value_name = "SERVER")]
+    #[serde(serialize_with = "display")]
+    pub dns_server: LinuxDns,
+
+    /// DNS experiment: host names in the zone (each with an A record; every other one an AAAA,
+    /// every tenth a CNAME to it).
+    #[arg(long, default_value_t = 10_000)]
+    pub dns_names: usize,
+
+    /// DNS experiment: queries in the query file both generators ask in order, round and round
+    /// (existing names and types, CNAMEs, NODATA and NXDOMAIN in dnsperf's usual proportions).
+    #[arg(long, default_value_t = 1_000)]
+    pub dns_queries: usize,
+
+    /// DNS experiment: the UDP port of corral-dns, on --corral-addr's IP.
+    #[arg(long, default_value_t = 53)]
+    pub dns_port: u16,
+
+    /// DNS experiment: the loopback address the Linux DNS server listens on.
+    #[arg(long, default_value = "127.0.0.1:5353")]
+    pub linux_dns_addr: std::net::SocketAddrV4,
 
     /// Draw the plots of an earlier run again and measure nothing: from DIR/results.json (any
     /// experiment) or, without it, from a sweep's DIR/results.csv (titled with --service, which
@@ -375,8 +415,27 @@ pub struct Plan {
     pub client_cpu: usize,
     /// `--batch-cmd`, split into words; `None` runs the Monte Carlo `batch` app.
     pub batch_cmd: Option<Vec<String>>,
-    /// The key-value experiment's workload and ladder.
+    /// The key-value experiment's workload and ladder (the ladder also the DNS experiment's).
     pub kv: KvPlan,
+    /// The DNS experiment's servers and queries.
+    pub dns: DnsPlan,
+}
+
+/// The most queries in the DNS experiment's query file: at most 30 bytes a line, they fit in
+/// the 64 KiB request that carries them to iokerneld's generator.
+pub const MAX_DNS_QUERIES: usize = 1_500;
+
+/// The DNS experiment's plan: the Linux server, the zone and query file sizes, and where the
+/// servers listen. Its ladder and objective are the key-value experiment's flags.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct DnsPlan {
+    #[serde(serialize_with = "display")]
+    pub linux_server: LinuxDns,
+    pub names: usize,
+    pub queries: usize,
+    /// corral-dns's address behind iokerneld's generator.
+    pub corral_addr: std::net::SocketAddrV4,
+    pub linux_addr: std::net::SocketAddrV4,
 }
 
 /// The key-value experiment's plan: the workload both generators play, the rates, and the
@@ -428,7 +487,7 @@ impl Args {
         let q = self.quick;
         let systems = if self.systems.is_empty() {
             match self.experiment {
-                Experiment::Sweep | Experiment::Kv => {
+                Experiment::Sweep | Experiment::Kv | Experiment::Dns => {
                     vec![System::Corral, System::Linux, System::Dedicated]
                 }
                 Experiment::Intervals | Experiment::Burst => vec![System::Corral],
@@ -547,7 +606,7 @@ impl Args {
             |v: Option<f64>, normal: f64, quick: f64| v.unwrap_or(if q { quick } else { normal });
         let normal_point = match self.experiment {
             Experiment::Intervals => 6.0,
-            Experiment::Kv => 5.0,
+            Experiment::Kv | Experiment::Dns => 5.0,
             Experiment::Sweep | Experiment::Burst => 12.0,
         };
         let kv = self.kv_plan()?;
@@ -588,7 +647,7 @@ impl Args {
                 .transpose()?,
             cede_grace_us: self.cede_grace_us,
             batch_preemption: self.batch_preemption.unwrap_or(
-                if self.batch_cmd.is_some() || self.experiment == Experiment::Kv {
+                if self.batch_cmd.is_some() || self.experiment.is_server_ladder() {
                     BatchPreemption::IdleClass
                 } else {
                     BatchPreemption::Asked
@@ -622,6 +681,31 @@ impl Args {
                 })
                 .transpose()?,
             kv,
+            dns: self.dns_plan()?,
+        })
+    }
+
+    fn dns_plan(&self) -> Result<DnsPlan, String> {
+        if self.dns_names == 0 {
+            return Err("invalid dns-names = 0: expected at least 1".into());
+        }
+        // The query file travels in iokerneld's gen request, which holds 64 KiB.
+        if !(1..=MAX_DNS_QUERIES).contains(&self.dns_queries) {
+            return Err(format!(
+                "invalid dns-queries = {}: expected 1 to {MAX_DNS_QUERIES} (the query file goes \
+                 to iokerneld's generator in its run request)",
+                self.dns_queries
+            ));
+        }
+        if self.dns_port == 0 {
+            return Err("invalid dns-port = 0: expected a UDP port".into());
+        }
+        Ok(DnsPlan {
+            linux_server: self.dns_server,
+            names: self.dns_names,
+            queries: self.dns_queries,
+            corral_addr: std::net::SocketAddrV4::new(*self.corral_addr.ip(), self.dns_port),
+            linux_addr: self.linux_dns_addr,
         })
     }
 
@@ -848,6 +932,46 @@ mod tests {
         assert_eq!(q.kv.corral_addr.port(), 7000);
         let json = serde_json::to_value(&q).unwrap();
         assert_eq!(json["kv"]["value_size"], "fixed:200");
+    }
+
+    #[test]
+    fn dns_defaults_are_gdnsd_and_a_query_file_that_fits_the_generator() {
+        let p = plan(&["--experiment", "dns"]).unwrap();
+        assert!(p.experiment.is_server_ladder());
+        assert_eq!(
+            p.systems,
+            vec![System::Corral, System::Linux, System::Dedicated]
+        );
+        assert_eq!(p.dns.linux_server, LinuxDns::Gdnsd);
+        assert_eq!(p.dns.corral_addr.to_string(), "10.99.0.2:53");
+        assert_eq!(p.dns.linux_addr.to_string(), "127.0.0.1:5353");
+        assert_eq!(p.kv.rates, KV_RATES);
+        assert_eq!(p.batch_preemption, BatchPreemption::IdleClass);
+        assert_eq!(p.point_secs, 5.0);
+        let json = serde_json::to_value(&p).unwrap();
+        assert_eq!(json["dns"]["linux_server"], "gdnsd");
+        // The largest query file allowed, at the longest lines the zone's names give, fits
+        // the generator's request with room for the rest of the spec.
+        let most = corral_bench_dns::workload::queries(10_000, MAX_DNS_QUERIES);
+        assert!(
+            serde_json::to_string(&most).unwrap().len() < 60 << 10,
+            "{}",
+            most.len()
+        );
+        let knot = plan(&["--experiment", "dns", "--dns-server", "knot"]).unwrap();
+        assert_eq!(knot.dns.linux_server, LinuxDns::Knot);
+        for (args, want) in [
+            (&["--dns-server", "bind"][..], "nsd, knot or gdnsd"),
+            (&["--dns-queries", "5000"], "invalid dns-queries"),
+            (&["--dns-queries", "0"], "invalid dns-queries"),
+            (&["--dns-names", "0"], "invalid dns-names"),
+            (&["--dns-port", "0"], "invalid dns-port"),
+        ] {
+            let mut argv = vec!["--experiment", "dns"];
+            argv.extend_from_slice(args);
+            let err = plan(&argv).unwrap_err();
+            assert!(err.contains(want), "{args:?}: {err}");
+        }
     }
 
     #[test]

@@ -99,6 +99,13 @@ pub fn run(args: &Args) -> Result<()> {
             plan.batch_cmd.is_some(),
             &plan.kv.memcached,
         )?
+    } else if plan.experiment == Experiment::Dns {
+        Bins::locate_dns(
+            bin_dir,
+            &plan.systems,
+            plan.batch_cmd.is_some(),
+            plan.dns.linux_server,
+        )?
     } else {
         Bins::locate(bin_dir, &plan.systems, plan.batch_cmd.is_some())?
     };
@@ -129,8 +136,8 @@ pub fn run(args: &Args) -> Result<()> {
              CPUs and will disturb the measurements"
         ));
     }
-    // The key-value experiment runs no spin server.
-    let spin_iterations_per_us = if plan.experiment == Experiment::Kv {
+    // The server experiments run no spin server.
+    let spin_iterations_per_us = if plan.experiment.is_server_ladder() {
         f64::NAN
     } else {
         let rate = crate::systems::calibrate_spin(&bins.spin, plan.app_cpu)?;
@@ -211,9 +218,13 @@ pub fn run(args: &Args) -> Result<()> {
             fmt_pct(p.burst_base),
             p.burst_secs
         ),
-        Experiment::Kv => format!(
-            "memcached co-location sweep of {} at an unloaded {}/s then {} requests/s until \
+        Experiment::Kv | Experiment::Dns => format!(
+            "{} co-location sweep of {} at an unloaded {}/s then {} requests/s until \
              saturation, {} s per point",
+            match p.experiment {
+                Experiment::Dns => "DNS",
+                _ => "memcached",
+            },
             p.systems
                 .iter()
                 .map(|s| s.title())
@@ -228,7 +239,7 @@ pub fn run(args: &Args) -> Result<()> {
             p.point_secs
         ),
     };
-    if p.experiment == Experiment::Kv {
+    if p.experiment.is_server_ladder() {
         say(format!(
             "corral-demo: {what}; results in {}",
             env.out.display()
@@ -266,7 +277,7 @@ pub fn run(args: &Args) -> Result<()> {
         Experiment::Sweep => sweep(&env, &mut record)?,
         Experiment::Intervals => intervals(&env, &mut record)?,
         Experiment::Burst => burst(&env, &mut record)?,
-        Experiment::Kv => crate::kv::sweep(&env, &mut record)?,
+        Experiment::Kv | Experiment::Dns => crate::kv::sweep(&env, &mut record)?,
     };
     let csv_path = env.out.join("results.csv");
     std::fs::write(&csv_path, csv)

@@ -1,5 +1,9 @@
-//! The key-value co-location experiment: a memcached-compatible server and the batch job
-//! sharing one core, driven over TCP by the same memcached workload at rising offered rates.
+//! The server co-location experiments: a server and the batch job sharing one core, driven by
+//! the same workload at rising offered rates. Two servers, one procedure ([`Service`]): the
+//! key-value experiment (described below) and the DNS experiment, where corral-dns stands for
+//! corral-kv, a Linux DNS server from Debian (gdnsd by default) for memcached, and both
+//! generators ask the same query file over UDP (`--protocol dns`), checking every answer's ID
+//! and question.
 //!
 //! - Corral: `iokerneld --nic gen` on the iokernel CPU; `corral-kv` (one kthread, one
 //!   guaranteed core, so that its wake-ups preempt the batch job at once) and the batch job as
@@ -21,6 +25,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{Read as _, Write as _};
+use std::net::SocketAddrV4;
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -30,6 +35,7 @@ use serde_json::{Value, json};
 
 use crate::batch::BatchReader;
 use crate::charts;
+use crate::cli::{Experiment, Plan};
 use crate::error::{Error, Result};
 use crate::experiments;
 use crate::kvreport::{self, fmt_rate};
@@ -44,8 +50,154 @@ use crate::systems::{
     start_corral_batch, start_iokerneld, wait_registered,
 };
 
-/// The name corral-kv registers with iokerneld under.
-const KV_RUNTIME_NAME: &str = "corral-kv";
+/// Which server the experiment measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Service {
+    /// corral-kv against memcached, over TCP.
+    Kv,
+    /// corral-dns against a Linux DNS server, over UDP.
+    Dns,
+}
+
+impl Service {
+    pub fn of(plan: &Plan) -> Service {
+        match plan.experiment {
+            Experiment::Dns => Service::Dns,
+            _ => Service::Kv,
+        }
+    }
+
+    /// Corral's server, also the name it registers with iokerneld under.
+    pub fn corral_server(self) -> &'static str {
+        match self {
+            Service::Kv => "corral-kv",
+            Service::Dns => "corral-dns",
+        }
+    }
+
+    /// The Linux server it is compared with.
+    pub fn linux_server(self, plan: &Plan) -> &'static str {
+        match self {
+            Service::Kv => "memcached",
+            Service::Dns => plan.dns.linux_server.name(),
+        }
+    }
+
+    /// The prefix of the experiment's log and result files.
+    fn tag(self) -> &'static str {
+        match self {
+            Service::Kv => "kv",
+            Service::Dns => "dns",
+        }
+    }
+
+    fn corral_addr(self, plan: &Plan) -> SocketAddrV4 {
+        match self {
+            Service::Kv => plan.kv.corral_addr,
+            Service::Dns => plan.dns.corral_addr,
+        }
+    }
+
+    fn throughput_target(self) -> f64 {
+        match self {
+            Service::Kv => kvreport::KV_THROUGHPUT_TARGET_RATIO,
+            Service::Dns => kvreport::DNS_THROUGHPUT_TARGET_RATIO,
+        }
+    }
+
+    /// The title of the latency plot.
+    pub fn latency_title(self) -> &'static str {
+        match self {
+            Service::Kv => "memcached over TCP: latency",
+            Service::Dns => "DNS over UDP: latency",
+        }
+    }
+
+    /// Where a generator's result keeps its reply checks.
+    fn checks_in(self, raw: &Value, linux: bool) -> Value {
+        match (self, linux) {
+            (Service::Kv, false) => raw["kv"]["checks"].clone(),
+            (Service::Kv, true) => raw["checks"].clone(),
+            (Service::Dns, _) => raw["dns"].clone(),
+        }
+    }
+
+    /// The failures among a generator's reply checks.
+    fn errors_in(self, checks: &Value) -> u64 {
+        match self {
+            Service::Kv => errors_in(checks),
+            Service::Dns => dns_errors_in(checks),
+        }
+    }
+
+    /// The generators' flags that say what to ask, the same for both.
+    fn workload_args(self, env: &Env) -> Vec<String> {
+        match self {
+            Service::Kv => workload_args(env),
+            Service::Dns => vec![
+                "--queries".into(),
+                DnsFiles::of(env).queries.display().to_string(),
+                "--seed".into(),
+                env.plan.seed.to_string(),
+                "--grace-ms".into(),
+                env.plan.grace_ms.to_string(),
+            ],
+        }
+    }
+
+    /// The generators' `--protocol`.
+    fn protocol(self) -> &'static str {
+        match self {
+            Service::Kv => "memcache-tcp",
+            Service::Dns => "dns",
+        }
+    }
+}
+
+/// The DNS experiment's zone and query file, written once per run into its output directory.
+pub struct DnsFiles {
+    pub dir: PathBuf,
+    pub zone: PathBuf,
+    pub queries: PathBuf,
+}
+
+impl DnsFiles {
+    pub fn of(env: &Env) -> DnsFiles {
+        let dir = env.out.join("dns");
+        DnsFiles {
+            zone: dir.join("bench.example.zone"),
+            queries: dir.join("queries.txt"),
+            dir,
+        }
+    }
+
+    /// Writes the zone and the query file; says what they hold.
+    fn write(&self, plan: &Plan) -> Result<String> {
+        std::fs::create_dir_all(&self.dir)
+            .map_err(|e| Error::msg(format!("cannot create {}: {e}", self.dir.display())))?;
+        let (records, mix) = corral_bench_dns::workload::write_zone(&self.zone, plan.dns.names)
+            .map_err(Error::msg)?;
+        corral_bench_dns::workload::write_queries(&self.queries, plan.dns.names, plan.dns.queries)
+            .map_err(Error::msg)?;
+        Ok(format!(
+            "zone {} ({records} records, {} names), {} queries asked in order, round and round \
+             ({mix})",
+            corral_bench_dns::ORIGIN,
+            plan.dns.names,
+            plan.dns.queries
+        ))
+    }
+}
+
+/// The DNS answers that count as errors: an answer to no query asked (or to another question),
+/// SERVFAIL, and any RCODE other than NOERROR, NXDOMAIN and REFUSED (FORMERR, NOTIMP: the
+/// queries are well formed).
+pub fn dns_errors_in(counts: &Value) -> u64 {
+    ["mismatched", "servfail", "other_rcode"]
+        .iter()
+        .filter_map(|k| counts[*k].as_u64())
+        .sum()
+}
 
 /// The ladder stops for a system after this many points in a row show it saturated.
 const SATURATED_TO_STOP: usize = 2;
@@ -157,84 +309,113 @@ fn server_cpus_in(
 // ---------------------------------------------------------------------------------------------
 // Corral
 
-struct CorralKv<'e> {
+/// Corral's server on a guaranteed core, with the batch job (or alone, the dedicated floor).
+struct CorralServer<'e> {
     env: &'e Env,
+    service: Service,
     // Stopped in this order on drop: the runtimes before the daemon they registered with.
     batch: Option<(Proc, BatchReader)>,
-    /// Samples corral-kv's CPU time.
+    /// Samples the server's CPU time.
     server_cpu: BatchReader,
-    kv: Proc,
+    server: Proc,
     iokerneld: Proc,
     tag: String,
 }
 
-impl<'e> CorralKv<'e> {
-    /// Starts iokerneld, corral-kv (and waits until it registered), the batch job unless
-    /// `dedicated` (and waits for its first report), then checks that corral-kv answers a light
-    /// generated load.
-    fn start(env: &'e Env, dedicated: bool) -> Result<CorralKv<'e>> {
-        let plan = &env.plan;
-        let tag = if dedicated {
-            "kv-dedicated"
-        } else {
-            "kv-corral"
-        }
-        .to_owned();
-        let mut iokerneld = start_iokerneld(env, plan.interval_us, &tag)?;
-        let socket = env.socket.display().to_string();
-        let mut args: Vec<String> = vec![
-            "--runtime".into(),
-            "corral".into(),
-            "-l".into(),
-            plan.kv.corral_addr.ip().to_string(),
-            "-p".into(),
-            plan.kv.corral_addr.port().to_string(),
+/// Corral's server's own flags, before the ones every Corral server takes.
+fn corral_server_args(env: &Env, service: Service) -> Vec<String> {
+    let plan = &env.plan;
+    let addr = service.corral_addr(plan);
+    let mut args: Vec<String> = vec![
+        "--runtime".into(),
+        "corral".into(),
+        "-l".into(),
+        addr.ip().to_string(),
+        "-p".into(),
+        addr.port().to_string(),
+        "-t".into(),
+        "1".into(),
+    ];
+    match service {
+        Service::Kv => args.extend([
             "-U".into(),
             "0".into(),
-            "-t".into(),
-            "1".into(),
             "-m".into(),
             SERVER_MEMORY_MB.into(),
             "-c".into(),
             SERVER_MAX_CONNECTIONS.into(),
+        ]),
+        Service::Dns => args.push(format!(
+            "{}={}",
+            corral_bench_dns::ORIGIN,
+            DnsFiles::of(env).zone.display()
+        )),
+    }
+    args
+}
+
+impl<'e> CorralServer<'e> {
+    /// Starts iokerneld, the server (and waits until it registered), the batch job unless
+    /// `dedicated` (and waits for its first report), then checks that the server answers a
+    /// light generated load.
+    fn start(env: &'e Env, service: Service, dedicated: bool) -> Result<CorralServer<'e>> {
+        let plan = &env.plan;
+        let tag = format!(
+            "{}-{}",
+            service.tag(),
+            if dedicated { "dedicated" } else { "corral" }
+        );
+        let mut iokerneld = start_iokerneld(env, plan.interval_us, &tag)?;
+        let socket = env.socket.display().to_string();
+        let mut args = corral_server_args(env, service);
+        args.extend([
             "--iokerneld".into(),
             socket.clone(),
             // A guaranteed core: the server's wake-ups preempt the batch job at once.
             "--guaranteed".into(),
             "1".into(),
-        ];
+        ]);
         if dedicated {
             args.extend(["--spinning".into(), "1".into()]);
         }
         if let Some(us) = plan.spin_before_park_us {
             args.extend(["--spin-before-park-us".into(), us.to_string()]);
         }
-        let mut kv = Proc::spawn(Spec::new(
-            "corral-kv",
-            &env.bins.kv,
+        let program = match service {
+            Service::Kv => &env.bins.kv,
+            Service::Dns => &env.bins.dns,
+        };
+        let mut server = Proc::spawn(Spec::new(
+            service.corral_server(),
+            program,
             args,
             env.log(&format!("{tag}-server")),
         ))?;
-        wait_registered(env, KV_RUNTIME_NAME, &mut [&mut iokerneld, &mut kv])?;
+        wait_registered(
+            env,
+            service.corral_server(),
+            &mut [&mut iokerneld, &mut server],
+        )?;
         let batch = if dedicated {
             None
         } else {
             Some(start_corral_batch(env, &tag, &socket)?)
         };
-        let server_cpu = BatchReader::process_cpu_time(kv.pid(), SERVER_CPU_SAMPLE, env.clock);
-        let mut me = CorralKv {
+        let server_cpu = BatchReader::process_cpu_time(server.pid(), SERVER_CPU_SAMPLE, env.clock);
+        let mut me = CorralServer {
             env,
+            service,
             batch,
             server_cpu,
-            kv,
+            server,
             iokerneld,
             tag,
         };
         if let Some((batch, reader)) = me.batch.as_mut() {
-            let (kv, iokerneld) = (&mut me.kv, &mut me.iokerneld);
+            let (server, iokerneld) = (&mut me.server, &mut me.iokerneld);
             reader.wait_working(START_TIMEOUT, || {
                 batch.check_running()?;
-                kv.check_running()?;
+                server.check_running()?;
                 iokerneld.check_running()
             })?;
         }
@@ -244,7 +425,7 @@ impl<'e> CorralKv<'e> {
 
     fn alive(&mut self) -> Result<()> {
         self.iokerneld.check_running()?;
-        self.kv.check_running()?;
+        self.server.check_running()?;
         match self.batch.as_mut() {
             Some((batch, _)) => batch.check_running(),
             None => Ok(()),
@@ -260,9 +441,9 @@ impl<'e> CorralKv<'e> {
             "--socket".into(),
             self.env.socket.display().to_string(),
             "--target".into(),
-            plan.kv.corral_addr.to_string(),
+            self.service.corral_addr(plan).to_string(),
             "--protocol".into(),
-            "memcache-tcp".into(),
+            self.service.protocol().into(),
             "--rate".into(),
             format!("{rate}"),
             "--duration".into(),
@@ -272,7 +453,7 @@ impl<'e> CorralKv<'e> {
             "--clients".into(),
             plan.clients.to_string(),
         ];
-        args.extend(workload_args(self.env));
+        args.extend(self.service.workload_args(self.env));
         args.extend(["--json".into(), json.display().to_string()]);
         (args, json)
     }
@@ -301,7 +482,7 @@ impl<'e> CorralKv<'e> {
         read_json(json)
     }
 
-    /// Checks that corral-kv answers: a short, light generated load must get answers.
+    /// Checks that the server answers: a short, light generated load must get answers.
     fn probe(&mut self) -> Result<()> {
         let end = Instant::now() + START_TIMEOUT;
         let mut last = String::new();
@@ -321,8 +502,9 @@ impl<'e> CorralKv<'e> {
             procs::sleep(Duration::from_millis(200))?;
         }
         Err(Error::msg(format!(
-            "corral-kv does not answer generated requests: {last}; its log: {}",
-            self.kv.log_tail()
+            "{} does not answer generated requests: {last}; its log: {}",
+            self.service.corral_server(),
+            self.server.log_tail()
         )))
     }
 
@@ -352,18 +534,18 @@ impl<'e> CorralKv<'e> {
         // The key space is set before the schedule starts; the batch window starts after it.
         let schedule_start = started + raw["kv"]["preload_s"].as_f64().unwrap_or(0.0);
         let server_cpus = {
-            let (env, kv, iokerneld) = (self.env, &mut self.kv, &mut self.iokerneld);
+            let (env, server, iokerneld) = (self.env, &mut self.server, &mut self.iokerneld);
             server_cpus_in(env, &self.server_cpu, schedule_start, secs, || {
                 iokerneld.check_running()?;
-                kv.check_running()
+                server.check_running()
             })?
         };
         let batch = match self.batch.as_mut() {
             Some((batch, reader)) => {
-                let (env, kv, iokerneld) = (self.env, &mut self.kv, &mut self.iokerneld);
+                let (env, server, iokerneld) = (self.env, &mut self.server, &mut self.iokerneld);
                 point_batch(env, reader, schedule_start, secs, alone, || {
                     iokerneld.check_running()?;
-                    kv.check_running()?;
+                    server.check_running()?;
                     batch.check_running()
                 })?
             }
@@ -371,7 +553,7 @@ impl<'e> CorralKv<'e> {
         };
         Ok(Measured {
             command,
-            checks: raw["kv"]["checks"].clone(),
+            checks: self.service.checks_in(&raw, false),
             raw,
             summary,
             batch,
@@ -396,7 +578,7 @@ fn generator_cpus(raw: &Value, secs: f64) -> Option<f64> {
     (secs > 0.0).then(|| ns / 1e9 / secs)
 }
 
-impl KvServer for CorralKv<'_> {
+impl KvServer for CorralServer<'_> {
     fn run_point(
         &mut self,
         rate: f64,
@@ -410,7 +592,7 @@ impl KvServer for CorralKv<'_> {
             rate_rps: rate,
             unloaded: false,
             command: m.command,
-            errors: errors_in(&m.checks),
+            errors: self.service.errors_in(&m.checks),
             checks: m.checks,
             batch_units_per_s: m.batch.units_per_s,
             batch_fraction: m.batch.fraction,
@@ -439,10 +621,10 @@ impl KvServer for CorralKv<'_> {
         let Some((batch, reader)) = self.batch.as_mut() else {
             return Err(Error::msg("the dedicated floor runs no batch job"));
         };
-        let (env, kv, iokerneld) = (self.env, &mut self.kv, &mut self.iokerneld);
+        let (env, server, iokerneld) = (self.env, &mut self.server, &mut self.iokerneld);
         measure_alone(env, reader, || {
             iokerneld.check_running()?;
-            kv.check_running()?;
+            server.check_running()?;
             batch.check_running()
         })
     }
@@ -450,7 +632,7 @@ impl KvServer for CorralKv<'_> {
     fn commands(&self) -> BTreeMap<String, Vec<String>> {
         [
             ("iokerneld", Some(&self.iokerneld)),
-            ("corral-kv", Some(&self.kv)),
+            (self.service.corral_server(), Some(&self.server)),
             ("batch", self.batch.as_ref().map(|b| &b.0)),
         ]
         .into_iter()
@@ -468,7 +650,10 @@ impl KvServer for CorralKv<'_> {
         (self.daemon_stats().ok(), warnings)
     }
     fn classes(&self) -> Vec<String> {
-        let mut procs = vec![("iokerneld", &self.iokerneld), ("corral-kv", &self.kv)];
+        let mut procs = vec![
+            ("iokerneld", &self.iokerneld),
+            (self.service.corral_server(), &self.server),
+        ];
         if let Some((batch, _)) = &self.batch {
             procs.push(("batch", batch));
         }
@@ -483,13 +668,15 @@ impl KvServer for CorralKv<'_> {
 // ---------------------------------------------------------------------------------------------
 // Linux
 
-struct LinuxMemcached<'e> {
+/// The Linux server pinned to the application CPU, with the batch job at SCHED_IDLE there.
+struct LinuxServer<'e> {
     env: &'e Env,
+    service: Service,
     batch: Proc,
     reader: BatchReader,
-    /// Samples memcached's CPU time (all its threads).
+    /// Samples the server's CPU time (all its threads).
     server_cpu: BatchReader,
-    memcached: Proc,
+    server: Proc,
     /// Undone after the processes have stopped (fields drop in order).
     shield: BaselineShield,
     loadgen_class: String,
@@ -524,13 +711,11 @@ fn probe_memcached(addr: std::net::SocketAddrV4, server: &mut Proc) -> Result<St
     )))
 }
 
-impl<'e> LinuxMemcached<'e> {
-    /// Shields the load generator's CPU, starts memcached pinned to the application CPU (and
-    /// waits until it answers), then the batch job at SCHED_IDLE on the same CPU (and waits for
-    /// its first report).
-    fn start(env: &'e Env) -> Result<LinuxMemcached<'e>> {
-        let plan = &env.plan;
-        let shield = BaselineShield::apply(plan, "the Linux baseline");
+/// Starts memcached pinned to the application CPU with `shield`'s priority, and waits until it
+/// answers.
+fn start_memcached(env: &Env, shield: &BaselineShield) -> Result<Proc> {
+    let plan = &env.plan;
+    {
         let addr = plan.kv.memcached_addr;
         if let Err(e) = std::net::TcpListener::bind(addr) {
             return Err(Error::msg(format!(
@@ -568,36 +753,110 @@ impl<'e> LinuxMemcached<'e> {
         let mut memcached = Proc::spawn(spec)?;
         let version = probe_memcached(addr, &mut memcached)?;
         say(format!("  memcached {version} answers at {addr}"));
-        let cpu = plan.app_cpu.to_string();
-        let (batch, reader) = match &plan.batch_cmd {
-            Some(command) => start_batch_command(env, "kv-linux-batch", command, None)?,
-            None => start_batch(
-                env,
-                "kv-linux-batch",
-                &["--runtime", "linux", "--cpu", &cpu],
-            )?,
+        Ok(memcached)
+    }
+}
+
+/// Starts the Linux DNS server on the zone, pinned to the application CPU with `shield`'s
+/// priority, and waits until it answers the zone's SOA.
+fn start_linux_dns(env: &Env, shield: &BaselineShield) -> Result<Proc> {
+    let plan = &env.plan;
+    let server = plan.dns.linux_server;
+    let addr = plan.dns.linux_addr;
+    if let Err(e) = std::net::UdpSocket::bind(addr) {
+        return Err(Error::msg(format!(
+            "cannot use {addr} for {server}: {e} (another server there? pick another with \
+             --linux-dns-addr)"
+        )));
+    }
+    let files = DnsFiles::of(env);
+    let dir = files.dir.join(server.name());
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| Error::msg(format!("cannot create {}: {e}", dir.display())))?;
+    let args = server
+        .configure(&dir, &files.zone, addr.into())
+        .map_err(Error::msg)?;
+    let mut spec = Spec::new(
+        server.name(),
+        &env.bins.linux_dns,
+        args,
+        env.log("dns-linux-server"),
+    );
+    spec.pin_to_cpu = Some(plan.app_cpu);
+    spec.fifo_priority = shield.server_priority();
+    let mut proc = Proc::spawn(spec)?;
+    let waited = corral_bench_dns::linux::wait_answering(addr.into(), START_TIMEOUT, || {
+        procs::check_interrupt().map_err(|e| e.to_string())?;
+        proc.check_running().map_err(|e| e.to_string())
+    });
+    if let Err(e) = waited {
+        return Err(Error::msg(format!("{server}: {e}: {}", proc.log_tail())));
+    }
+    say(format!("  {server} answers at {addr}"));
+    Ok(proc)
+}
+
+impl<'e> LinuxServer<'e> {
+    /// Shields the load generator's CPU, starts the server pinned to the application CPU (and
+    /// waits until it answers), then the batch job at SCHED_IDLE on the same CPU (and waits for
+    /// its first report).
+    fn start(env: &'e Env, service: Service) -> Result<LinuxServer<'e>> {
+        let plan = &env.plan;
+        let shield = BaselineShield::apply(plan, "the Linux baseline");
+        let server = match service {
+            Service::Kv => start_memcached(env, &shield)?,
+            Service::Dns => start_linux_dns(env, &shield)?,
         };
-        let server_cpu =
-            BatchReader::process_cpu_time(memcached.pid(), SERVER_CPU_SAMPLE, env.clock);
+        let cpu = plan.app_cpu.to_string();
+        let batch_tag = format!("{}-linux-batch", service.tag());
+        let (batch, reader) = match &plan.batch_cmd {
+            Some(command) => start_batch_command(env, &batch_tag, command, None)?,
+            None => start_batch(env, &batch_tag, &["--runtime", "linux", "--cpu", &cpu])?,
+        };
+        let server_cpu = BatchReader::process_cpu_time(server.pid(), SERVER_CPU_SAMPLE, env.clock);
         let loadgen_class = loadgen_spec(env, &shield, Vec::new(), "class").class();
-        let mut me = LinuxMemcached {
+        let mut me = LinuxServer {
             env,
+            service,
             batch,
             reader,
             server_cpu,
-            memcached,
+            server,
             shield,
             loadgen_class,
         };
         me.reader.wait_working(START_TIMEOUT, || {
             me.batch.check_running()?;
-            me.memcached.check_running()
+            me.server.check_running()
         })?;
         Ok(me)
     }
+
+    /// corral-loadgen-linux's flags for the server's protocol.
+    fn loadgen_protocol_args(&self) -> Vec<String> {
+        let plan = &self.env.plan;
+        match self.service {
+            Service::Kv => vec![
+                "--protocol".into(),
+                "memcache-tcp".into(),
+                "--server".into(),
+                plan.kv.memcached_addr.to_string(),
+                "--connections".into(),
+                plan.clients.to_string(),
+                "--threads".into(),
+                "1".into(),
+            ],
+            Service::Dns => vec![
+                "--protocol".into(),
+                "dns".into(),
+                "--server".into(),
+                plan.dns.linux_addr.to_string(),
+            ],
+        }
+    }
 }
 
-impl KvServer for LinuxMemcached<'_> {
+impl KvServer for LinuxServer<'_> {
     fn run_point(
         &mut self,
         rate: f64,
@@ -606,14 +865,12 @@ impl KvServer for LinuxMemcached<'_> {
         alone: Option<&BatchAlone>,
     ) -> Result<KvPoint> {
         let plan = &self.env.plan;
-        let json = self.env.raw.join(format!("kv-linux-{name}.json"));
+        let tag = format!("{}-linux-{name}", self.service.tag());
+        let json = self.env.raw.join(format!("{tag}.json"));
         let _ = std::fs::remove_file(&json);
         let gen_cpu = plan.iokernel_cpu.to_string();
-        let mut args: Vec<String> = vec![
-            "--protocol".into(),
-            "memcache-tcp".into(),
-            "--server".into(),
-            plan.kv.memcached_addr.to_string(),
+        let mut args = self.loadgen_protocol_args();
+        args.extend([
             "--rate".into(),
             format!("{rate}"),
             "--duration".into(),
@@ -622,31 +879,28 @@ impl KvServer for LinuxMemcached<'_> {
             "poisson".into(),
             "--clients".into(),
             plan.clients.to_string(),
-            "--connections".into(),
-            plan.clients.to_string(),
-            "--threads".into(),
-            "1".into(),
             "--cpu".into(),
             gen_cpu.clone(),
             "--cpus".into(),
             gen_cpu,
-        ];
-        args.extend(workload_args(self.env));
+        ]);
+        args.extend(self.service.workload_args(self.env));
         args.extend(["--json".into(), json.display().to_string()]);
-        let spec = loadgen_spec(self.env, &self.shield, args, &format!("kv-linux-{name}"));
+        let spec = loadgen_spec(self.env, &self.shield, args, &tag);
         let command = spec.command_line();
         let started = self.env.clock.now_s();
         let mut lg = Proc::spawn(spec)?;
-        let LinuxMemcached {
+        let service = self.service;
+        let LinuxServer {
             env,
             reader,
             server_cpu,
             batch,
-            memcached,
+            server,
             ..
         } = self;
         let mut alive = || {
-            memcached.check_running()?;
+            server.check_running()?;
             batch.check_running()
         };
         let status = lg.wait_timeout(gen_timeout(&env.plan, secs), &mut alive)?;
@@ -667,13 +921,13 @@ impl KvServer for LinuxMemcached<'_> {
         let schedule_start = started + raw["preload_s"].as_f64().unwrap_or(0.0);
         let server_cpus = server_cpus_in(env, server_cpu, schedule_start, secs, &mut alive)?;
         let batch = point_batch(env, reader, schedule_start, secs, alone, alive)?;
-        let checks = raw["checks"].clone();
+        let checks = service.checks_in(&raw, true);
         Ok(KvPoint {
             rate_rps: rate,
             unloaded: false,
             command,
             summary,
-            errors: errors_in(&checks),
+            errors: service.errors_in(&checks),
             checks,
             batch_units_per_s: batch.units_per_s,
             batch_fraction: batch.fraction,
@@ -681,7 +935,7 @@ impl KvServer for LinuxMemcached<'_> {
             reallocations_per_s: None,
             iokerneld_stalls: None,
             demotions: None,
-            // memcached's worker, listener and maintenance threads together.
+            // The server's threads together (memcached's worker, listener and maintenance).
             server_cpus,
             generator_cpus: None,
             foreign_cpus: None,
@@ -696,24 +950,27 @@ impl KvServer for LinuxMemcached<'_> {
     }
 
     fn batch_alone(&mut self) -> Result<BatchAlone> {
-        let LinuxMemcached {
+        let LinuxServer {
             env,
             reader,
             batch,
-            memcached,
+            server,
             ..
         } = self;
         measure_alone(env, reader, || {
-            memcached.check_running()?;
+            server.check_running()?;
             batch.check_running()
         })
     }
 
     fn commands(&self) -> BTreeMap<String, Vec<String>> {
-        [("memcached", &self.memcached), ("batch", &self.batch)]
-            .into_iter()
-            .map(|(n, p)| (n.to_owned(), p.spec.command_line()))
-            .collect()
+        [
+            (self.service.linux_server(&self.env.plan), &self.server),
+            ("batch", &self.batch),
+        ]
+        .into_iter()
+        .map(|(n, p)| (n.to_owned(), p.spec.command_line()))
+        .collect()
     }
 
     fn daemon_report(&self) -> (Option<Value>, Vec<String>) {
@@ -722,7 +979,7 @@ impl KvServer for LinuxMemcached<'_> {
     fn classes(&self) -> Vec<String> {
         vec![
             format!("corral-loadgen-linux: {}", self.loadgen_class),
-            observed("memcached", &self.memcached),
+            observed(self.service.linux_server(&self.env.plan), &self.server),
             observed("batch", &self.batch),
         ]
     }
@@ -815,21 +1072,24 @@ fn point_name(rate: f64, unloaded: bool) -> String {
 }
 
 /// The p99 objective every system is held to.
-#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct Objective {
     pub p99_ns: u64,
-    /// The system whose unloaded median set it (memcached's when it runs).
+    /// The system whose unloaded median set it (the Linux server's when it runs).
     pub from: System,
+    /// That system's server.
+    pub from_server: String,
     pub unloaded_median_ns: u64,
     pub factor: f64,
 }
 
 impl Objective {
-    fn of(system: System, unloaded: &KvPoint, factor: f64) -> Objective {
+    fn of(system: System, server: &str, unloaded: &KvPoint, factor: f64) -> Objective {
         let median = unloaded.summary.latency.p50_ns;
         Objective {
             p99_ns: (factor * median as f64).round() as u64,
             from: system,
+            from_server: server.to_owned(),
             unloaded_median_ns: median,
             factor,
         }
@@ -841,7 +1101,7 @@ impl Objective {
             fmt_us(self.p99_ns),
             self.factor,
             match self.from {
-                System::Linux => "memcached",
+                System::Linux => &self.from_server,
                 other => other.title(),
             },
             fmt_us(self.unloaded_median_ns)
@@ -849,8 +1109,8 @@ impl Objective {
     }
 }
 
-/// The order the systems run in: memcached first, as its unloaded median sets the objective the
-/// others are held to; the rest as the plan lists them.
+/// The order the systems run in: the Linux server first, as its unloaded median sets the
+/// objective the others are held to; the rest as the plan lists them.
 fn run_order(systems: &[System]) -> Vec<System> {
     let mut order = systems.to_vec();
     order.sort_by_key(|s| *s != System::Linux);
@@ -866,30 +1126,39 @@ fn run_system(
     objective: Option<Objective>,
 ) -> Result<(KvSystemRun, Objective)> {
     let p = &env.plan;
+    let service = Service::of(p);
+    let corral = service.corral_server();
     let mut server: Box<dyn KvServer + '_> = match system {
         System::Corral => {
             say(format!(
-                "== Corral: iokerneld on CPU {} (nic gen, generating memcached over TCP), \
-                 corral-kv (guaranteed core) and the batch job sharing CPU {}",
-                p.iokernel_cpu, p.app_cpu
+                "== Corral: iokerneld on CPU {} (nic gen, generating {}), {corral} (guaranteed \
+                 core) and the batch job sharing CPU {}",
+                p.iokernel_cpu,
+                match service {
+                    Service::Kv => "memcached over TCP",
+                    Service::Dns => "DNS over UDP",
+                },
+                p.app_cpu
             ));
-            Box::new(CorralKv::start(env, false)?)
+            Box::new(CorralServer::start(env, service, false)?)
         }
         System::Dedicated => {
             say(format!(
-                "== Dedicated: iokerneld on CPU {} (nic gen), corral-kv alone spinning on CPU {} \
+                "== Dedicated: iokerneld on CPU {} (nic gen), {corral} alone spinning on CPU {} \
                  as a guaranteed core, no batch job",
                 p.iokernel_cpu, p.app_cpu
             ));
-            Box::new(CorralKv::start(env, true)?)
+            Box::new(CorralServer::start(env, service, true)?)
         }
         System::Linux => {
             say(format!(
-                "== Linux: memcached -t 1 pinned to CPU {} with the batch job at SCHED_IDLE on \
-                 it, corral-loadgen-linux on CPU {} over loopback",
-                p.app_cpu, p.iokernel_cpu
+                "== Linux: {} with one server thread pinned to CPU {} with the batch job at \
+                 SCHED_IDLE on it, corral-loadgen-linux on CPU {} over loopback",
+                service.linux_server(p),
+                p.app_cpu,
+                p.iokernel_cpu
             ));
-            Box::new(LinuxMemcached::start(env)?)
+            Box::new(LinuxServer::start(env, service)?)
         }
     };
     let alone = match server.has_batch() {
@@ -923,7 +1192,15 @@ fn run_system(
     let objective = match objective {
         Some(o) => o,
         None => {
-            let o = Objective::of(system, &unloaded, p.kv.slo_factor);
+            let o = Objective::of(
+                system,
+                match system {
+                    System::Linux => service.linux_server(p),
+                    _ => corral,
+                },
+                &unloaded,
+                p.kv.slo_factor,
+            );
             say(format!("  objective: {}", o.describe()));
             o
         }
@@ -976,10 +1253,11 @@ fn run_system(
     Ok((run, objective))
 }
 
-/// Writes the key-value experiment's `kv` plot into `out`; `unloaded_rate` is the rate of the
-/// light point every system starts with.
+/// Writes a server experiment's plot into `out` (`kv` or `dns`, as `service`); `unloaded_rate`
+/// is the rate of the light point every system starts with.
 pub(crate) fn kv_plots(
     out: &std::path::Path,
+    service: Service,
     unloaded_rate: f64,
     runs: &[KvSystemRun],
 ) -> Result<Vec<PathBuf>> {
@@ -988,17 +1266,31 @@ pub(crate) fn kv_plots(
         .flat_map(|r| r.points.iter().map(|p| p.rate_rps / 1e3))
         .fold(unloaded_rate / 1e3, f64::max);
     let systems: Vec<charts::Series> = runs.iter().map(charts::Series::of_kv_run).collect();
-    plot::save(out, "kv", &charts::kv(&systems, max_krps))
+    plot::save(
+        out,
+        service.tag(),
+        &charts::kv(&systems, max_krps, service.latency_title()),
+    )
 }
 
-/// The key-value experiment: each system in turn, then the analysis, table, CSV and plots.
+/// A server experiment: each system in turn, then the analysis, table, CSV and plots.
 pub fn sweep(env: &Env, record: &mut Value) -> Result<experiments::Written> {
     let p = &env.plan;
+    let service = Service::of(p);
+    let linux = service.linux_server(p);
+    let workload = match service {
+        Service::Kv => None,
+        Service::Dns => {
+            let said = DnsFiles::of(env).write(p)?;
+            say(format!("  {said}"));
+            Some(said)
+        }
+    };
     let mut runs: Vec<KvSystemRun> = Vec::new();
-    let mut objective = None;
+    let mut objective: Option<Objective> = None;
     for sys in run_order(&p.systems) {
         procs::check_interrupt()?;
-        let (run, o) = run_system(env, sys, objective)?;
+        let (run, o) = run_system(env, sys, objective.clone())?;
         objective = Some(o);
         runs.push(run);
     }
@@ -1007,23 +1299,40 @@ pub fn sweep(env: &Env, record: &mut Value) -> Result<experiments::Written> {
         .iter()
         .map(|r| kvreport::ceiling(r, p.point_secs))
         .collect();
-    let throughput = kvreport::throughput_checks(&runs);
+    let throughput = kvreport::throughput_checks(&runs, service.throughput_target());
     let colocation = kvreport::colocation_checks(&runs);
-    let mut text = format!(
-        "memcached over TCP ({} keys, {} keys, {} values, {:.0}% gets, {} connections) on one \
+    let mut text = match service {
+        Service::Kv => format!(
+            "memcached over TCP ({} keys, {} keys, {} values, {:.0}% gets, {} connections) on one \
          core: Corral KV and the batch job vs memcached {} and the batch job at SCHED_IDLE\n\
          C = Corral, L = Linux (memcached), D = dedicated (corral-kv alone, spinning on a \
          guaranteed core); latencies in us from each request's scheduled send time; batch = \
          batch throughput as a fraction of the batch job alone; errors = wrong replies and \
          failed connections (+ requests lost); slo = p99 within the objective, {}\n\n",
-        p.kv.keys,
-        p.kv.key_size,
-        p.kv.value_size,
-        p.kv.get_fraction * 100.0,
-        p.clients,
-        p.kv.memcached.display(),
-        objective.map_or_else(|| "not set".into(), |o| o.describe()),
-    );
+            p.kv.keys,
+            p.kv.key_size,
+            p.kv.value_size,
+            p.kv.get_fraction * 100.0,
+            p.clients,
+            p.kv.memcached.display(),
+            objective
+                .as_ref()
+                .map_or_else(|| "not set".into(), |o| o.describe()),
+        ),
+        Service::Dns => format!(
+            "DNS over UDP ({}) on one core: corral-dns and the batch job on Corral vs {linux} \
+             and the batch job at SCHED_IDLE\n\
+             C = Corral, L = Linux ({linux}), D = dedicated (corral-dns alone, spinning on a \
+             guaranteed core); latencies in us from each query's scheduled send time; batch = \
+             batch throughput as a fraction of the batch job alone; errors = answers to no \
+             query asked, SERVFAIL and unexpected RCODEs (+ queries lost); slo = p99 within \
+             the objective, {}\n\n",
+            workload.as_deref().unwrap_or_default(),
+            objective
+                .as_ref()
+                .map_or_else(|| "not set".into(), |o| o.describe()),
+        ),
+    };
     text.push_str(&kvreport::kv_table(&runs).render());
     text.push('\n');
     text.push_str(&kvreport::capacity_text(&runs, &ceilings));
@@ -1074,10 +1383,10 @@ pub fn sweep(env: &Env, record: &mut Value) -> Result<experiments::Written> {
         runs.iter().map(|r| (r.system, &r.classes, &r.shield)),
     ));
     text.push_str("\nTargets:\n");
-    text.push_str(&kvreport::render_targets(&throughput, &colocation));
+    text.push_str(&kvreport::render_targets(&throughput, &colocation, linux));
 
     let csv = kvreport::kv_csv(&runs);
-    let plots = kv_plots(&env.out, p.kv.unloaded_rate, &runs)?;
+    let plots = kv_plots(&env.out, service, p.kv.unloaded_rate, &runs)?;
     record["objective"] = json!(objective);
     record["systems"] = json!(runs);
     record["ceilings"] = json!(ceilings);
@@ -1098,6 +1407,21 @@ mod tests {
         });
         assert_eq!(errors_in(&checks), 21);
         assert_eq!(errors_in(&Value::Null), 0);
+    }
+
+    #[test]
+    fn dns_errors_are_unmatched_answers_and_server_failures_not_nxdomain() {
+        let counts = json!({
+            "noerror": 800, "nxdomain": 150, "refused": 0, "servfail": 2, "other_rcode": 3,
+            "truncated": 1, "mismatched": 4
+        });
+        assert_eq!(dns_errors_in(&counts), 9);
+        assert_eq!(Service::Dns.errors_in(&counts), 9);
+        assert_eq!(dns_errors_in(&Value::Null), 0);
+        // Each generator's result keeps its DNS counts in the same place.
+        let raw = json!({"dns": counts});
+        assert_eq!(Service::Dns.checks_in(&raw, true), counts);
+        assert_eq!(Service::Dns.checks_in(&raw, false), counts);
     }
 
     #[test]
@@ -1123,7 +1447,7 @@ mod tests {
         );
         let mut unloaded = kvreport::tests::point(1e3, 1e3, 100, None);
         unloaded.summary.latency.p50_ns = 26_300;
-        let o = Objective::of(System::Linux, &unloaded, 10.0);
+        let o = Objective::of(System::Linux, "memcached", &unloaded, 10.0);
         assert_eq!(o.p99_ns, 263_000);
         let said = o.describe();
         assert!(said.contains("263"), "{said}");
@@ -1132,7 +1456,10 @@ mod tests {
             "{said}"
         );
         unloaded.summary.latency.p50_ns = 5_000;
-        assert_eq!(Objective::of(System::Corral, &unloaded, 3.0).p99_ns, 15_000);
+        assert_eq!(
+            Objective::of(System::Corral, "corral-kv", &unloaded, 3.0).p99_ns,
+            15_000
+        );
     }
 
     #[test]
@@ -1180,5 +1507,48 @@ mod tests {
             "{w:?}"
         );
         assert!(w.windows(2).any(|p| p == ["--keys", "10000"]), "{w:?}");
+        assert_eq!(Service::Kv.workload_args(&env), w);
+    }
+
+    #[test]
+    fn dns_generators_ask_the_one_query_file_and_corral_dns_serves_the_one_zone() {
+        use clap::Parser;
+        let plan = crate::cli::Args::try_parse_from(["corral-demo", "--experiment", "dns"])
+            .unwrap()
+            .plan()
+            .unwrap();
+        let env = Env {
+            bins: crate::systems::Bins::locate_dns(
+                std::path::Path::new("/nonexistent"),
+                &[],
+                true,
+                plan.dns.linux_server,
+            )
+            .unwrap(),
+            plan,
+            out: PathBuf::from("/out"),
+            logs: PathBuf::new(),
+            raw: PathBuf::new(),
+            socket: PathBuf::new(),
+            clock: crate::batch::Clock::start(),
+            spin_iterations_per_us: f64::NAN,
+            veth: None,
+        };
+        assert_eq!(Service::of(&env.plan), Service::Dns);
+        let w = Service::Dns.workload_args(&env);
+        assert!(
+            w.windows(2)
+                .any(|p| p == ["--queries", "/out/dns/queries.txt"]),
+            "{w:?}"
+        );
+        assert!(w.windows(2).any(|p| p == ["--seed", "1"]), "{w:?}");
+        let args = corral_server_args(&env, Service::Dns);
+        assert!(args.windows(2).any(|p| p == ["-p", "53"]), "{args:?}");
+        assert_eq!(
+            args.last().unwrap(),
+            "bench.example.=/out/dns/bench.example.zone"
+        );
+        assert_eq!(Service::Dns.linux_server(&env.plan), "gdnsd");
+        assert_eq!(Service::Dns.corral_server(), "corral-dns");
     }
 }

@@ -75,10 +75,15 @@ fn from_json(path: &Path, out: &Path) -> Result<Vec<PathBuf>> {
             let b: Burst = field(&record, "/burst", path)?;
             experiments::burst_plots(out, &b)
         }
-        "kv" => {
+        "kv" | "dns" => {
             let runs: Vec<KvSystemRun> = field(&record, "/systems", path)?;
             let unloaded_rate: f64 = field(&record, "/plan/kv/unloaded_rate", path)?;
-            kv::kv_plots(out, unloaded_rate, &runs)
+            let service = if experiment == "dns" {
+                kv::Service::Dns
+            } else {
+                kv::Service::Kv
+            };
+            kv::kv_plots(out, service, unloaded_rate, &runs)
         }
         other => Err(Error::msg(format!(
             "{}: unknown experiment {other:?}",

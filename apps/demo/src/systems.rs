@@ -46,6 +46,10 @@ pub struct Bins {
     pub kv: PathBuf,
     /// memcached 1.6.18 (key-value experiment, Linux).
     pub memcached: PathBuf,
+    /// The DNS server (DNS experiment).
+    pub dns: PathBuf,
+    /// The Linux DNS server's executable (DNS experiment, Linux).
+    pub linux_dns: PathBuf,
 }
 
 impl Bins {
@@ -60,6 +64,8 @@ impl Bins {
             corral_run: dir.join("corral-run"),
             kv: dir.join("corral-kv"),
             memcached: PathBuf::from("memcached"),
+            dns: dir.join("corral-dns"),
+            linux_dns: PathBuf::from("gdnsd"),
         }
     }
 
@@ -119,6 +125,43 @@ impl Bins {
         }
         Ok(bins)
     }
+
+    /// Finds the DNS experiment's binaries: corral-dns in `dir` (for Corral and the dedicated
+    /// floor) and the Linux server's executable on the `PATH` (for Linux).
+    pub fn locate_dns(
+        dir: &Path,
+        systems: &[System],
+        batch_cmd: bool,
+        linux: corral_bench_dns::linux::LinuxDns,
+    ) -> Result<Bins> {
+        let mut bins = Bins::in_dir(dir);
+        let mut need = Vec::new();
+        if systems.contains(&System::Corral) || systems.contains(&System::Dedicated) {
+            need.push((&bins.dns, "corral-app-dns"));
+        }
+        need.extend(bins.common_needs(systems, batch_cmd));
+        check_present(&need)?;
+        if systems.contains(&System::Linux) {
+            bins.linux_dns = on_path(linux.program()).ok_or_else(|| {
+                Error::msg(format!(
+                    "missing {} ({linux}, Debian's package: `bash scripts/setup.sh` installs \
+                     it) on the PATH or in /usr/sbin",
+                    linux.program()
+                ))
+            })?;
+        }
+        Ok(bins)
+    }
+}
+
+/// Where `program` is: the first directory of the `PATH`, then /usr/sbin and /sbin (servers
+/// live there, and a user's `PATH` may leave them out), that holds it.
+fn on_path(program: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin".into(), "/sbin".into()])
+        .map(|d| d.join(program))
+        .find(|p| p.is_file())
 }
 
 /// Fails naming each missing binary and the package that builds it.
