@@ -1,6 +1,6 @@
 //! The runner end to end: a `--quick` run of all three systems produces well-formed results
 //! (the tail's split and the dedicated floor among them), so does a `--quick` run of the
-//! memcached experiment, a
+//! memcached experiment and of the DNS experiment, a
 //! Ctrl-C stops every process it started, and missing binaries are named. These start
 //! iokerneld, so they need root and CPUs 0 and 1, like the demo itself.
 
@@ -769,5 +769,107 @@ fn quick_kv_run_of_all_systems_answers_every_request_correctly() {
         processes_mentioning(&socket).is_empty(),
         "processes left behind: {:?}",
         processes_mentioning(&socket)
+    );
+}
+
+#[test]
+fn quick_dns_run_of_all_systems_answers_every_query_correctly() {
+    let bins = require_binaries();
+    assert!(
+        bins.join("corral-dns").is_file(),
+        "corral-dns missing from {}: build it with `cargo build -p corral-app-dns` in this profile",
+        bins.display()
+    );
+    assert!(
+        Path::new("/usr/sbin/gdnsd").is_file(),
+        "/usr/sbin/gdnsd missing: install Debian's gdnsd (`bash scripts/setup.sh`)"
+    );
+    let _cpu = CPU.lock().unwrap_or_else(|e| e.into_inner());
+    let out = tempfile::tempdir().unwrap();
+    let socket = format!("/run/corral/demo-dns-test-{}.sock", std::process::id());
+    let mut cmd = demo();
+    cmd.args(["--experiment", "dns", "--quick", "--out"])
+        .arg(out.path())
+        .arg("--bin-dir")
+        .arg(&bins)
+        .args(["--socket", &socket])
+        .args(["--dns-names", "500", "--dns-queries", "200"])
+        .args(["--linux-dns-addr", &format!("127.0.0.1:{}", port() + 3)]);
+    let o = run_with_timeout(cmd, Duration::from_secs(300));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{stdout}\n{stderr}");
+    for want in [
+        "== Corral",
+        "== Linux: gdnsd",
+        "== Dedicated",
+        "C p99",
+        "L p99",
+        "D p99",
+        "objective",
+        "gdnsd's unloaded median",
+        "Targets:",
+        "capacity >= 3x gdnsd's",
+        "dns.png",
+    ] {
+        assert!(stdout.contains(want), "{want:?} missing from:\n{stdout}");
+    }
+    let json: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.path().join("results.json")).unwrap())
+            .unwrap();
+    assert_eq!(json["experiment"], "dns");
+    let systems = json["systems"].as_array().unwrap();
+    let names: Vec<&str> = systems
+        .iter()
+        .map(|s| s["system"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["corral", "linux", "dedicated"]);
+    assert_eq!(json["objective"]["from_server"], "gdnsd");
+    for s in systems {
+        let name = s["system"].as_str().unwrap();
+        let server = if name == "linux" {
+            "gdnsd"
+        } else {
+            "corral-dns"
+        };
+        assert!(
+            s["commands"][server].is_array(),
+            "{name}: no {server} command in {}",
+            s["commands"]
+        );
+        for p in std::iter::once(&s["unloaded"]).chain(s["points"].as_array().unwrap()) {
+            let rate = p["rate_rps"].as_f64().unwrap();
+            let summary = &p["summary"];
+            let matched = summary["matched"].as_u64().unwrap();
+            assert!(matched > 0, "{name} at {rate}/s: {summary}");
+            // Every answer carried its query's ID and question, and none failed.
+            assert_eq!(
+                p["errors"].as_u64(),
+                Some(0),
+                "{name} at {rate}/s: {}",
+                p["checks"]
+            );
+            let c = &p["checks"];
+            let count = |k: &str| c[k].as_u64().unwrap_or_else(|| panic!("{k} in {c}"));
+            // The query file asks existing names and missing ones, all inside the zone.
+            assert!(count("noerror") > 0 && count("nxdomain") > 0, "{name}: {c}");
+            assert_eq!(count("refused"), 0, "{name}: {c}");
+            assert!(
+                count("noerror") + count("nxdomain") >= matched,
+                "{name} at {rate}/s: {c} vs {summary}"
+            );
+        }
+    }
+    let png = std::fs::read(out.path().join("dns.png")).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    assert!(
+        processes_mentioning(&socket).is_empty(),
+        "processes left behind: {:?}",
+        processes_mentioning(&socket)
+    );
+    assert!(
+        processes_mentioning(&out.path().display().to_string()).is_empty(),
+        "processes left behind: {:?}",
+        processes_mentioning(&out.path().display().to_string())
     );
 }
