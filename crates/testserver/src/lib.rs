@@ -8,6 +8,14 @@
 //! tables instead: the server serves once a TCP socket in `LISTEN` on the port belongs to the
 //! server process or one of its descendants. A server that exits before that lost its port (or
 //! failed outright); it is started again on a new port, a bounded number of times.
+//!
+//! [`Behind`] is the other half: a server on Corral's runtime behind an iokerneld of its own
+//! (a TAP device or an interface through AF_XDP), as the end-to-end tests of every Corral
+//! server start one.
+
+mod behind;
+
+pub use behind::{Behind, rss_bytes, serial, sibling_binary};
 
 use std::collections::HashSet;
 use std::net::{TcpListener, UdpSocket};

@@ -15,46 +15,28 @@
 #![allow(dead_code, reason = "each test binary uses part of it")]
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Mutex, MutexGuard};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{ZONES, zones_dir};
+use corral_testserver::Behind;
+pub use corral_testserver::serial;
 
-/// How long iokerneld or the server may take to come up.
-const START: Duration = Duration::from_secs(20);
+use crate::common::{ZONES, zones_dir};
 
 pub const DNS: &str = env!("CARGO_BIN_EXE_corral-dns");
 
 /// The server's port: on its own stack nothing else holds 53.
 pub const PORT: u16 = 53;
 
-/// iokerneld, found next to corral-dns: a binary of another package has no `CARGO_BIN_EXE_`.
+/// iokerneld, found next to corral-dns.
 pub fn iokerneld_binary() -> PathBuf {
-    let path = Path::new(DNS).with_file_name("iokerneld");
-    assert!(
-        path.is_file(),
-        "{} is missing: build it with `cargo build -p corral-iokerneld` and the same profile",
-        path.display()
-    );
-    path
-}
-
-static SERIAL: Mutex<()> = Mutex::new(());
-
-/// Holds CPU 1 for the calling test, even after another test failed while holding it.
-pub fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+    corral_testserver::sibling_binary(DNS, "iokerneld", "corral-iokerneld")
 }
 
 /// A Corral DNS server behind its own iokerneld and TAP device.
 pub struct TapDns {
-    iokerneld: Child,
-    /// Started once iokerneld listens.
-    dns: Option<Child>,
-    dir: PathBuf,
-    socket: PathBuf,
+    behind: Behind,
     pub ip: Ipv4Addr,
     pub tap: String,
 }
@@ -67,60 +49,23 @@ impl TapDns {
         let pid = std::process::id();
         let tap = format!("cdns{}t{test}", pid % 10_000);
         let subnet = [10, 150 + (pid % 10) as u8, test];
-        let dir = std::env::temp_dir().join(format!("corral-dns-tap-{pid}-{test}"));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("create the test directory");
-        let socket = dir.join("iokerneld.sock");
         let host = format!("{}.{}.{}.1/24", subnet[0], subnet[1], subnet[2]);
-        let iokerneld = Command::new(iokerneld_binary())
-            .args(["--core", "0", "--managed-cores", "1", "--log-level", "warn"])
-            // Never the machine-wide shield a root iokerneld takes by default: tests run beside
-            // others, and a test killed mid-run would leave it in place.
-            .args(["--shield", "off"])
-            .args(["--nic", "tap", "--tap-name", &tap, "--host-ip", &host])
-            .arg("--socket")
-            .arg(&socket)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log_file(&dir, "iokerneld.log"))
-            .spawn()
-            .expect("start iokerneld");
+        let nic = ["--nic", "tap", "--tap-name", &tap, "--host-ip", &host];
+        let mut behind = Behind::start(iokerneld_binary(), &format!("dns-tap-{pid}-{test}"), &nic);
         let ip = Ipv4Addr::new(subnet[0], subnet[1], subnet[2], 2);
-        let mut me = TapDns {
-            iokerneld,
-            dns: None,
-            dir,
-            socket,
-            ip,
-            tap,
-        };
-        me.wait_for("iokerneld's control socket", |me| {
-            me.iokerneld_stats_command()
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
-        });
-        let dns = Command::new(DNS)
-            .current_dir(zones_dir())
+        let mut dns = Command::new(DNS);
+        dns.current_dir(zones_dir())
             .args(["--runtime", "corral", "-l", &ip.to_string()])
             .args(["-p", &PORT.to_string(), "--stats-every", "1"])
-            .arg("--iokerneld")
-            .arg(&me.socket)
             .args(ZONES.iter().map(|(o, f)| format!("{o}={f}")))
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(log_file(&me.dir, "corral-dns.out"))
-            .stderr(log_file(&me.dir, "corral-dns.log"))
-            .spawn()
-            .expect("start corral-dns");
-        me.dns = Some(dns);
-        let addr = SocketAddr::V4(me.addr());
-        me.wait_for(
+            .args(extra);
+        behind.start_server("corral-dns", dns);
+        let addr = SocketAddr::V4(SocketAddrV4::new(ip, PORT));
+        behind.wait_for(
             "corral-dns to accept a connection over the TAP device",
-            |_| TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_ok(),
+            || TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_ok(),
         );
-        me
+        TapDns { behind, ip, tap }
     }
 
     pub fn addr(&self) -> SocketAddrV4 {
@@ -133,16 +78,11 @@ impl TapDns {
         Ipv4Addr::new(o[0], o[1], o[2], 1)
     }
 
-    fn iokerneld_stats_command(&self) -> Command {
-        let mut c = Command::new(iokerneld_binary());
-        c.arg("stats").arg("--socket").arg(&self.socket);
-        c
-    }
-
     /// iokerneld's statistics, as `iokerneld stats` prints them.
     pub fn iokerneld_stats(&self) -> serde_json::Value {
         let out = self
-            .iokerneld_stats_command()
+            .behind
+            .stats_command()
             .output()
             .expect("run iokerneld stats");
         assert!(
@@ -226,7 +166,8 @@ impl TapDns {
 
     /// corral-dns's latest counters line (`--stats-every 1`), as `name=value` pairs.
     pub fn counters(&self) -> Counters {
-        let log = std::fs::read_to_string(self.dir.join("corral-dns.log")).unwrap_or_default();
+        let log =
+            std::fs::read_to_string(self.behind.dir.join("corral-dns.log")).unwrap_or_default();
         let line = log
             .lines()
             .rev()
@@ -266,74 +207,17 @@ impl TapDns {
 
     /// corral-dns's resident memory.
     pub fn rss_bytes(&self) -> usize {
-        let pid = self
-            .dns
-            .as_ref()
-            .expect("corral-dns runs once started")
-            .id();
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-        let line = status
-            .lines()
-            .find(|l| l.starts_with("VmRSS:"))
-            .expect("VmRSS line");
-        let kb: usize = line.split_whitespace().nth(1).unwrap().parse().unwrap();
-        kb * 1024
+        corral_testserver::rss_bytes(self.behind.server_pid())
     }
 
     /// What iokerneld and corral-dns have logged (the last of it), for failure messages.
     pub fn logs(&self) -> String {
-        let read = |name: &str| {
-            let text = std::fs::read_to_string(self.dir.join(name)).unwrap_or_default();
-            let lines: Vec<&str> = text.lines().collect();
-            lines[lines.len().saturating_sub(20)..].join("\n")
-        };
-        format!(
-            "iokerneld.log:\n{}\ncorral-dns.log:\n{}",
-            read("iokerneld.log"),
-            read("corral-dns.log")
-        )
+        self.behind.logs()
     }
 
     /// Fails the test if either process has exited.
     pub fn assert_alive(&mut self) {
-        let exited = [
-            ("iokerneld", Some(&mut self.iokerneld)),
-            ("corral-dns", self.dns.as_mut()),
-        ]
-        .into_iter()
-        .find_map(|(what, child)| {
-            let status = child?.try_wait().expect("check on a child")?;
-            Some((what, status))
-        });
-        if let Some((what, status)) = exited {
-            panic!("{what} exited with {status}\n{}", self.logs());
-        }
-    }
-
-    fn wait_for(&mut self, what: &str, mut ready: impl FnMut(&TapDns) -> bool) {
-        let start = Instant::now();
-        while !ready(self) {
-            self.assert_alive();
-            assert!(
-                start.elapsed() < START,
-                "timed out waiting for {what}\n{}",
-                self.logs()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for TapDns {
-    fn drop(&mut self) {
-        for child in [self.dns.as_mut(), Some(&mut self.iokerneld)]
-            .into_iter()
-            .flatten()
-        {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
+        self.behind.assert_alive();
     }
 }
 
@@ -350,8 +234,4 @@ impl Counters {
             .find(|(k, _)| k == name)
             .map_or(0, |(_, v)| *v)
     }
-}
-
-fn log_file(dir: &Path, name: &str) -> std::fs::File {
-    std::fs::File::create(dir.join(name)).expect("create a log file")
 }

@@ -48,16 +48,7 @@ impl Running {
     }
 }
 
-/// Resident memory of process `pid`, from /proc.
-pub fn rss_bytes(pid: u32) -> usize {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .expect("VmRSS line");
-    let kb: usize = line.split_whitespace().nth(1).unwrap().parse().unwrap();
-    kb * 1024
-}
+pub use corral_testserver::rss_bytes;
 
 /// A server under test, whichever backend serves it.
 pub trait KvServer {

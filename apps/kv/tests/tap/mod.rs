@@ -8,40 +8,23 @@
 #![allow(dead_code, reason = "each test binary uses part of it")]
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
 
-/// How long iokerneld or the server may take to come up.
-const START: Duration = Duration::from_secs(20);
+use corral_testserver::Behind;
+pub use corral_testserver::serial;
 
 pub const KV: &str = env!("CARGO_BIN_EXE_corral-kv");
 
-/// iokerneld, found next to corral-kv: a binary of another package has no `CARGO_BIN_EXE_`.
+/// iokerneld, found next to corral-kv.
 pub fn iokerneld_binary() -> PathBuf {
-    let path = Path::new(KV).with_file_name("iokerneld");
-    assert!(
-        path.is_file(),
-        "{} is missing: build it with `cargo build -p corral-iokerneld` and the same profile",
-        path.display()
-    );
-    path
-}
-
-static SERIAL: Mutex<()> = Mutex::new(());
-
-/// Holds CPU 1 for the calling test, even after another test failed while holding it.
-pub fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+    corral_testserver::sibling_binary(KV, "iokerneld", "corral-iokerneld")
 }
 
 /// A Corral KV server behind its own iokerneld and TAP device.
 pub struct TapKv {
-    iokerneld: Child,
-    /// Started once iokerneld listens.
-    kv: Option<Child>,
-    dir: PathBuf,
+    behind: Behind,
     pub ip: Ipv4Addr,
     pub port: u16,
     pub udp_port: u16,
@@ -84,63 +67,26 @@ impl TapKv {
         mut reaches: impl FnMut(SocketAddr) -> bool,
     ) -> TapKv {
         let pid = std::process::id();
-        let dir = std::env::temp_dir().join(format!("corral-kv-tap-{pid}-{test}"));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("create the test directory");
-        let socket = dir.join("iokerneld.sock");
-        let iokerneld = Command::new(iokerneld_binary())
-            .args(["--core", "0", "--managed-cores", "1", "--log-level", "warn"])
-            // Never the machine-wide shield a root iokerneld takes by default: tests run beside
-            // others, and a test killed mid-run would leave it in place.
-            .args(["--shield", "off"])
-            .args(nic)
-            .arg("--socket")
-            .arg(&socket)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log_file(&dir, "iokerneld.log"))
-            .spawn()
-            .expect("start iokerneld");
+        let mut behind = Behind::start(iokerneld_binary(), &format!("kv-tap-{pid}-{test}"), nic);
         let (port, udp_port) = (11211, 11211);
-        let mut me = TapKv {
-            iokerneld,
-            kv: None,
-            dir,
+        let mut kv = Command::new(KV);
+        kv.args(["--runtime", "corral", "-l", &ip.to_string()])
+            .args(["--prefix", &prefix.to_string()])
+            .args(["-p", &port.to_string(), "-U", &udp_port.to_string()])
+            .args(extra);
+        behind.start_server("corral-kv", kv);
+        let addr = SocketAddr::V4(SocketAddrV4::new(ip, port));
+        behind.wait_for(
+            &format!("corral-kv to accept a connection over {link}"),
+            || reaches(addr),
+        );
+        TapKv {
+            behind,
             ip,
             port,
             udp_port,
             tap: link.to_owned(),
-        };
-        // The control socket is a SOCK_SEQPACKET one: ask it for statistics as an operator would.
-        me.wait_for("iokerneld's control socket", || {
-            Command::new(iokerneld_binary())
-                .arg("stats")
-                .arg("--socket")
-                .arg(&socket)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
-        });
-        let kv = Command::new(KV)
-            .args(["--runtime", "corral", "-l", &ip.to_string()])
-            .args(["--prefix", &prefix.to_string()])
-            .args(["-p", &port.to_string(), "-U", &udp_port.to_string()])
-            .arg("--iokerneld")
-            .arg(&socket)
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(log_file(&me.dir, "corral-kv.out"))
-            .stderr(log_file(&me.dir, "corral-kv.log"))
-            .spawn()
-            .expect("start corral-kv");
-        me.kv = Some(kv);
-        let addr = SocketAddr::V4(SocketAddrV4::new(ip, port));
-        me.wait_for(
-            &format!("corral-kv to accept a connection over {link}"),
-            || reaches(addr),
-        );
-        me
+        }
     }
 
     /// `ip:port` of the TCP server, as memcached clients take it.
@@ -157,47 +103,17 @@ impl TapKv {
 
     /// corral-kv's resident memory.
     pub fn rss_bytes(&self) -> usize {
-        let kv = self.kv.as_ref().expect("corral-kv runs once started");
-        crate::common::rss_bytes(kv.id())
+        corral_testserver::rss_bytes(self.behind.server_pid())
     }
 
     /// What iokerneld and corral-kv have logged, for failure messages.
     pub fn logs(&self) -> String {
-        let read = |name: &str| std::fs::read_to_string(self.dir.join(name)).unwrap_or_default();
-        format!(
-            "iokerneld.log:\n{}\ncorral-kv.log:\n{}",
-            read("iokerneld.log"),
-            read("corral-kv.log")
-        )
+        self.behind.logs()
     }
 
     /// Fails the test if either process has exited.
     pub fn assert_alive(&mut self) {
-        let exited = [
-            ("iokerneld", Some(&mut self.iokerneld)),
-            ("corral-kv", self.kv.as_mut()),
-        ]
-        .into_iter()
-        .find_map(|(what, child)| {
-            let status = child?.try_wait().expect("check on a child")?;
-            Some((what, status))
-        });
-        if let Some((what, status)) = exited {
-            panic!("{what} exited with {status}\n{}", self.logs());
-        }
-    }
-
-    fn wait_for(&mut self, what: &str, mut ready: impl FnMut() -> bool) {
-        let start = Instant::now();
-        while !ready() {
-            self.assert_alive();
-            assert!(
-                start.elapsed() < START,
-                "timed out waiting for {what}\n{}",
-                self.logs()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        self.behind.assert_alive();
     }
 }
 
@@ -213,21 +129,4 @@ impl crate::common::KvServer for TapKv {
     fn label(&self) -> String {
         format!("corral-kv at {} over {}", self.server(), self.tap)
     }
-}
-
-impl Drop for TapKv {
-    fn drop(&mut self) {
-        for child in [self.kv.as_mut(), Some(&mut self.iokerneld)]
-            .into_iter()
-            .flatten()
-        {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-fn log_file(dir: &Path, name: &str) -> std::fs::File {
-    std::fs::File::create(dir.join(name)).expect("create a log file")
 }
