@@ -114,6 +114,89 @@ fn spawner_runs_a_uthread_per_datagram() {
 }
 
 #[test]
+fn a_spawner_runs_a_bounded_number_of_handlers_and_drops_and_counts_the_rest() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    use corral::net::SPAWNER_IN_FLIGHT_CAPACITY;
+
+    /// Lets the handlers finish however the test ends, so that the runtime can stop.
+    struct Release(Arc<AtomicBool>);
+    impl Drop for Release {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Release);
+        }
+    }
+
+    const EXTRA: usize = 100;
+    let released = Arc::new(AtomicBool::new(false));
+    let rt = runtime();
+    let release = Release(released.clone());
+    let started = Arc::new(AtomicUsize::new(0));
+    let (gate, count) = (released.clone(), started.clone());
+    let (spawner, client) = rt.block_on(move || {
+        let spawner = UdpSpawner::bind(SocketAddrV4::new(IP, 7070), move |payload, _, reply| {
+            count.fetch_add(1, Ordering::Relaxed);
+            while !gate.load(Ordering::Acquire) {
+                corral::yield_now();
+            }
+            reply.send(&payload).unwrap();
+        })
+        .unwrap();
+        let client = UdpSocket::bind(SocketAddrV4::new(IP, 0)).unwrap();
+        client.connect(spawner.local_addr().unwrap()).unwrap();
+        // More datagrams than handlers may run, while none can finish.
+        for i in 0..SPAWNER_IN_FLIGHT_CAPACITY + EXTRA {
+            client.send(&(i as u32).to_be_bytes()).unwrap();
+        }
+        (spawner, client)
+    });
+    let port = |rt: &Runtime| {
+        rt.net_stats()
+            .unwrap()
+            .sockets
+            .into_iter()
+            .find(|s| s.local.port() == 7070)
+            .unwrap()
+    };
+    let held = port(&rt);
+    assert_eq!(held.rx_dropped, EXTRA as u64, "{held:?}");
+    assert_eq!(held.rx_datagrams, SPAWNER_IN_FLIGHT_CAPACITY as u64);
+    assert_eq!(held.queued, SPAWNER_IN_FLIGHT_CAPACITY as u64);
+    // Each admitted handler starts (the kthreads run them in turn), and no other.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while started.load(Ordering::Relaxed) < SPAWNER_IN_FLIGHT_CAPACITY {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "handlers did not start"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(started.load(Ordering::Relaxed), SPAWNER_IN_FLIGHT_CAPACITY);
+
+    // Every admitted handler answers once let go, and then the port admits again.
+    drop(release);
+    let (spawner, client) = rt.block_on(move || {
+        let mut buf = [0u8; 8];
+        for _ in 0..SPAWNER_IN_FLIGHT_CAPACITY {
+            assert_eq!(client.recv(&mut buf).unwrap(), 4);
+        }
+        client.send(b"again").unwrap();
+        assert_eq!(client.recv(&mut buf).unwrap(), 5);
+        assert_eq!(&buf[..5], b"again");
+        (spawner, client)
+    });
+    let after = port(&rt);
+    assert_eq!(after.rx_dropped, EXTRA as u64, "{after:?}");
+    assert_eq!(after.queued, 0, "{after:?}");
+    assert_eq!(
+        started.load(Ordering::Relaxed),
+        SPAWNER_IN_FLIGHT_CAPACITY + 1
+    );
+    rt.block_on(move || drop((spawner, client)));
+}
+
+#[test]
 fn other_hosts_need_a_device() {
     let rt = runtime();
     rt.block_on(|| {

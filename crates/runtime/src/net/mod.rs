@@ -25,7 +25,9 @@ pub use corral_tcp::{
     TcpDrop,
 };
 pub use corral_wire::{DropReason, MacAddr};
-pub use socket::{RECV_QUEUE_CAPACITY, UdpReply, UdpSocket, UdpSpawner};
+pub use socket::{
+    RECV_QUEUE_CAPACITY, SPAWNER_IN_FLIGHT_CAPACITY, UdpReply, UdpSocket, UdpSpawner,
+};
 pub use stack::{ArpStats, MAX_UDP_PAYLOAD, NetStats, SocketStats, StackDrop};
 pub use tcp::settings::{
     TCP_ACCEPT_BACKLOG_ENV, TCP_BUFFER_ENV, TCP_MAX_CONNECTIONS_ENV, TCP_NODELAY_ENV,

@@ -5,7 +5,7 @@
 //! back to iokerneld at once however long the application takes to read it. A receiver blocks
 //! its uthread on the socket's wait queue (an OS thread outside the runtime parks instead).
 
-use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddrV4;
@@ -19,6 +19,13 @@ use crate::timer;
 
 /// Datagrams a socket holds before it drops new ones (counted per socket).
 pub const RECV_QUEUE_CAPACITY: usize = 1024;
+
+/// Handlers a [`UdpSpawner`] runs at once (started and not yet finished); a datagram beyond
+/// them is dropped and counted, as a full receive queue drops one. Without the bound, a server
+/// offered more than it can answer starts a uthread with a stack for every datagram, until
+/// stacks can no longer be mapped, and answers less the more it is offered; with it, the
+/// excess costs a parse and a drop, and what is admitted waits at most this many handlers.
+pub const SPAWNER_IN_FLIGHT_CAPACITY: usize = RECV_QUEUE_CAPACITY;
 
 /// One received datagram.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,8 +49,12 @@ enum Sink {
         queue: SpinLock<RecvQueue>,
         waiters: WaitQueue,
     },
-    /// Each datagram is handed to a function, which returns false if it could not take it.
-    Spawn(SpawnFn),
+    /// Each datagram is handed to a function, which returns false if it could not take it;
+    /// `in_flight` counts the handlers it started that have not finished.
+    Spawn {
+        spawn: SpawnFn,
+        in_flight: Arc<AtomicUsize>,
+    },
 }
 
 /// A bound port, as the stack's socket table holds it.
@@ -70,8 +81,8 @@ impl Socket {
         )
     }
 
-    pub fn spawning(local: SocketAddrV4, f: SpawnFn) -> Socket {
-        Socket::with_sink(local, Sink::Spawn(f))
+    pub fn spawning(local: SocketAddrV4, spawn: SpawnFn, in_flight: Arc<AtomicUsize>) -> Socket {
+        Socket::with_sink(local, Sink::Spawn { spawn, in_flight })
     }
 
     fn with_sink(local: SocketAddrV4, sink: Sink) -> Socket {
@@ -118,8 +129,8 @@ impl Socket {
                 }
                 true
             }
-            Sink::Spawn(f) => {
-                if f(d) {
+            Sink::Spawn { spawn, .. } => {
+                if spawn(d) {
                     self.rx.fetch_add(1, Relaxed);
                     true
                 } else {
@@ -188,7 +199,7 @@ impl Socket {
     pub fn stats(&self) -> SocketStats {
         let queued = match &self.sink {
             Sink::Queue { queue, .. } => queue.lock().items.len() as u64,
-            Sink::Spawn(_) => 0,
+            Sink::Spawn { in_flight, .. } => in_flight.load(Relaxed) as u64,
         };
         SocketStats {
             local: self.local,
@@ -333,8 +344,8 @@ impl core::fmt::Debug for UdpSocket {
 }
 
 /// Runs a handler in a new uthread for every datagram that reaches a port, straight from the
-/// receive path (no dispatcher thread in between). Dropping it closes the port; handlers
-/// already started run to completion.
+/// receive path (no dispatcher thread in between), at most [`SPAWNER_IN_FLIGHT_CAPACITY`] at
+/// once. Dropping it closes the port; handlers already started run to completion.
 pub struct UdpSpawner {
     stack: Arc<NetStack>,
     socket: Arc<Socket>,
@@ -350,9 +361,11 @@ impl UdpSpawner {
         let stack = super::current_stack()?;
         let weak = Arc::downgrade(&stack);
         let handler = Arc::new(handler);
+        let in_flight = Arc::new(AtomicUsize::new(0));
         let socket = stack.bind(addr, move |local| {
-            let spawn = move |d: Datagram| spawn_handler(&weak, local, &handler, d);
-            Arc::new(Socket::spawning(local, Box::new(spawn)))
+            let counted = in_flight.clone();
+            let spawn = move |d: Datagram| spawn_handler(&weak, local, &handler, &counted, d);
+            Arc::new(Socket::spawning(local, Box::new(spawn), in_flight))
         })?;
         Ok(UdpSpawner { stack, socket })
     }
@@ -362,10 +375,32 @@ impl UdpSpawner {
     }
 }
 
+/// One handler of a [`UdpSpawner`] started and not yet finished, until dropped (when the
+/// handler returns or unwinds, or if it could not be started).
+struct InFlight(Arc<AtomicUsize>);
+
+impl InFlight {
+    /// Counts one more handler, unless [`SPAWNER_IN_FLIGHT_CAPACITY`] already run.
+    fn admit(counter: &Arc<AtomicUsize>) -> Option<InFlight> {
+        if counter.fetch_add(1, Relaxed) >= SPAWNER_IN_FLIGHT_CAPACITY {
+            counter.fetch_sub(1, Relaxed);
+            return None;
+        }
+        Some(InFlight(counter.clone()))
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
+    }
+}
+
 fn spawn_handler<F>(
     weak: &Weak<NetStack>,
     local: SocketAddrV4,
     handler: &Arc<F>,
+    in_flight: &Arc<AtomicUsize>,
     d: Datagram,
 ) -> bool
 where
@@ -376,6 +411,9 @@ where
     let Some(stack) = weak.upgrade() else {
         return false;
     };
+    let Some(admitted) = InFlight::admit(in_flight) else {
+        return false;
+    };
     let handler = handler.clone();
     let reply = UdpReply {
         stack,
@@ -384,7 +422,10 @@ where
         received_ns: d.received_ns,
     };
     crate::sched::uthread::Builder::new()
-        .spawn_detached(move || handler(d.payload, d.src, reply))
+        .spawn_detached(move || {
+            let _admitted = admitted;
+            handler(d.payload, d.src, reply)
+        })
         .is_ok()
 }
 

@@ -222,7 +222,8 @@ pub struct SocketStats {
     /// Datagrams dropped because the receive queue was full.
     pub rx_dropped: u64,
     pub tx_datagrams: u64,
-    /// Datagrams waiting to be received.
+    /// Datagrams waiting to be received; for a spawner's port, handlers running or waiting
+    /// to run.
     pub queued: u64,
 }
 
