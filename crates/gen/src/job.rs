@@ -120,6 +120,7 @@ impl GenBackend {
             });
         }
         let kv = run.kv_report();
+        let dns = run.dns_counts();
         let (summary, windows, gen_cost) = run.finish(&spec.policy);
         let span_s = after.at_ns.saturating_sub(before.at_ns) as f64 / 1e9;
         let reallocations = after.reallocations.saturating_sub(before.reallocations);
@@ -149,6 +150,7 @@ impl GenBackend {
             daemon,
             gen_cost,
             kv,
+            dns,
         };
         Some(match serde_json::to_string(&result) {
             Ok(json) if json.len() <= MAX_REPLY_LEN - HEADER_LEN => Reply::Gen { json },
