@@ -106,7 +106,7 @@ impl std::str::FromStr for Protocol {
 /// What a run plays. In JSON only `target` and `phases` are required; see the field defaults.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct GenSpec {
-    /// `IP:PORT` of a UDP service on a registered runtime.
+    /// `IP:PORT` of a service on a registered runtime (UDP, or TCP for `memcache-tcp`).
     pub target: String,
     /// Played back to back; request ids continue from one to the next.
     pub phases: Vec<PhaseSpec>,
@@ -129,9 +129,12 @@ pub struct GenSpec {
     pub window_ms: Option<f64>,
     /// When the generator is judged to have fallen behind (default: corral-loadgen's).
     pub policy: AdherencePolicy,
-    /// `spin` (default) or `memcache-tcp`. With `memcache-tcp`, `clients` is the number of
-    /// TCP connections (client `c` on port [`CLIENT_PORT_BASE`](crate::nic::CLIENT_PORT_BASE)
-    /// + `c`), the requests follow `kv`, and `service` and `payload` are not used.
+    /// `spin` (default), `memcache-tcp` or `dns`. With `memcache-tcp`, `clients` is the
+    /// number of TCP connections (client `c` on port
+    /// [`CLIENT_PORT_BASE`](crate::nic::CLIENT_PORT_BASE) + `c`), the requests follow `kv`,
+    /// and `service` and `payload` are not used. With `dns`, the requests are the queries of
+    /// `dns`, `clients` (at most [`MAX_DNS_CLIENTS`]) are source ports as for spin, each with
+    /// its own DNS ID space, and `service` and `payload` are not used.
     #[serde(default)]
     pub protocol: Protocol,
     /// The key-value workload of a `memcache-tcp` run (default: corral-loadgen's
