@@ -517,17 +517,9 @@ impl Daemon {
     }
 }
 
-/// Waits while the machine is asked to be quiet (a timing-sensitive run elsewhere).
-fn wait_for_quiet() {
-    while Path::new("/tmp/corral-quiet").exists() {
-        std::thread::sleep(Duration::from_secs(1));
-    }
-}
-
 #[test]
 fn every_dns_query_is_answered_matched_and_counted_by_rcode() {
     let _serial = serial();
-    wait_for_quiet();
     let dir = tempfile::tempdir().unwrap();
     let queries = dir.path().join("queries.txt");
     std::fs::write(&queries, DNS_MIX).unwrap();
