@@ -11,7 +11,8 @@ pub struct GenArgs {
     #[arg(long, value_name = "PATH")]
     pub socket: Option<PathBuf>,
 
-    /// The service to load: IP:PORT of a UDP server (such as `spin`) on a registered runtime.
+    /// The service to load: IP:PORT of a server on a registered runtime (a UDP spin server, a
+    /// memcached server over TCP, or an authoritative DNS server, per --protocol).
     #[arg(long, value_name = "IP:PORT")]
     pub target: String,
 
@@ -44,7 +45,8 @@ pub struct GenArgs {
 
     /// Simulated clients; client C sends from UDP port 40000 + C % 1024 (with
     /// `--protocol memcache-tcp`: TCP connections, connection C from port 40000 + C, key K
-    /// over connection K % N).
+    /// over connection K % N; with `--protocol dns`: at most 256, each with a DNS ID space of
+    /// its own).
     #[arg(long, value_name = "N", default_value_t = 64)]
     pub clients: u32,
 
@@ -73,10 +75,16 @@ pub struct GenArgs {
     #[arg(long, value_name = "FRACTION", default_value_t = 0.99)]
     pub min_send_ratio: f64,
 
-    /// What the requests are: `spin` (UDP, echoed by a spin server) or `memcache-tcp`
-    /// (memcached gets and sets over one TCP connection per client, replies checked).
+    /// What the requests are: `spin` (UDP, echoed by a spin server), `memcache-tcp`
+    /// (memcached gets and sets over one TCP connection per client, replies checked) or `dns`
+    /// (DNS queries over UDP from --queries, each reply matched by client port and DNS ID and
+    /// checked against its question; --service and --payload are not used).
     #[arg(long, value_name = "PROTOCOL", default_value = "spin")]
     pub protocol: crate::run::Protocol,
+
+    /// The queries of `--protocol dns` (boxed, as `kv`).
+    #[command(flatten)]
+    pub dns: Box<DnsArgs>,
 
     /// The key-value workload of `--protocol memcache-tcp` (boxed: the flags are many and
     /// large, and every other run leaves them at their defaults).
@@ -86,6 +94,19 @@ pub struct GenArgs {
     /// Write the JSON results to this file instead of standard output.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+}
+
+/// `iokerneld gen`'s DNS flags.
+#[derive(Debug, Args)]
+pub struct DnsArgs {
+    /// DNS: the queries, in dnsperf's format (`NAME TYPE` per line), asked in order, round and
+    /// round. Read here and sent in the run's spec, which holds at most 64 KiB.
+    #[arg(long, value_name = "FILE")]
+    pub queries: Option<PathBuf>,
+
+    /// DNS: EDNS UDP payload size the queries offer (no OPT record if absent).
+    #[arg(long, value_name = "BYTES")]
+    pub edns: Option<u16>,
 }
 
 /// `iokerneld gen`'s key-value workload flags.
@@ -122,6 +143,20 @@ pub struct KvArgs {
     pub no_preload: bool,
 }
 
+/// The refusal of a query file too large for a run's spec (`spec_len`: the JSON it made, if
+/// it was read).
+fn too_big(path: &std::path::Path, size: u64, spec_len: Option<usize>) -> String {
+    let most = corral_abi::control::MAX_GEN_SPEC_LEN;
+    let made = spec_len.map_or(String::new(), |len| {
+        format!(" (with them the spec is {len} bytes)")
+    });
+    format!(
+        "{}: {size} bytes of queries do not fit in a run's spec, which holds at most {most} \
+         bytes of JSON{made}: use fewer queries",
+        path.display()
+    )
+}
+
 /// `RPS@SECONDS`.
 fn parse_phase(text: &str) -> Result<crate::run::PhaseSpec, String> {
     let (rate, seconds) = text
@@ -139,8 +174,60 @@ fn parse_phase(text: &str) -> Result<crate::run::PhaseSpec, String> {
 }
 
 impl GenArgs {
-    /// The run spec these arguments ask for, checked.
-    pub fn spec(&self) -> Result<crate::run::GenSpec, crate::run::GenSpecError> {
+    /// The run spec these arguments ask for, checked (with `--protocol dns`, the query file
+    /// read into it); the error names the flag, the field or the file.
+    pub fn spec(&self) -> Result<crate::run::GenSpec, String> {
+        let dns = self.dns()?;
+        let mut spec = self.spec_without_queries().map_err(|e| e.to_string())?;
+        let Some((path, size, dns)) = dns else {
+            spec.validate().map_err(|e| e.to_string())?;
+            return Ok(spec);
+        };
+        spec.dns = Some(dns);
+        let len = spec.to_json().len();
+        let most = corral_abi::control::MAX_GEN_SPEC_LEN;
+        if len > most {
+            return Err(too_big(&path, size, Some(len)));
+        }
+        spec.validate().map_err(|e| match e.field.as_str() {
+            "dns.queries" => format!("{}: {}", path.display(), e.value),
+            _ => e.to_string(),
+        })?;
+        Ok(spec)
+    }
+
+    /// The query file of `--protocol dns`: its path, its size, and its text with `--edns`.
+    fn dns(&self) -> Result<Option<(PathBuf, u64, crate::run::DnsSpec)>, String> {
+        if self.protocol != crate::run::Protocol::Dns {
+            return match (&self.dns.queries, self.dns.edns) {
+                (None, None) => Ok(None),
+                _ => Err(format!(
+                    "--queries and --edns are for --protocol dns, not {}",
+                    self.protocol
+                )),
+            };
+        }
+        let path = self
+            .dns
+            .queries
+            .clone()
+            .ok_or("--protocol dns needs --queries FILE")?;
+        let read = |e: std::io::Error| format!("cannot read {}: {e}", path.display());
+        let size = std::fs::metadata(&path).map_err(read)?.len();
+        // Only a file that can fit is read.
+        if size > corral_abi::control::MAX_GEN_SPEC_LEN as u64 {
+            return Err(too_big(&path, size, None));
+        }
+        let queries = std::fs::read_to_string(&path).map_err(read)?;
+        let dns = crate::run::DnsSpec {
+            queries,
+            edns: self.dns.edns,
+        };
+        Ok(Some((path, size, dns)))
+    }
+
+    /// The spec of every flag but `--queries` and `--edns`, not yet validated.
+    fn spec_without_queries(&self) -> Result<crate::run::GenSpec, crate::run::GenSpecError> {
         let phases = if self.phase.is_empty() {
             vec![crate::run::PhaseSpec {
                 rate_rps: self.rate.unwrap_or(0.0),
@@ -182,8 +269,8 @@ impl GenArgs {
                 seed: self.seed,
             },
             preload: !self.kv.no_preload,
+            dns: None,
         };
-        spec.validate()?;
         Ok(spec)
     }
 }

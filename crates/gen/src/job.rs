@@ -66,10 +66,11 @@ impl GenBackend {
         self.generator.start(&spec, mac)?;
         info!(
             "gen: run for pid {pid} started: {} phase(s) over {:.3} s against {target} \
-             (MAC {:02x?}), {} clients, {}-byte payloads, {} ms grace",
+             (MAC {:02x?}), protocol {}, {} clients, {}-byte payloads, {} ms grace",
             spec.phases.len(),
             spec.duration_ns() as f64 / 1e9,
             mac,
+            spec.protocol,
             spec.clients,
             spec.payload,
             spec.grace_ms
@@ -120,6 +121,7 @@ impl GenBackend {
             });
         }
         let kv = run.kv_report();
+        let dns = run.dns_counts();
         let (summary, windows, gen_cost) = run.finish(&spec.policy);
         let span_s = after.at_ns.saturating_sub(before.at_ns) as f64 / 1e9;
         let reallocations = after.reallocations.saturating_sub(before.reallocations);
@@ -149,6 +151,7 @@ impl GenBackend {
             daemon,
             gen_cost,
             kv,
+            dns,
         };
         Some(match serde_json::to_string(&result) {
             Ok(json) if json.len() <= MAX_REPLY_LEN - HEADER_LEN => Reply::Gen { json },

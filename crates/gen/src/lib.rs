@@ -5,9 +5,11 @@
 //! The daemon reaches it only through `corral_iokernel::nic::Nic`: the backend itself
 //! ([`nic`]), the run it plays for a control client as a job of that trait ([`job`]), the run
 //! spec and results ([`run`]), a fleet of memcached clients over the sans-I/O TCP engine
-//! ([`tcpfleet`]), and the `iokerneld gen` client ([`args`], [`play`]).
+//! ([`tcpfleet`]), the DNS queries and reply tables of a `dns` run ([`dns`]), and the
+//! `iokerneld gen` client ([`args`], [`play`]).
 
 pub mod args;
+pub mod dns;
 pub mod job;
 pub mod nic;
 pub mod play;

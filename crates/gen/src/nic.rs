@@ -7,7 +7,9 @@
 //! as an Ethernet/IPv4/UDP frame from the generator's address, client `c` using source port
 //! [`CLIENT_PORT_BASE`] + `c % 1024` (so that RSS sees many flows), and handed to the switch as
 //! if it had been received. Frames the runtimes send to the generator's address arrive through
-//! [`Nic::send`]: echoes from the target are matched by request id and timed.
+//! [`Nic::send`]: echoes from the target are matched by request id and timed. In a `dns` run
+//! the requests are DNS queries instead, and replies are matched by client port and DNS ID
+//! ([`crate::dns`]).
 //!
 //! Times are `CLOCK_MONOTONIC` nanoseconds from the run's start, which is set a few
 //! milliseconds after the run is accepted, so that the requests are not late because of the
@@ -21,6 +23,7 @@
 use std::io;
 use std::net::{Ipv4Addr, SocketAddrV4};
 
+use corral_loadgen::dns::DnsCounts;
 use corral_loadgen::recorder::{Outcome, ResponseRecorder, SendRecorder, new_histogram, summarize};
 use corral_loadgen::split::Unsplit;
 use corral_loadgen::wire::ServerStamps;
@@ -35,6 +38,7 @@ use hdrhistogram::Histogram;
 use corral_iokernel::nic::{FrameBatch, Nic, NicCounters};
 use corral_iokernel::sys::now_ns;
 
+use crate::dns::DnsRun;
 use crate::run::{GenCost, GenSpec, KvReport, Protocol};
 use crate::tcpfleet::{FleetConfig, FleetRequest, PreloadProgress, PreloadReport, TcpFleet};
 
@@ -150,6 +154,9 @@ struct Run {
     /// The connections of a `memcache-tcp` run, which then send the requests and check and
     /// time the replies instead of the spin path.
     fleet: Option<Box<TcpFleet>>,
+    /// The queries and ID tables of a `dns` run, whose requests are then DNS queries and whose
+    /// replies are matched by client port and DNS ID instead of by the spin payload's id.
+    dns: Option<Box<DnsRun>>,
     /// Whether the fleet was asked to close its connections (once the schedule is over and
     /// every request answered).
     fleet_closing: bool,
@@ -321,8 +328,17 @@ impl Gen {
         let target = spec.target_addr().map_err(|e| e.to_string())?;
         let phases = spec.schedule();
         let request_bound = phases.request_bound();
+        let dns = match (spec.protocol, spec.dns.as_ref()) {
+            (Protocol::Dns, Some(dns)) => {
+                let mix = dns.mix().map_err(|e| e.to_string())?;
+                let ports = spec.clients.min(CLIENT_PORTS) as usize;
+                Some(Box::new(DnsRun::new(mix, dns.edns, ports, request_bound)))
+            }
+            (Protocol::Dns, None) => return Err("a dns run needs its queries".into()),
+            _ => None,
+        };
         let fleet = match spec.protocol {
-            Protocol::Spin => None,
+            Protocol::Spin | Protocol::Dns => None,
             Protocol::MemcacheTcp => {
                 let config = FleetConfig::new(
                     spec.clients as usize,
@@ -372,6 +388,7 @@ impl Gen {
             next_due_ns: u64::MAX,
             next_arp_ns: ARP_REFRESH_NS,
             meter: Meter::new(),
+            dns,
             fleet,
             fleet_closing: false,
             preloading,
@@ -614,19 +631,29 @@ impl Run {
     /// Writes request `req`, sent at `now`, as a whole frame into `buf`; returns its length.
     #[inline]
     fn build(&mut self, buf: &mut [u8], req: &Request, now: u64) -> Option<usize> {
-        let payload = buf.get_mut(UDP_PAYLOAD_OFFSET..UDP_PAYLOAD_OFFSET + self.payload)?;
-        Message {
-            sent_ns: now,
-            ..Message::from(req)
-        }
-        .encode(payload)
-        .ok()?;
+        let len = match self.dns.as_deref_mut() {
+            Some(dns) => {
+                let payload = buf.get_mut(UDP_PAYLOAD_OFFSET..)?;
+                let port = (req.client % CLIENT_PORTS) as usize;
+                dns.write_query(payload, port, req.id, req.send_ns)?
+            }
+            None => {
+                let payload = buf.get_mut(UDP_PAYLOAD_OFFSET..UDP_PAYLOAD_OFFSET + self.payload)?;
+                Message {
+                    sent_ns: now,
+                    ..Message::from(req)
+                }
+                .encode(payload)
+                .ok()?;
+                self.payload
+            }
+        };
         self.frame.ident = self.frame.ident.wrapping_add(1);
         let ports = UdpHeader {
             src_port: client_port(req.client),
             dst_port: self.target.port(),
         };
-        self.frame.write_udp(buf, ports, self.payload).ok()
+        self.frame.write_udp(buf, ports, len).ok()
     }
 
     /// Records the UDP payload of an echo from the target to client port `port`, received at
@@ -634,6 +661,20 @@ impl Run {
     #[inline]
     fn record(&mut self, port: u16, payload: &[u8], now: u64) {
         let at = now.saturating_sub(self.start_ns);
+        if let Some(dns) = self.dns.as_deref_mut() {
+            // Ports below the first client's wrap to indices no client has.
+            let index = usize::from(port.wrapping_sub(CLIENT_PORT_BASE));
+            match dns.take_reply(index, payload) {
+                Some((request, scheduled_ns)) => {
+                    let outcome = self.responses.record_response(request, scheduled_ns, at);
+                    if let Some(w) = self.windows.as_mut() {
+                        w.record_outcome(scheduled_ns, outcome);
+                    }
+                }
+                None => self.responses.record_malformed(),
+            }
+            return;
+        }
         match Message::decode(payload) {
             // Sent before this run started: a late echo of an earlier run's request, whose id
             // this run may reuse. Its echoed times are on that run's clock.
@@ -882,6 +923,11 @@ impl FinishedRun {
         self.run.failure.as_deref()
     }
 
+    /// A `dns` run's replies by RCODE, and those that matched nothing; `None` for other runs.
+    pub fn dns_counts(&self) -> Option<DnsCounts> {
+        self.run.dns.as_deref().map(|d| d.counts)
+    }
+
     /// What a `memcache-tcp` run's connections did; `None` for a spin run.
     pub fn kv_report(&self) -> Option<KvReport> {
         let fleet = self.run.fleet.as_deref()?;
@@ -943,6 +989,18 @@ mod tests {
 
     fn start_of(g: &Gen) -> u64 {
         g.run.as_ref().unwrap().start_ns
+    }
+
+    /// A generator playing `spec` (100 requests in 1 ms), and every request it sent by 1 ms
+    /// after its start (its announcement left out).
+    fn all_requests(spec: &GenSpec) -> (Gen, Vec<Vec<u8>>) {
+        let mut g = Gen::new(GEN_IP, 24);
+        g.start(spec, TARGET_MAC).unwrap();
+        let start = start_of(&g);
+        let mut requests = poll(&mut g, start + 1_000_000);
+        requests.remove(0); // the announcement
+        assert_eq!(requests.len(), 100);
+        (g, requests)
     }
 
     /// Takes every frame the generator has due at `now`.
@@ -1104,13 +1162,8 @@ mod tests {
 
     #[test]
     fn responses_are_matched_by_id_and_damage_is_counted() {
-        let mut g = Gen::new(GEN_IP, 24);
-        g.start(&spec_with_grace(1_000.0), TARGET_MAC).unwrap();
-        let start = start_of(&g);
-        let mut requests = poll(&mut g, start + 1_000_000);
-        requests.remove(0); // the announcement
-        assert_eq!(requests.len(), 100);
-        assert!(!g.finished(start + 1_000_000));
+        let (mut g, requests) = all_requests(&spec_with_grace(1_000.0));
+        assert!(!g.finished(start_of(&g) + 1_000_000));
         // Responses are timed with the real clock: put the run's start 1 ms in its past, so
         // that they all come after the last request was due and before the deadline.
         let start = now_ns() - 1_000_000;
@@ -1283,5 +1336,195 @@ mod tests {
         let text = g.describe();
         assert!(text.contains("10.99.0.2:5000"), "{text}");
         assert!(text.contains("02:47:45:4e:00:01"), "{text}");
+    }
+
+    /// Three questions: one with an answer, one missing from its zone, one outside every zone.
+    const QUERIES: &str = "www.example.com A\nnothing.example.com AAAA\nnowhere.test A\n";
+
+    /// [`spec_with_grace`] as a `dns` run from 3 client ports, with EDNS.
+    fn dns_spec(grace_ms: f64) -> GenSpec {
+        let mut spec = spec_with_grace(grace_ms);
+        spec.protocol = Protocol::Dns;
+        spec.clients = 3;
+        spec.dns = Some(crate::run::DnsSpec {
+            queries: QUERIES.into(),
+            edns: Some(1232),
+        });
+        spec.validate().unwrap();
+        spec
+    }
+
+    /// A UDP datagram from the target's service to the generator's port `port`.
+    fn datagram_to(port: u16, payload: &[u8]) -> Vec<u8> {
+        let spec = Ipv4FrameSpec {
+            src_mac: MacAddr(TARGET_MAC),
+            dst_mac: GEN_MAC,
+            src_ip: TARGET_IP,
+            dst_ip: GEN_IP,
+            ttl: 64,
+            ident: 1,
+            tos: 0,
+        };
+        let mut buf = vec![0u8; 2048];
+        let ports = UdpHeader {
+            src_port: 5000,
+            dst_port: port,
+        };
+        let len = spec.build_udp(&mut buf, ports, payload).unwrap();
+        buf.truncate(len);
+        buf
+    }
+
+    /// The reply an authoritative server would make to `query`: QR and AA set, `rcode`, and
+    /// the OPT record kept.
+    fn dns_reply(query: &[u8], rcode: u8) -> Vec<u8> {
+        let mut r = query.to_vec();
+        r[2] |= 0x84;
+        r[3] = rcode;
+        r
+    }
+
+    #[test]
+    fn dns_queries_take_their_ports_next_id_and_replies_are_matched_and_checked() {
+        let (mut g, requests) = all_requests(&dns_spec(1_000.0));
+        let mix = corral_loadgen::dns::QueryMix::parse(QUERIES).unwrap();
+        // Request n asks question n mod 3, with its port's next ID, from a client port.
+        let mut next_id = [0u16; 3];
+        let mut queries = Vec::new();
+        for (n, f) in requests.iter().enumerate() {
+            let parsed = parse_frame(f).unwrap();
+            let Packet::Udp { ip, udp } = parsed.packet else {
+                panic!("not UDP")
+            };
+            assert_eq!(
+                (ip.src(), ip.dst(), udp.dst_port()),
+                (GEN_IP, TARGET_IP, 5000)
+            );
+            let port = udp.src_port();
+            assert!((CLIENT_PORT_BASE..CLIENT_PORT_BASE + 3).contains(&port));
+            let index = usize::from(port - CLIENT_PORT_BASE);
+            let mut expected = Vec::new();
+            mix.encode(n as u64, next_id[index], Some(1232), &mut expected);
+            assert_eq!(udp.payload(), &expected[..], "request {n}");
+            next_id[index] += 1;
+            queries.push((port, udp.payload().to_vec()));
+        }
+        assert!(next_id.iter().all(|&n| n > 10), "{next_id:?}");
+        let start = now_ns() - 1_000_000;
+        g.run.as_mut().unwrap().start_ns = start;
+        // Answer all but request 7, in reverse order, request 3 twice; the RCODE is that of
+        // the question (NOERROR, NXDOMAIN, REFUSED), request 9's with TC set.
+        for (n, (port, q)) in queries.iter().enumerate().rev() {
+            if n == 7 {
+                continue;
+            }
+            let mut reply = dns_reply(q, [0, 3, 5][n % 3]);
+            if n == 9 {
+                reply[2] |= 0x02;
+            }
+            g.send(&datagram_to(*port, &reply)).unwrap();
+        }
+        g.send(&datagram_to(queries[3].0, &dns_reply(&queries[3].1, 3)))
+            .unwrap();
+        // Matching nothing: request 7's reply to another port; an ID its port never gave; the
+        // question of request 1 under request 0's ID; the query itself (QR clear); 1 byte; a
+        // port below the clients'.
+        let (port7, q7) = &queries[7];
+        let other = if *port7 == CLIENT_PORT_BASE { 1 } else { 0 };
+        let mismatches = [
+            (CLIENT_PORT_BASE + other, dns_reply(q7, 0)),
+            (queries[0].0, {
+                let mut r = dns_reply(&queries[0].1, 0);
+                r[..2].copy_from_slice(&60_000u16.to_be_bytes());
+                r
+            }),
+            (queries[0].0, {
+                let mut r = dns_reply(&queries[1].1, 0);
+                r[..2].copy_from_slice(&queries[0].1[..2]);
+                r
+            }),
+            (queries[5].0, queries[5].1.clone()),
+            (queries[5].0, vec![0]),
+            (1000, dns_reply(&queries[5].1, 0)),
+        ];
+        for (port, payload) in &mismatches {
+            g.send(&datagram_to(*port, payload)).unwrap();
+        }
+        // A damaged frame: malformed, not a DNS datagram at all.
+        let mut bad = datagram_to(queries[2].0, &dns_reply(&queries[2].1, 5));
+        let last = bad.len() - 1;
+        bad[last] ^= 0x55;
+        g.send(&bad).unwrap();
+
+        let mut run = g.take_finished(u64::MAX).unwrap();
+        while !run.report_windows(0) {}
+        let counts = run.dns_counts().unwrap();
+        let (s, windows, _) = run.finish(&AdherencePolicy::default());
+        assert_eq!((s.scheduled, s.sent, s.send_errors), (100, 100, 0));
+        assert_eq!((s.matched, s.lost, s.duplicates), (99, 1, 1));
+        assert_eq!((s.unknown, s.late), (0, 0));
+        assert_eq!(s.malformed, mismatches.len() as u64 + 1);
+        assert_eq!(s.latency.count, 99);
+        // Questions 0, 1, 2 are asked by 34, 33 and 33 requests; request 7 (question 1) went
+        // unanswered, request 3 (question 0) was answered twice, once as NXDOMAIN.
+        assert_eq!(
+            counts,
+            DnsCounts {
+                noerror: 34,
+                nxdomain: 32 + 1,
+                refused: 33,
+                servfail: 0,
+                other_rcode: 0,
+                truncated: 1,
+                mismatched: mismatches.len() as u64,
+            }
+        );
+        let matched: u64 = windows.iter().map(|w| w.matched).sum();
+        assert_eq!(matched, 99);
+    }
+
+    #[test]
+    fn a_dns_run_needs_its_queries() {
+        let mut spec = dns_spec(1.0);
+        spec.dns = None;
+        let err = Gen::new(GEN_IP, 24).start(&spec, TARGET_MAC).unwrap_err();
+        assert!(err.contains("queries"), "{err}");
+    }
+
+    proptest::proptest! {
+        /// Whatever the target sends to whichever port, a dns run counts it once, as a reply
+        /// or as mismatched, and never panics.
+        #[test]
+        fn any_datagram_to_a_dns_run_is_counted_once(
+            datagrams in proptest::collection::vec(
+                (
+                    proptest::prelude::any::<u16>(),
+                    proptest::collection::vec(proptest::prelude::any::<u8>(), 0..1473),
+                    proptest::prelude::any::<bool>(),
+                ),
+                1..8,
+            ),
+        ) {
+            let (mut g, requests) = all_requests(&dns_spec(1_000.0));
+            for (port, payload, client) in &datagrams {
+                // To a client port, or to any port at all.
+                let port = if *client { CLIENT_PORT_BASE + port % 3 } else { *port };
+                // Half the time under an ID a query took.
+                let mut payload = payload.clone();
+                if *client && payload.len() >= 2 {
+                    payload[1] %= 8;
+                    payload[0] = 0;
+                }
+                g.send(&datagram_to(port, &payload)).unwrap();
+            }
+            let run = g.take_finished(u64::MAX).unwrap();
+            let c = run.dns_counts().unwrap();
+            let (s, _, _) = run.finish(&AdherencePolicy::default());
+            let counted = c.noerror + c.nxdomain + c.refused + c.servfail + c.other_rcode
+                + c.mismatched;
+            proptest::prop_assert_eq!(counted, datagrams.len() as u64);
+            proptest::prop_assert_eq!(s.received, datagrams.len() as u64);
+            proptest::prop_assert_eq!(s.sent, requests.len() as u64);
+        }
     }
 }

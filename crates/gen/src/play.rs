@@ -43,6 +43,18 @@ pub fn play(args: &GenArgs, socket: Result<PathBuf, ExitCode>) -> ExitCode {
             "{} clients, {} service, {} arrivals, {}-byte payloads",
             spec.clients, spec.service, spec.arrivals, spec.payload
         ),
+        Protocol::Dns => {
+            let (queries, edns) = spec
+                .dns
+                .as_ref()
+                .map_or((0, None), |d| (d.mix().map_or(0, |m| m.len()), d.edns));
+            format!(
+                "DNS from {} client ports, {} arrivals, {queries} queries in turn, {}",
+                spec.clients,
+                spec.arrivals,
+                edns.map_or("no EDNS".to_owned(), |b| format!("EDNS {b} bytes"))
+            )
+        }
         Protocol::MemcacheTcp => {
             let kv = &spec.kv;
             format!(
@@ -146,6 +158,9 @@ pub fn play(args: &GenArgs, socket: Result<PathBuf, ExitCode>) -> ExitCode {
             kv.fast_retransmits,
             kv.syn_retransmits
         );
+    }
+    if let Some(dns) = &result.dns {
+        eprintln!("  dns: {dns}");
     }
     let d = &result.daemon;
     eprintln!(

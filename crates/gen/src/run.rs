@@ -8,6 +8,7 @@
 use std::fmt;
 use std::net::{Ipv4Addr, SocketAddrV4};
 
+use corral_loadgen::dns::{DnsCounts, QueryMix};
 use corral_loadgen::kv::{KvChecks, KvWorkload};
 use corral_loadgen::schedule::ScheduleError;
 use corral_loadgen::wire;
@@ -65,11 +66,15 @@ pub enum Protocol {
     /// connection per client, every reply checked against its request.
     #[serde(rename = "memcache-tcp")]
     MemcacheTcp,
+    /// DNS queries over UDP from the spec's `dns` query mix, each reply matched to its query by
+    /// client port and DNS ID and checked against its question.
+    #[serde(rename = "dns")]
+    Dns,
 }
 
 impl Protocol {
     /// Every name, for error messages.
-    pub const NAMES: &str = "spin or memcache-tcp";
+    pub const NAMES: &str = "spin, memcache-tcp or dns";
 }
 
 impl fmt::Display for Protocol {
@@ -77,6 +82,7 @@ impl fmt::Display for Protocol {
         f.write_str(match self {
             Protocol::Spin => "spin",
             Protocol::MemcacheTcp => "memcache-tcp",
+            Protocol::Dns => "dns",
         })
     }
 }
@@ -88,6 +94,7 @@ impl std::str::FromStr for Protocol {
         match text {
             "spin" => Ok(Protocol::Spin),
             "memcache-tcp" => Ok(Protocol::MemcacheTcp),
+            "dns" => Ok(Protocol::Dns),
             _ => Err(format!(
                 "unknown protocol {text:?}: expected {}",
                 Protocol::NAMES
@@ -99,7 +106,7 @@ impl std::str::FromStr for Protocol {
 /// What a run plays. In JSON only `target` and `phases` are required; see the field defaults.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct GenSpec {
-    /// `IP:PORT` of a UDP service on a registered runtime.
+    /// `IP:PORT` of a service on a registered runtime (UDP, or TCP for `memcache-tcp`).
     pub target: String,
     /// Played back to back; request ids continue from one to the next.
     pub phases: Vec<PhaseSpec>,
@@ -122,9 +129,12 @@ pub struct GenSpec {
     pub window_ms: Option<f64>,
     /// When the generator is judged to have fallen behind (default: corral-loadgen's).
     pub policy: AdherencePolicy,
-    /// `spin` (default) or `memcache-tcp`. With `memcache-tcp`, `clients` is the number of
-    /// TCP connections (client `c` on port [`CLIENT_PORT_BASE`](crate::nic::CLIENT_PORT_BASE)
-    /// + `c`), the requests follow `kv`, and `service` and `payload` are not used.
+    /// `spin` (default), `memcache-tcp` or `dns`. With `memcache-tcp`, `clients` is the
+    /// number of TCP connections (client `c` on port
+    /// [`CLIENT_PORT_BASE`](crate::nic::CLIENT_PORT_BASE) + `c`), the requests follow `kv`,
+    /// and `service` and `payload` are not used. With `dns`, the requests are the queries of
+    /// `dns`, `clients` (at most [`MAX_DNS_CLIENTS`]) are source ports as for spin, each with
+    /// its own DNS ID space, and `service` and `payload` are not used.
     #[serde(default)]
     pub protocol: Protocol,
     /// The key-value workload of a `memcache-tcp` run (default: corral-loadgen's
@@ -135,7 +145,40 @@ pub struct GenSpec {
     /// true), so that gets hit; without it gets of keys not yet set are misses.
     #[serde(default = "default_preload")]
     pub preload: bool,
+    /// The queries of a `dns` run: required with that protocol, refused with any other.
+    /// Absent from the JSON of other runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dns: Option<DnsSpec>,
 }
+
+/// What a `dns` run asks: its queries as text (the client reads the file; the daemon never
+/// opens a path a client names), asked in order, round and round (request `n` asks line `n`
+/// mod the number of queries), and the EDNS payload size its queries offer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DnsSpec {
+    /// dnsperf's query-file format: `NAME TYPE` per line, blank lines and `;` or `#`
+    /// comments skipped (`corral_loadgen::dns::QueryMix::parse`).
+    pub queries: String,
+    /// EDNS UDP payload size offered in an OPT record; no OPT record if absent.
+    #[serde(default)]
+    pub edns: Option<u16>,
+}
+
+impl DnsSpec {
+    /// The query mix; the error names the line.
+    pub fn mix(&self) -> Result<QueryMix, GenSpecError> {
+        QueryMix::parse(&self.queries)
+            .map_err(|e| refuse("dns.queries", e, "NAME TYPE per line, in dnsperf's format"))
+    }
+}
+
+/// Most clients of a `dns` run: each has its own source port and 16-bit DNS ID space, and the
+/// generator a table of 65,536 outstanding IDs for it (768 KiB), so 256 take 192 MiB.
+pub const MAX_DNS_CLIENTS: u32 = 256;
+
+/// What a spec's `dns` is, for error messages.
+const DNS_OBJECT: &str = "{\"queries\": \"NAME TYPE lines\", \"edns\": BYTES or null}";
 
 fn default_kv() -> KvWorkload {
     KvWorkload::new(10_000)
@@ -177,7 +220,7 @@ fn refuse(
     }
 }
 
-const FIELDS: [&str; 13] = [
+const FIELDS: [&str; 14] = [
     "target",
     "phases",
     "arrivals",
@@ -191,6 +234,7 @@ const FIELDS: [&str; 13] = [
     "protocol",
     "kv",
     "preload",
+    "dns",
 ];
 
 /// Reads `object[key]` as a `T`; `None` if absent (or null). The error names `path`.
@@ -243,6 +287,7 @@ impl GenSpec {
             protocol: Protocol::Spin,
             kv: default_kv(),
             preload: default_preload(),
+            dns: None,
         }
     }
 
@@ -329,6 +374,22 @@ impl GenSpec {
         }
         spec.kv = field(&object, "kv", "kv")?.unwrap_or(spec.kv);
         spec.preload = field(&object, "preload", "preload")?.unwrap_or(spec.preload);
+        match object.get("dns") {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(dns)) => {
+                unknown_keys(dns, &["queries", "edns"], "dns.")?;
+                let queries = field(dns, "queries", "dns.queries")?.ok_or_else(|| {
+                    refuse(
+                        "dns.queries",
+                        "nothing",
+                        "the queries as text, NAME TYPE per line",
+                    )
+                })?;
+                let edns = field(dns, "edns", "dns.edns")?;
+                spec.dns = Some(DnsSpec { queries, edns });
+            }
+            Some(other) => return Err(refuse("dns", other, DNS_OBJECT)),
+        }
         spec.validate()?;
         Ok(spec)
     }
@@ -390,6 +451,36 @@ impl GenSpec {
                 ));
             }
         }
+        match (&self.dns, self.protocol) {
+            (None, Protocol::Dns) => {
+                return Err(refuse(
+                    "dns",
+                    "nothing",
+                    format!("the queries of a dns run, {DNS_OBJECT}"),
+                ));
+            }
+            (Some(dns), Protocol::Dns) => {
+                dns.mix()?;
+                if self.clients > MAX_DNS_CLIENTS {
+                    return Err(refuse(
+                        "clients",
+                        self.clients,
+                        format!(
+                            "1 to {MAX_DNS_CLIENTS} (source ports, each with a DNS ID space of \
+                             its own, for protocol dns)"
+                        ),
+                    ));
+                }
+            }
+            (Some(_), protocol) => {
+                return Err(refuse(
+                    "dns",
+                    "an object",
+                    format!("no dns object with protocol {protocol} (it is for protocol dns)"),
+                ));
+            }
+            (None, _) => {}
+        }
         self.service
             .validate()
             .map_err(|e| refuse(e.key, e.value, e.expected))?;
@@ -424,7 +515,7 @@ impl GenSpec {
                 "spec",
                 format!("{len} bytes of JSON"),
                 format!(
-                    "at most {} bytes (fewer phases)",
+                    "at most {} bytes (fewer phases or queries)",
                     corral_abi::control::MAX_GEN_SPEC_LEN
                 ),
             ));
@@ -620,6 +711,10 @@ pub struct GenResult {
     /// Of a `memcache-tcp` run: the checks of every reply and the connections' counters.
     #[serde(default)]
     pub kv: Option<KvReport>,
+    /// Of a `dns` run: the replies by RCODE, those truncated, and the datagrams that answered
+    /// no query outstanding (`mismatched`, never latency samples). Absent for other runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dns: Option<DnsCounts>,
 }
 
 /// What a `memcache-tcp` run's connections did.
@@ -834,10 +929,9 @@ mod tests {
         assert_eq!(GenSpec::from_json(&json).unwrap(), spec);
     }
 
-    #[test]
-    fn results_read_back() {
-        let spec = GenSpec::from_json(MINIMAL).unwrap();
-        let result = GenResult {
+    /// The results of a run of `spec` with no requests.
+    fn no_results(spec: GenSpec) -> GenResult {
+        GenResult {
             spec,
             summary: corral_loadgen::recorder::summarize(
                 &corral_loadgen::RunInfo {
@@ -852,7 +946,17 @@ mod tests {
             windows: Vec::new(),
             daemon: DaemonDiff::default(),
             gen_cost: GenCost::default(),
+            kv: None,
+            dns: None,
+        }
+    }
+
+    #[test]
+    fn results_read_back() {
+        let spec = GenSpec::from_json(MINIMAL).unwrap();
+        let result = GenResult {
             kv: Some(KvReport::default()),
+            ..no_results(spec)
         };
         let json = serde_json::to_string(&result).unwrap();
         let value: Value = serde_json::from_str(&json).unwrap();
@@ -907,9 +1011,9 @@ mod tests {
             (
                 r#""protocol": "memcache""#,
                 "protocol",
-                "spin or memcache-tcp",
+                "spin, memcache-tcp or dns",
             ),
-            (r#""protocol": 3"#, "protocol", "spin or memcache-tcp"),
+            (r#""protocol": 3"#, "protocol", "spin, memcache-tcp or dns"),
             (
                 r#""protocol": "memcache-tcp", "clients": 20000"#,
                 "clients",
@@ -935,7 +1039,138 @@ mod tests {
         let e = error(&with(r#""protocol": "memcache""#));
         assert_eq!(
             e.to_string(),
-            "invalid protocol = \"memcache\": expected spin or memcache-tcp"
+            "invalid protocol = \"memcache\": expected spin, memcache-tcp or dns"
         );
+    }
+
+    #[test]
+    fn a_dns_run_carries_its_queries() {
+        let spec = GenSpec::from_json(&with(
+            r#""protocol": "dns", "clients": 4, "dns": {"queries":
+            "; a comment\nwww.example.com A\nnothing.example.com. AAAA\n", "edns": 1232}"#,
+        ))
+        .unwrap();
+        assert_eq!(spec.protocol, Protocol::Dns);
+        let dns = spec.dns.as_ref().unwrap();
+        assert_eq!(dns.edns, Some(1232));
+        assert_eq!(dns.mix().unwrap().len(), 2);
+        assert_eq!(GenSpec::from_json(&spec.to_json()).unwrap(), spec);
+        // Without EDNS; `edns` may be null or absent.
+        for extra in [
+            r#""protocol": "dns", "dns": {"queries": "example.org MX", "edns": null}"#,
+            r#""protocol": "dns", "dns": {"queries": "example.org MX"}"#,
+        ] {
+            let spec = GenSpec::from_json(&with(extra)).unwrap();
+            assert_eq!(spec.dns.as_ref().unwrap().edns, None);
+            assert_eq!(GenSpec::from_json(&spec.to_json()).unwrap(), spec);
+        }
+        assert_eq!("dns".parse::<Protocol>(), Ok(Protocol::Dns));
+        assert_eq!(Protocol::Dns.to_string(), "dns");
+        // Other runs' specs have no `dns`.
+        let spin = GenSpec::from_json(MINIMAL).unwrap();
+        assert_eq!(spin.dns, None);
+        assert!(!spin.to_json().contains("dns"), "{}", spin.to_json());
+    }
+
+    #[test]
+    fn a_bad_dns_run_is_refused_with_its_field() {
+        for (extra, field, expected) in [
+            (r#""protocol": "dns""#, "dns", "the queries of a dns run"),
+            (
+                r#""dns": {"queries": "www.example.com A"}"#,
+                "dns",
+                "no dns object with protocol spin",
+            ),
+            (
+                r#""protocol": "memcache-tcp", "dns": {"queries": "www.example.com A"}"#,
+                "dns",
+                "no dns object with protocol memcache-tcp",
+            ),
+            (
+                r#""protocol": "dns", "dns": "www.example.com A""#,
+                "dns",
+                "queries",
+            ),
+            (
+                r#""protocol": "dns", "dns": {}"#,
+                "dns.queries",
+                "NAME TYPE",
+            ),
+            (
+                r#""protocol": "dns", "dns": {"queries": 5}"#,
+                "dns.queries",
+                "a valid value",
+            ),
+            (
+                r#""protocol": "dns", "dns": {"queries": "a.example A", "file": "/etc/x"}"#,
+                "dns.file",
+                "no such field",
+            ),
+            (
+                r#""protocol": "dns", "dns": {"queries": "a.example A", "edns": 70000}"#,
+                "dns.edns",
+                "a valid value",
+            ),
+            (
+                r#""protocol": "dns", "dns": {"queries": "; nothing\n"}"#,
+                "dns.queries",
+                "dnsperf",
+            ),
+            (
+                r#""protocol": "dns", "clients": 257, "dns": {"queries": "a.example A"}"#,
+                "clients",
+                "1 to 256",
+            ),
+        ] {
+            let e = error(&with(extra));
+            assert_eq!(e.field, field, "{extra}: {e}");
+            assert!(e.expected.contains(expected), "{extra}: {e}");
+        }
+        // A bad line is named, with what is wrong with it.
+        let e = error(&with(
+            r#""protocol": "dns", "dns": {"queries": "www.example.com A\nwww.example.com BOGUS\n"}"#,
+        ));
+        assert_eq!(
+            e.to_string(),
+            "invalid dns.queries = line 2: unknown record type \"BOGUS\": expected NAME TYPE \
+             per line, in dnsperf's format"
+        );
+        // Queries that make the spec longer than a control message holds.
+        let line = "a-rather-long-label-to-fill-the-spec.example.com AAAA\n";
+        let queries = line.repeat(corral_abi::control::MAX_GEN_SPEC_LEN / line.len() + 1);
+        let e = error(&with(&format!(
+            r#""protocol": "dns", "dns": {{"queries": "{}"}}"#,
+            queries.replace('\n', "\\n")
+        )));
+        assert_eq!(e.field, "spec", "{e}");
+        assert!(e.expected.contains("fewer phases or queries"), "{e}");
+    }
+
+    #[test]
+    fn a_dns_runs_results_carry_the_counts() {
+        let spec = GenSpec::from_json(&with(
+            r#""protocol": "dns", "dns": {"queries": "www.example.com A"}"#,
+        ))
+        .unwrap();
+        let result = GenResult {
+            dns: Some(DnsCounts {
+                noerror: 5,
+                nxdomain: 4,
+                refused: 3,
+                servfail: 2,
+                other_rcode: 1,
+                truncated: 6,
+                mismatched: 7,
+            }),
+            ..no_results(spec)
+        };
+        let value = serde_json::to_value(&result).unwrap();
+        assert_eq!(
+            value["dns"],
+            serde_json::json!({"noerror": 5, "nxdomain": 4, "refused": 3, "servfail": 2,
+                "other_rcode": 1, "truncated": 6, "mismatched": 7})
+        );
+        assert_eq!(value["spec"]["protocol"], "dns");
+        assert_eq!(serde_json::from_value::<GenResult>(value).unwrap(), result);
     }
 }

@@ -57,9 +57,11 @@ pub enum Command {
         format: StatsFormat,
     },
     /// Play an open-loop run of a running iokerneld's traffic generator (`nic = "gen"`)
-    /// against a UDP service of one of its runtimes, wait for it to end, and print the results:
-    /// a summary on standard error, the JSON on standard output (or in --json FILE).
-    Gen(GenArgs),
+    /// against a service of one of its runtimes (a UDP spin server, memcached over TCP, or an
+    /// authoritative DNS server with `--protocol dns --queries FILE`), wait for it to end, and
+    /// print the results: a summary on standard error, the JSON on standard output (or in
+    /// --json FILE).
+    Gen(Box<GenArgs>),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

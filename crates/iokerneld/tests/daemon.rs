@@ -305,6 +305,9 @@ fn help_explains_every_setting() {
         "--grace-ms",
         "--window-ms",
         "--json",
+        "--protocol",
+        "--queries",
+        "--edns",
     ] {
         assert!(
             text.contains(flag),

@@ -1,6 +1,8 @@
 //! The `gen` NIC backend end to end: a real iokerneld (`--nic gen`, CPU 0, managing CPU 1), a
 //! Corral runtime in this process serving the spin protocol under it, and `iokerneld gen` runs
-//! played against that runtime.
+//! played against that runtime; and `iokerneld gen --protocol dns` runs against `corral-dns
+//! --runtime corral` (package corral-app-dns, found next to iokerneld) serving the DNS test
+//! zones under it.
 //!
 //! Each test starts its own iokerneld with its own socket, and the tests run one at a time.
 //! Nothing here asserts timing: the grace periods are long and every wait is bounded only so
@@ -9,14 +11,18 @@
 mod common;
 
 use std::net::{Ipv4Addr, SocketAddrV4};
-use std::process::{Command, Output, Stdio};
-use std::time::Duration;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
-use common::{Daemon, IOKERNELD, Launch, serial, wait_until};
+use common::{Daemon, IOKERNELD, Launch, WAIT, binary_beside_iokerneld, serial, wait_until};
 use corral::net::{NetConfig, UdpSpawner};
 use corral::{Config, IokernelSettings, Runtime};
+use corral_abi::control::{Reply, Request};
 use corral_app_spin::{Calibration, serve};
 use corral_gen::run::GenResult;
+use corral_gen::run::Protocol;
 
 const SERVER_IP: Ipv4Addr = Ipv4Addr::new(10, 99, 0, 2);
 const TARGET: &str = "10.99.0.2:5000";
@@ -100,6 +106,24 @@ impl Daemon {
 
 /// Every request was answered exactly once, and the latencies make sense.
 fn assert_all_matched(result: &GenResult, requests: u64) {
+    assert_all_answered(result, requests);
+    let s = &result.summary;
+    // Every answer carries the server's stamps on the generator's clock: each latency splits.
+    assert_eq!(
+        (s.tail.split, s.tail.unsplit),
+        (requests, 0),
+        "{:?}",
+        s.tail
+    );
+    assert_eq!(result.gen_cost.requests, requests);
+    assert!(result.gen_cost.responses >= requests);
+    assert!(result.gen_cost.ns_per_request > 0.0);
+    assert!(result.gen_cost.build_ns > 0 && result.gen_cost.parse_ns > 0);
+}
+
+/// Every request was sent and answered exactly once, with nothing else received, and the
+/// latencies are in order.
+fn assert_all_answered(result: &GenResult, requests: u64) {
     let s = &result.summary;
     assert_eq!(
         (s.scheduled, s.sent, s.send_errors),
@@ -111,13 +135,6 @@ fn assert_all_matched(result: &GenResult, requests: u64) {
     assert_eq!(s.received, requests, "{s:?}");
     let p = s.latency;
     assert_eq!(p.count, requests);
-    // Every answer carries the server's stamps on the generator's clock: each latency splits.
-    assert_eq!(
-        (s.tail.split, s.tail.unsplit),
-        (requests, 0),
-        "{:?}",
-        s.tail
-    );
     assert!(p.min_ns > 0, "{p:?}");
     assert!(
         p.min_ns <= p.p50_ns
@@ -129,10 +146,6 @@ fn assert_all_matched(result: &GenResult, requests: u64) {
     );
     assert!(p.mean_ns >= p.min_ns as f64 && p.mean_ns <= p.max_ns as f64);
     assert_eq!(s.lateness.count, requests);
-    assert_eq!(result.gen_cost.requests, requests);
-    assert!(result.gen_cost.responses >= requests);
-    assert!(result.gen_cost.ns_per_request > 0.0);
-    assert!(result.gen_cost.build_ns > 0 && result.gen_cost.parse_ns > 0);
 }
 
 #[test]
@@ -402,5 +415,295 @@ fn a_client_hanging_up_abandons_its_run_and_the_next_run_is_served() {
     );
     drop(server);
     drop(rt);
+    daemon.assert_alive();
+}
+
+/// The DNS server's address: port 53 on its own stack.
+const DNS_TARGET: &str = "10.99.0.2:53";
+
+/// Questions asked in order, round and round: three names the zones have (one through a CNAME
+/// chain, one under a wildcard, one in capitals), two missing from zones the server has, and
+/// two outside every zone.
+const DNS_MIX: &str = "\
+; dnsperf's format: NAME TYPE
+www.example.com A
+www.example.org. AAAA
+x.wild.example.com TXT
+WWW.Example.COM A
+nothing.example.com AAAA
+missing.example.org A
+nowhere.test. A
+# outside every zone too
+example.net MX
+";
+
+/// The RCODE each line of [`DNS_MIX`] draws: NOERROR (0), NXDOMAIN (3) or REFUSED (5).
+const DNS_RCODES: [u8; 8] = [0, 0, 0, 0, 3, 3, 5, 5];
+
+/// The test zones corral-dns serves (the files in `apps/dns/tests/zones`).
+const DNS_ZONES: [&str; 3] = [
+    "example.com=example.com.zone",
+    "example.org=example.org.zone",
+    "child.example.com=child.example.com.zone",
+];
+
+/// `corral-dns --runtime corral` at 10.99.0.2 under a daemon, serving the DNS test zones;
+/// killed on drop.
+struct DnsServer {
+    child: Child,
+}
+
+impl Drop for DnsServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn zones_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../apps/dns/tests/zones")
+}
+
+impl Daemon {
+    /// Runs `iokerneld gen --protocol dns` with the queries in `queries` against the DNS
+    /// server, in one phase (`RPS@SECONDS`), with `extra` flags.
+    fn dns_run(&self, queries: &Path, phase: &str, extra: &[&str]) -> Output {
+        let queries = queries.to_str().unwrap();
+        let dns = [
+            "--protocol",
+            "dns",
+            "--queries",
+            queries,
+            "--target",
+            DNS_TARGET,
+        ];
+        self.run_gen(&[&dns[..], &["--phase", phase], extra].concat())
+    }
+
+    /// Starts corral-dns on one kthread under this daemon, and returns once a short DNS run
+    /// gets every query answered (it has registered and listens).
+    fn dns_server(&self, queries: &Path) -> DnsServer {
+        let child = Command::new(binary_beside_iokerneld("corral-dns", "corral-app-dns"))
+            .current_dir(zones_dir())
+            .args(["--runtime", "corral", "-l", "10.99.0.2", "-p", "53"])
+            .args(["-t", "1", "--iokerneld"])
+            .arg(&self.socket)
+            .args(DNS_ZONES)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start corral-dns");
+        let mut server = DnsServer { child };
+        let deadline = Instant::now() + 3 * WAIT;
+        loop {
+            if let Some(status) = server.child.try_wait().unwrap() {
+                panic!("corral-dns exited with {status}");
+            }
+            let out = self.dns_run(queries, "200@0.05", &["--grace-ms", "200"]);
+            let answered = out.status.success()
+                && serde_json::from_slice::<GenResult>(&out.stdout)
+                    .is_ok_and(|r| r.summary.lost == 0 && r.summary.matched > 0);
+            if answered {
+                return server;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "corral-dns did not answer a short run within {:?}: {}",
+                3 * WAIT,
+                String::from_utf8_lossy(&out.stderr)
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+#[test]
+fn every_dns_query_is_answered_matched_and_counted_by_rcode() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let queries = dir.path().join("queries.txt");
+    std::fs::write(&queries, DNS_MIX).unwrap();
+    let mut daemon = Daemon::start("gen");
+    let server = daemon.dns_server(&queries);
+    let json = dir.path().join("dns.json");
+    // 2,000 queries: 2,000/s at constant gaps for a second, from 16 client ports.
+    let out = daemon.dns_run(
+        &queries,
+        "2000@1",
+        &[
+            "--edns",
+            "1232",
+            "--arrivals",
+            "constant",
+            "--clients",
+            "16",
+            "--grace-ms",
+            "2000",
+            "--window-ms",
+            "500",
+            "--json",
+            json.to_str().unwrap(),
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "iokerneld gen failed: {stderr}");
+    let text = std::fs::read_to_string(&json).unwrap();
+    let result: GenResult = serde_json::from_str(&text).unwrap();
+    let requests = 2_000u64;
+    assert_all_answered(&result, requests);
+    let windows: Vec<(u64, u64)> = result
+        .windows
+        .iter()
+        .map(|w| (w.scheduled, w.matched))
+        .collect();
+    assert_eq!(windows, vec![(1000, 1000), (1000, 1000)]);
+
+    // Request n asks line n mod 8 of the mix: each RCODE as often as its lines are asked.
+    let lines = DNS_RCODES.len() as u64;
+    let asked = |line: u64| (requests + lines - 1 - line) / lines;
+    let drawn = |rcode: u8| -> u64 {
+        (0..lines)
+            .filter(|&l| DNS_RCODES[l as usize] == rcode)
+            .map(asked)
+            .sum()
+    };
+    let dns = result.dns.expect("a dns run's results have counts");
+    assert_eq!(
+        dns,
+        corral_loadgen::dns::DnsCounts {
+            noerror: drawn(0),
+            nxdomain: drawn(3),
+            refused: drawn(5),
+            servfail: 0,
+            other_rcode: 0,
+            truncated: 0,
+            mismatched: 0,
+        }
+    );
+    assert_eq!(dns.noerror + dns.nxdomain + dns.refused, requests);
+    // The JSON has the counts at the top, and the spec carries the queries' text.
+    let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(value["dns"]["nxdomain"], drawn(3));
+    assert_eq!(value["dns"]["mismatched"], 0);
+    assert_eq!(value["spec"]["protocol"], "dns");
+    assert_eq!(value["spec"]["dns"]["queries"], DNS_MIX);
+    assert_eq!(value["spec"]["dns"]["edns"], 1232);
+    assert_eq!(result.spec.protocol, Protocol::Dns);
+    // The summary on standard error has them too.
+    assert!(
+        stderr.contains(&format!(
+            "dns: noerror {} nxdomain {} refused {} servfail 0 other 0 truncated 0 mismatched 0",
+            dns.noerror, dns.nxdomain, dns.refused
+        )),
+        "{stderr}"
+    );
+    drop(server);
+    daemon.assert_alive();
+}
+
+#[test]
+fn a_bad_dns_run_is_refused_naming_the_file_line_or_field() {
+    let _serial = serial();
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.txt");
+    std::fs::write(
+        &bad,
+        "www.example.com A\n; fine so far\nwww.example.com BOGUS\n",
+    )
+    .unwrap();
+    let big = dir.path().join("big.txt");
+    std::fs::write(&big, "www.example.com A\n".repeat(4_000)).unwrap();
+    // Small enough to read, but its JSON (each newline written as two bytes) is not.
+    let long = dir.path().join("long.txt");
+    std::fs::write(&long, "www.example.com A\n".repeat(3_600)).unwrap();
+    let good = dir.path().join("good.txt");
+    std::fs::write(&good, DNS_MIX).unwrap();
+    let path = |p: &Path| p.to_str().unwrap().to_owned();
+    let daemon = Daemon::start("gen");
+    let short = ["--target", DNS_TARGET, "--rate", "100", "--duration", "0.1"];
+    for (args, expected) in [
+        (
+            vec!["--protocol", "dns", "--queries", &path(&bad)],
+            format!("{}: line 3: unknown record type \"BOGUS\"", bad.display()),
+        ),
+        (
+            vec!["--protocol", "dns", "--queries", &path(&big)],
+            format!(
+                "{}: 72000 bytes of queries do not fit in a run's spec, which holds at most \
+                 65536 bytes of JSON",
+                big.display()
+            ),
+        ),
+        (
+            vec!["--protocol", "dns", "--queries", &path(&long)],
+            format!(
+                "{}: 64800 bytes of queries do not fit in a run's spec, which holds at most \
+                 65536 bytes of JSON (with them the spec is",
+                long.display()
+            ),
+        ),
+        (
+            vec!["--protocol", "dns", "--queries", "/nonexistent/queries.txt"],
+            "cannot read /nonexistent/queries.txt".to_owned(),
+        ),
+        (
+            vec!["--protocol", "dns"],
+            "--protocol dns needs --queries FILE".to_owned(),
+        ),
+        (
+            vec!["--queries", &path(&good)],
+            "--queries and --edns are for --protocol dns, not spin".to_owned(),
+        ),
+        (
+            vec![
+                "--protocol",
+                "dns",
+                "--queries",
+                &path(&good),
+                "--clients",
+                "300",
+            ],
+            "invalid clients = 300".to_owned(),
+        ),
+    ] {
+        let out = daemon.run_gen(&[&args[..], &short[..]].concat());
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(&expected), "{args:?}: {err}");
+        assert!(out.stdout.is_empty());
+    }
+
+    // The daemon checks a spec sent to it by other means as well, naming the field.
+    let ask = |json: &str| {
+        let conn = corral_iokernel::control::connect(&daemon.socket).unwrap();
+        let request = Request::Gen { json: json.into() };
+        corral_iokernel::control::request_on(conn.as_fd(), &request.encode(), &[], WAIT).unwrap()
+    };
+    let spec = |extra: &str| {
+        format!(
+            r#"{{"target": "{DNS_TARGET}", "phases": [{{"rate_rps": 100, "duration_s": 0.1}}], {extra}}}"#
+        )
+    };
+    for (extra, expected) in [
+        (
+            r#""protocol": "dns", "dns": {"queries": "a.example A\nb.example AAAA x\n"}"#,
+            "invalid dns.queries = line 2: expected NAME TYPE",
+        ),
+        (r#""protocol": "dns""#, "invalid dns = nothing"),
+        (
+            r#""dns": {"queries": "a.example A"}"#,
+            "no dns object with protocol spin",
+        ),
+        (
+            r#""protocol": "dns", "dns": {"path": "/etc/shadow"}"#,
+            "invalid dns.path",
+        ),
+    ] {
+        match ask(&spec(extra)) {
+            Reply::Error { message } => assert!(message.contains(expected), "{extra}: {message}"),
+            other => panic!("{extra}: expected a refusal, got {other:?}"),
+        }
+    }
+    let mut daemon = daemon;
     daemon.assert_alive();
 }

@@ -90,20 +90,46 @@ impl QueryMix {
     /// offering `edns` bytes if given (none otherwise, as dnsperf without `-e` or `-D`);
     /// returns its length.
     pub fn encode(&self, id: u64, dns_id: u16, edns: Option<u16>, out: &mut Vec<u8>) -> usize {
-        out.clear();
-        out.extend_from_slice(&dns_id.to_be_bytes());
-        // A plain query, RD clear: an authoritative server is being asked.
-        out.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0, u8::from(edns.is_some())]);
-        out.extend_from_slice(self.question(id));
+        out.resize(self.query_len(id, edns), 0);
+        self.write(id, dns_id, edns, out)
+            .expect("the buffer was sized for the query")
+    }
+
+    /// Bytes of the query for request `id`.
+    pub fn query_len(&self, id: u64, edns: Option<u16>) -> usize {
+        HEADER_LEN + self.question(id).len() + if edns.is_some() { OPT_LEN } else { 0 }
+    }
+
+    /// [`encode`](QueryMix::encode) into the start of a buffer (a frame's payload, say),
+    /// without allocating; `None` if the query does not fit.
+    #[inline]
+    pub fn write(&self, id: u64, dns_id: u16, edns: Option<u16>, out: &mut [u8]) -> Option<usize> {
+        let question = self.question(id);
+        let len = self.query_len(id, edns);
+        let out = out.get_mut(..len)?;
+        let (header, rest) = out.split_at_mut(HEADER_LEN);
+        header[..2].copy_from_slice(&dns_id.to_be_bytes());
+        // A plain query, RD clear: an authoritative server is being asked. One question, and
+        // one additional record if there is an OPT.
+        header[2..].copy_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0, u8::from(edns.is_some())]);
+        let (q, opt) = rest.split_at_mut(question.len());
+        q.copy_from_slice(question);
         if let Some(size) = edns {
-            out.push(0);
-            out.extend_from_slice(&41u16.to_be_bytes());
-            out.extend_from_slice(&size.to_be_bytes());
-            out.extend_from_slice(&[0, 0, 0, 0, 0, 0]);
+            // Root owner, type OPT, the payload size as its class, no extended RCODE or
+            // flags, no options.
+            opt[..3].copy_from_slice(&[0, 0, 41]);
+            opt[3..5].copy_from_slice(&size.to_be_bytes());
+            opt[5..].fill(0);
         }
-        out.len()
+        Some(len)
     }
 }
+
+/// A DNS header's bytes.
+pub const HEADER_LEN: usize = 12;
+
+/// An OPT record's bytes, with no options.
+const OPT_LEN: usize = 11;
 
 /// What a response said, once matched to its query.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -117,7 +143,7 @@ pub enum Checked {
 /// Checks `response` against the `question` its ID stands for (names without case, as DNS
 /// compares them).
 pub fn check(response: &[u8], question: &[u8]) -> Checked {
-    let end = 12 + question.len();
+    let end = HEADER_LEN + question.len();
     if response.len() < end || response[2] & 0x80 == 0 || response[4..6] != [0, 1] {
         return Checked::Mismatch;
     }
@@ -128,6 +154,33 @@ pub fn check(response: &[u8], question: &[u8]) -> Checked {
         rcode: response[3] & 0xf,
         truncated: response[2] & 0x02 != 0,
     }
+}
+
+/// The DNS ID of a datagram, if it is long enough to have one.
+#[inline]
+pub fn response_id(datagram: &[u8]) -> Option<u16> {
+    Some(u16::from_be_bytes(datagram.get(..2)?.try_into().ok()?))
+}
+
+/// Takes a datagram from the server: `lookup` gives the request (and its scheduled send time)
+/// that its DNS ID stands for, if any, and the datagram is checked against that request's
+/// question from `mix` and counted in `counts`. Returns the request and its scheduled time if
+/// the datagram answers it (to be recorded as its response), `None` if it matches nothing (to
+/// be recorded as malformed). Any bytes at all are taken: nothing here panics.
+#[inline]
+pub fn match_response(
+    datagram: &[u8],
+    mix: &QueryMix,
+    counts: &mut DnsCounts,
+    lookup: impl FnOnce(u16) -> Option<(u64, u64)>,
+) -> Option<(u64, u64)> {
+    let Some((request, scheduled_ns)) = response_id(datagram).and_then(lookup) else {
+        counts.mismatched += 1;
+        return None;
+    };
+    let checked = check(datagram, mix.question(request));
+    counts.count(checked);
+    (checked != Checked::Mismatch).then_some((request, scheduled_ns))
 }
 
 /// Responses by RCODE, and those that were not answers to their question.
@@ -213,22 +266,25 @@ pub struct DnsReport {
     pub counts: DnsCounts,
 }
 
-impl std::fmt::Display for DnsReport {
+impl std::fmt::Display for DnsCounts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let c = &self.counts;
         write!(
             f,
-            "{}\ndns: noerror {} nxdomain {} refused {} servfail {} other {} truncated {} \
-             mismatched {}",
-            self.summary,
-            c.noerror,
-            c.nxdomain,
-            c.refused,
-            c.servfail,
-            c.other_rcode,
-            c.truncated,
-            c.mismatched
+            "noerror {} nxdomain {} refused {} servfail {} other {} truncated {} mismatched {}",
+            self.noerror,
+            self.nxdomain,
+            self.refused,
+            self.servfail,
+            self.other_rcode,
+            self.truncated,
+            self.mismatched
         )
+    }
+}
+
+impl std::fmt::Display for DnsReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}\ndns: {}", self.summary, self.counts)
     }
 }
 
@@ -346,20 +402,11 @@ fn receive(
             }
             let now = clock.now_ns();
             let d = &buf[..n as usize];
-            let matched = (d.len() >= 2)
-                .then(|| tables[flow].get(u16::from_be_bytes([d[0], d[1]])))
-                .flatten();
-            let Some((request, scheduled_ns)) = matched else {
-                counts.mismatched += 1;
-                rec.record_malformed();
-                continue;
-            };
-            let checked = check(d, mix.question(request));
-            counts.count(checked);
-            if checked == Checked::Mismatch {
-                rec.record_malformed();
-            } else {
-                rec.record_response(request, scheduled_ns, now);
+            match match_response(d, mix, &mut counts, |id| tables[flow].get(id)) {
+                Some((request, scheduled_ns)) => {
+                    rec.record_response(request, scheduled_ns, now);
+                }
+                None => rec.record_malformed(),
             }
         }
     })?;
@@ -423,6 +470,113 @@ mod tests {
         assert_eq!(check(&r, mix.question(0)), Checked::Mismatch);
         assert_eq!(check(&q, mix.question(0)), Checked::Mismatch);
         assert_eq!(check(&r[..11], mix.question(0)), Checked::Mismatch);
+    }
+
+    #[test]
+    fn queries_are_written_in_place_as_encode_builds_them() {
+        let mix = QueryMix::parse("www.example.com A\nexample.org. TXT\n").unwrap();
+        let mut frame = [0xaau8; 300];
+        for (id, edns) in [(0, None), (1, Some(1232)), (7, Some(512)), (8, None)] {
+            let mut q = Vec::new();
+            let len = mix.encode(id, 0x1234, edns, &mut q);
+            assert_eq!(len, mix.query_len(id, edns));
+            assert_eq!(mix.write(id, 0x1234, edns, &mut frame), Some(len));
+            assert_eq!(&frame[..len], &q[..]);
+            // Too small a buffer is refused, not overrun.
+            assert_eq!(mix.write(id, 0x1234, edns, &mut frame[..len - 1]), None);
+        }
+    }
+
+    /// A response to `query` with `rcode`, `extra` bytes after the question (as answers).
+    fn response_to(query: &[u8], rcode: u8, extra: &[u8]) -> Vec<u8> {
+        let mut r = query.to_vec();
+        r[2] |= 0x84;
+        r[3] = rcode;
+        r.extend_from_slice(extra);
+        r
+    }
+
+    #[test]
+    fn responses_are_matched_through_their_id_then_checked() {
+        let mix = QueryMix::parse("www.example.com A\nnope.example.com AAAA\n").unwrap();
+        let mut counts = DnsCounts::default();
+        let mut q = Vec::new();
+        mix.encode(1, 9, None, &mut q);
+        // ID 9 stands for request 1, scheduled at 500.
+        let lookup = |id: u16| (id == 9).then_some((1, 500));
+        let r = response_to(&q, 3, &[1, 2, 3]);
+        assert_eq!(
+            match_response(&r, &mix, &mut counts, lookup),
+            Some((1, 500))
+        );
+        // Another ID, a datagram too short for one, the other question under ID 9, a query.
+        let mut other = r.clone();
+        other[1] = 10;
+        assert_eq!(match_response(&other, &mix, &mut counts, lookup), None);
+        assert_eq!(match_response(&[9], &mix, &mut counts, lookup), None);
+        let mut wrong = Vec::new();
+        mix.encode(0, 9, None, &mut wrong);
+        let wrong = response_to(&wrong, 0, &[]);
+        assert_eq!(match_response(&wrong, &mix, &mut counts, lookup), None);
+        assert_eq!(match_response(&q, &mix, &mut counts, lookup), None);
+        // Truncated, and an RCODE of no name of its own.
+        let mut tc = response_to(&q, 9, &[]);
+        tc[2] |= 0x02;
+        assert!(match_response(&tc, &mix, &mut counts, lookup).is_some());
+        assert_eq!(
+            counts,
+            DnsCounts {
+                nxdomain: 1,
+                other_rcode: 1,
+                truncated: 1,
+                mismatched: 4,
+                ..DnsCounts::default()
+            }
+        );
+        assert_eq!(
+            counts.to_string(),
+            "noerror 0 nxdomain 1 refused 0 servfail 0 other 1 truncated 1 mismatched 4"
+        );
+    }
+
+    proptest::proptest! {
+        /// Any datagram at all, under an ID that stands for a request or not, is counted once
+        /// and never panics; only answers to the question asked are matched.
+        #[test]
+        fn any_datagram_is_counted_once(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..700),
+            known in proptest::prelude::any::<bool>(),
+            request in 0u64..1_000_000,
+        ) {
+            let mix = QueryMix::parse("www.example.com A\nb.example.org MX\nc. TXT\n").unwrap();
+            let mut counts = DnsCounts::default();
+            let got = match_response(&bytes, &mix, &mut counts, |_| known.then_some((request, 7)));
+            let total = counts.noerror + counts.nxdomain + counts.refused + counts.servfail
+                + counts.other_rcode + counts.mismatched;
+            proptest::prop_assert_eq!(total, 1);
+            proptest::prop_assert_eq!(got.is_some(), counts.mismatched == 0);
+            if got.is_some() {
+                proptest::prop_assert!(known);
+                proptest::prop_assert_eq!(got, Some((request, 7)));
+            }
+        }
+
+        /// A real answer with random answer bytes after the question is always matched.
+        #[test]
+        fn an_answer_matches_whatever_follows_its_question(
+            extra in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600),
+            rcode in 0u8..16,
+            request in 0u64..10,
+        ) {
+            let mix = QueryMix::parse("www.example.com A\nb.example.org MX\nc. TXT\n").unwrap();
+            let mut q = Vec::new();
+            mix.encode(request, 3, Some(1232), &mut q);
+            let mut counts = DnsCounts::default();
+            let r = response_to(&q[..q.len() - OPT_LEN], rcode, &extra);
+            let got = match_response(&r, &mix, &mut counts, |_| Some((request, 1)));
+            proptest::prop_assert_eq!(got, Some((request, 1)));
+            proptest::prop_assert_eq!(counts.mismatched, 0);
+        }
     }
 
     #[test]

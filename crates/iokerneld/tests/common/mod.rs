@@ -33,10 +33,20 @@ pub const IOKERNELD: &str = env!("CARGO_BIN_EXE_iokerneld");
 /// `cargo test --workspace` builds it): a binary of another package has no `CARGO_BIN_EXE_`.
 #[allow(dead_code, reason = "only the tests that start ABI clients use it")]
 pub fn client_binary() -> PathBuf {
-    let path = Path::new(IOKERNELD).with_file_name("corral-abi-client");
+    binary_beside_iokerneld("corral-abi-client", "corral-testclient")
+}
+
+/// Binary `name` of package `package`, found next to iokerneld, as [`client_binary`].
+#[allow(
+    dead_code,
+    reason = "only the tests that start other packages' programs use it"
+)]
+pub fn binary_beside_iokerneld(name: &str, package: &str) -> PathBuf {
+    let path = Path::new(IOKERNELD).with_file_name(name);
     assert!(
         path.is_file(),
-        "{} is missing: build it with `cargo build -p corral-testclient` and the same profile",
+        "{} is missing: build it with `cargo build -p {package} --bin {name}` and the same \
+         profile",
         path.display()
     );
     path
