@@ -792,8 +792,28 @@ fn start_linux_dns(env: &Env, shield: &BaselineShield) -> Result<Proc> {
     if let Err(e) = waited {
         return Err(Error::msg(format!("{server}: {e}: {}", proc.log_tail())));
     }
+    // Knot binds each UDP worker to a CPU of its own choosing (worker i to CPU i), which on
+    // two CPUs puts the only one on the load generator's: every thread goes back to the
+    // application CPU, as the experiment gives each server one core.
+    pin_threads(proc.pid(), plan.app_cpu)
+        .map_err(|e| Error::msg(format!("cannot keep {server} on CPU {}: {e}", plan.app_cpu)))?;
     say(format!("  {server} answers at {addr}"));
     Ok(proc)
+}
+
+/// Pins every thread process `pid` has now to `cpu`.
+fn pin_threads(pid: u32, cpu: usize) -> std::io::Result<()> {
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        let Some(tid) = task?.file_name().to_str().and_then(|t| t.parse().ok()) else {
+            continue;
+        };
+        match corral_affinity::set_thread_affinity(tid, &[cpu]) {
+            // A thread that ended meanwhile has nothing to pin.
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+            other => other?,
+        }
+    }
+    Ok(())
 }
 
 impl<'e> LinuxServer<'e> {
