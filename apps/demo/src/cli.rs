@@ -156,6 +156,12 @@ pub struct Args {
     #[arg(long, value_name = "NAME")]
     pub policy: Option<String>,
 
+    /// One of the policy's own options for iokerneld (`--policy-option KEY=VALUE`, e.g.
+    /// `interval_us=5000` for `arachne`); repeat for more. Checked against the policy before
+    /// anything runs.
+    #[arg(long = "policy-option", value_name = "KEY=VALUE")]
+    pub policy_options: Vec<String>,
+
     /// iokerneld's `--cede-grace-us`: how long a batch kthread asked for its core may take to
     /// reach a preemption point (the batch job passes one every few microseconds) before it is
     /// sent the preemption signal; 0 signals at once.
@@ -391,6 +397,8 @@ pub struct Plan {
     pub handover: Option<Handover>,
     /// iokerneld's `--policy`, when given (a name iokerneld knows).
     pub policy: Option<String>,
+    /// iokerneld's `--policy-option`s, `KEY=VALUE` each.
+    pub policy_options: Vec<String>,
     pub cede_grace_us: u64,
     pub batch_preemption: BatchPreemption,
     pub intervals: Vec<u64>,
@@ -645,6 +653,7 @@ impl Args {
                         })
                 })
                 .transpose()?,
+            policy_options: self.checked_policy_options()?,
             cede_grace_us: self.cede_grace_us,
             batch_preemption: self.batch_preemption.unwrap_or(
                 if self.batch_cmd.is_some() || self.experiment.is_server_ladder() {
@@ -683,6 +692,27 @@ impl Args {
             kv,
             dns: self.dns_plan()?,
         })
+    }
+
+    /// `--policy-option`s, refused here if iokerneld's policy (its default when `--policy` is
+    /// not given) would refuse them.
+    fn checked_policy_options(&self) -> Result<Vec<String>, String> {
+        let mut options = Vec::new();
+        for pair in &self.policy_options {
+            options.push(
+                corral_policy::parse_option(pair).ok_or_else(|| {
+                    format!("invalid --policy-option {pair:?}: expected KEY=VALUE")
+                })?,
+            );
+        }
+        let settings = corral_policy::PolicySettings {
+            options,
+            ..corral_policy::PolicySettings::default()
+        };
+        let policy = self.policy.as_deref().unwrap_or("shenango");
+        corral_policy::check(policy, &settings)
+            .map_err(|e| format!("invalid --policy-option: {e}"))?;
+        Ok(self.policy_options.clone())
     }
 
     fn dns_plan(&self) -> Result<DnsPlan, String> {
@@ -892,6 +922,23 @@ mod tests {
         );
         let err = plan(&["--policy", "static"]).unwrap_err();
         assert!(err.contains("would never run"), "{err}");
+        let p = plan(&[
+            "--policy",
+            "arachne",
+            "--systems",
+            "dedicated",
+            "--policy-option",
+            "scale_up_load_factor=2",
+        ])
+        .unwrap();
+        assert_eq!(p.policy_options, ["scale_up_load_factor=2"]);
+        let err = plan(&["--policy-option", "interval_us=5"]).unwrap_err();
+        assert!(
+            err.contains("has no option \"interval_us\"") && err.contains("burst_sharing"),
+            "{err}"
+        );
+        let err = plan(&["--policy-option", "burst_sharing"]).unwrap_err();
+        assert!(err.contains("expected KEY=VALUE"), "{err}");
         let err = plan(&["--policy", "fastest"]).unwrap_err();
         assert!(
             err.contains("invalid --policy") && err.contains("\"shenango\""),

@@ -487,6 +487,9 @@ pub(crate) fn iokerneld_args(plan: &Plan, socket: &str, interval_us: u64) -> Vec
     if let Some(mode) = plan.handover {
         args.extend(["--handover".into(), mode.name().into()]);
     }
+    for option in &plan.policy_options {
+        args.extend(["--policy-option".into(), option.clone()]);
+    }
     if let Some(policy) = &plan.policy {
         args.extend(["--policy".into(), policy.clone()]);
     }
@@ -1348,6 +1351,16 @@ mod tests {
             5,
         );
         assert!(args.windows(2).any(|w| w == ["--policy", "static"]));
+        let args = iokerneld_args(
+            &plan(&["--policy", "arachne", "--policy-option", "interval_us=5000"]),
+            "/run/x.sock",
+            5,
+        );
+        assert!(
+            args.windows(2)
+                .any(|w| w == ["--policy-option", "interval_us=5000"]),
+            "{args:?}"
+        );
         for mode in ["local", "remote"] {
             let args = iokerneld_args(&plan(&["--handover", mode]), "/run/x.sock", 5);
             assert!(

@@ -83,6 +83,14 @@ pub struct SettingArgs {
     #[arg(long, value_name = "NAME")]
     pub policy: Option<String>,
 
+    /// `policy_options`: one of the policy's own options, `KEY=VALUE`; repeat for more (in
+    /// TOML a table, `policy_options = { interval_us = 5000 }`). Given here, they replace the
+    /// file's. `arachne`: `scale_up_load_factor`, `scale_down_hysteresis`, `interval_us`;
+    /// `shenango`: `burst_sharing` (`balanced` or `any-bursting`); `static`:
+    /// `cores_per_runtime` [default: none, the policy's defaults].
+    #[arg(long = "policy-option", value_name = "KEY=VALUE")]
+    pub policy_options: Vec<String>,
+
     /// `handover`: how a granted kthread is woken: `local` (a helper thread of iokerneld's on
     /// each managed core, which runs only when the core is idle, wakes it on its own CPU) or
     /// `remote` (iokerneld wakes it from its own CPU, a cross-CPU wake-up) [default: local].
@@ -228,6 +236,7 @@ pub struct FileConfig {
     pub interval_us: Option<i64>,
     pub preemption_timeout_us: Option<i64>,
     pub policy: Option<String>,
+    pub policy_options: Option<BTreeMap<String, toml::Value>>,
     pub handover: Option<String>,
     pub cede_grace_us: Option<i64>,
     pub share_quantum_us: Option<i64>,
@@ -277,6 +286,45 @@ impl fmt::Display for ConfigError {
 }
 
 impl std::error::Error for ConfigError {}
+
+/// The policy's options: the command line's `KEY=VALUE`s if any, else the file's table (whose
+/// values may be strings, numbers or booleans).
+fn policy_options(
+    args: &[String],
+    file: Option<&BTreeMap<String, toml::Value>>,
+) -> Result<Vec<(String, String)>, ConfigError> {
+    if !args.is_empty() {
+        return args
+            .iter()
+            .map(|pair| {
+                corral_policy::parse_option(pair)
+                    .ok_or_else(|| invalid("policy_options", pair, "expected KEY=VALUE"))
+            })
+            .collect();
+    }
+    let Some(table) = file else {
+        return Ok(Vec::new());
+    };
+    table
+        .iter()
+        .map(|(key, value)| {
+            let text = match value {
+                toml::Value::String(s) => s.clone(),
+                toml::Value::Integer(i) => i.to_string(),
+                toml::Value::Float(f) => f.to_string(),
+                toml::Value::Boolean(b) => b.to_string(),
+                other => {
+                    return Err(invalid(
+                        "policy_options",
+                        format!("{key} = {other}"),
+                        "expected a string, a number or a boolean",
+                    ));
+                }
+            };
+            Ok((key.clone(), text))
+        })
+        .collect()
+}
 
 fn invalid(key: &'static str, value: impl fmt::Display, reason: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
@@ -382,6 +430,8 @@ pub struct Config {
     pub preemption_timeout_us: u64,
     /// A name in [`corral_policy::policies::KNOWN`].
     pub policy: String,
+    /// The policy's own options, `(key, value)`, checked by the policy.
+    pub policy_options: Vec<(String, String)>,
     pub handover: Handover,
     /// 0: signal a preemption at once.
     pub cede_grace_us: u64,
@@ -853,6 +903,18 @@ impl Config {
                 unknown.to_string(),
             ));
         }
+        let policy_options = policy_options(&args.policy_options, file.policy_options.as_ref())?;
+        let check = corral_policy::PolicySettings {
+            options: policy_options.clone(),
+            ..corral_policy::PolicySettings::default()
+        };
+        if let Err(e) = corral_policy::check(&policy, &check) {
+            let given: Vec<String> = policy_options
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            return Err(invalid("policy_options", given.join(","), e.to_string()));
+        }
         let handover_text = args
             .handover
             .clone()
@@ -949,6 +1011,7 @@ impl Config {
             interval_us,
             preemption_timeout_us,
             policy,
+            policy_options,
             handover,
             cede_grace_us,
             share_quantum_us,
@@ -1253,6 +1316,64 @@ mod tests {
         a.share_quantum_us = Some(250);
         let config = Config::merge(&file, &a).unwrap();
         assert_eq!(config.share_quantum_us, 250);
+    }
+
+    #[test]
+    fn policy_options_come_from_the_flags_or_else_the_file_and_the_policy_checks_them() {
+        let sys = fake_sysfs("0-3", 4);
+        let file = parse_file(
+            "policy = \"arachne\"\npolicy_options = { interval_us = 5000, scale_up_load_factor = 2.5 }\n",
+        )
+        .unwrap();
+        let config = Config::merge(&file, &args(sys.path())).unwrap();
+        assert_eq!(
+            config.policy_options,
+            [
+                ("interval_us".to_owned(), "5000".to_owned()),
+                ("scale_up_load_factor".to_owned(), "2.5".to_owned())
+            ]
+        );
+        let mut a = args(sys.path());
+        a.policy_options = vec![" scale_down_hysteresis = 0.2".into()];
+        let config = Config::merge(&file, &a).unwrap();
+        assert_eq!(
+            config.policy_options,
+            [("scale_down_hysteresis".to_owned(), "0.2".to_owned())]
+        );
+        assert_eq!(
+            Config::merge(&FileConfig::default(), &args(sys.path()))
+                .unwrap()
+                .policy_options,
+            []
+        );
+        let refuse = |file: &str, flags: &[&str], expected: &str| {
+            let file = parse_file(file).unwrap();
+            let mut a = args(sys.path());
+            a.policy_options = flags.iter().map(|f| f.to_string()).collect();
+            let err = Config::merge(&file, &a).unwrap_err().to_string();
+            assert!(err.contains(expected), "{flags:?}: {err}");
+        };
+        refuse(
+            "",
+            &["interval_us=5000"],
+            "invalid policy_options = interval_us=5000: policy \"shenango\" has no option \"interval_us\"",
+        );
+        refuse(
+            "policy = \"arachne\"",
+            &["interval_us=0"],
+            "policy \"arachne\" option interval_us = \"0\": expected microseconds",
+        );
+        refuse("", &["burst_sharing"], "expected KEY=VALUE");
+        refuse(
+            "policy_options = { burst_sharing = [1] }",
+            &[],
+            "expected a string, a number or a boolean",
+        );
+        refuse(
+            "policy = \"static\"\npolicy_options = { cores_per_runtime = 0 }",
+            &[],
+            "cores_per_runtime = \"0\": expected a core count",
+        );
     }
 
     #[test]

@@ -225,6 +225,7 @@ fn start(mut config: Config) -> Result<(), String> {
     let settings = PolicySettings {
         preemption_timeout: Some(config.preemption_timeout_us * 1000),
         share_quantum: config.share_quantum_us * 1000,
+        options: config.policy_options.clone(),
     };
     let alloc =
         corral_policy::build(&config.policy, topology, &settings).map_err(|e| e.to_string())?;
@@ -247,7 +248,7 @@ fn start(mut config: Config) -> Result<(), String> {
         .map_err(|e| format!("cannot listen on {}: {e}", config.socket.display()))?;
     info!(
         "iokerneld {} (pid {}) on CPU {}, managing CPUs {}; spare CPUs {}; socket {}; \
-         policy {}, interval {} us, preemption timeout {} us, share quantum {} us, \
+         policy {}{}, interval {} us, preemption timeout {} us, share quantum {} us, \
          control poll {} us",
         env!("CARGO_PKG_VERSION"),
         std::process::id(),
@@ -260,6 +261,11 @@ fn start(mut config: Config) -> Result<(), String> {
         },
         config.socket.display(),
         config.policy,
+        config
+            .policy_options
+            .iter()
+            .map(|(k, v)| format!(" {k}={v}"))
+            .collect::<String>(),
         config.interval_us,
         config.preemption_timeout_us,
         config.share_quantum_us,

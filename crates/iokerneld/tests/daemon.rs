@@ -200,6 +200,15 @@ fn bad_settings_are_refused_naming_the_setting() {
         (&["--log-level", "loud"], "invalid log_level = \"loud\""),
         (&["--interval-us", "fast"], "--interval-us"),
         (&["--no-such-flag"], "--no-such-flag"),
+        (
+            &["--policy", "arachne", "--policy-option", "interval_us=0"],
+            "invalid policy_options = interval_us=0: policy \"arachne\" option interval_us = \"0\"",
+        ),
+        (
+            &["--policy-option", "interval_us=5000"],
+            "policy \"shenango\" has no option \"interval_us\"; its options: burst_sharing",
+        ),
+        (&["--policy-option", "burst_sharing"], "expected KEY=VALUE"),
     ];
     for (args, expected) in cases {
         let mut all = vec!["--socket", socket];
@@ -220,6 +229,10 @@ fn bad_settings_are_refused_naming_the_setting() {
         ("interval_us = -3\n", "invalid interval_us = -3"),
         ("interval_us = \"5\"\n", "interval_us"),
         ("log_level = \"chatty\"\n", "invalid log_level = \"chatty\""),
+        (
+            "policy = \"static\"\npolicy_options = { cores_per_runtime = -1 }\n",
+            "option cores_per_runtime = \"-1\": expected a core count",
+        ),
         ("core = [\n", "config file"),
     ];
     for (i, (toml, expected)) in files.iter().enumerate() {

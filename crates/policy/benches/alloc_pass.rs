@@ -51,6 +51,7 @@ impl Load {
             // 1 ms in nanoseconds, the policy's default.
             preemption_timeout: Some(1_000_000),
             share_quantum: corral_policy::policies::shenango::DEFAULT_SHARE_QUANTUM,
+            options: Vec::new(),
         };
         let mut alloc = corral_policy::build("shenango", topology, &settings).unwrap();
         let guaranteed_each = (cores / runtime_count / 2).min(2) as u16;

@@ -31,7 +31,10 @@ pub use ids::{CoreId, KthreadIndex, RuntimeId};
 pub use policies::arachne::{Arachne, ArachneConfig};
 pub use policies::shenango::{BurstSharing, Shenango, ShenangoConfig};
 pub use policies::static_cores::{Static, StaticConfig};
-pub use policies::{PolicyEntry, PolicySettings, UnknownPolicy, build};
+pub use policies::{
+    OptionError, PolicyEntry, PolicyError, PolicySettings, UnknownPolicy, build, check,
+    parse_option,
+};
 pub use queues::{
     KthreadQueues, LastObservation, QueueFault, QueueKind, QueueSnapshot, check_counters,
     check_sweep,

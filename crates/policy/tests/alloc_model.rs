@@ -537,6 +537,7 @@ fn the_static_policy_keeps_the_contract_and_never_preempts() {
             let settings = corral_policy::PolicySettings {
                 preemption_timeout: Some(20_000),
                 share_quantum: 0,
+                options: Vec::new(),
             };
             (
                 corral_policy::build("static", topology, &settings).unwrap(),

@@ -86,6 +86,7 @@ impl SimConfig {
             settings: PolicySettings {
                 preemption_timeout: Some(10_000_000),
                 share_quantum: 1_000_000,
+                options: Vec::new(),
             },
             costs: Costs::measured(),
             cede: CedeMode::Signal,

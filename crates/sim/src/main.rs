@@ -115,6 +115,13 @@ struct Args {
     #[arg(long, default_value = "shenango", help = policy_help())]
     policy: String,
 
+    /// One of the policy's own options, `KEY=VALUE`, as iokerneld's `--policy-option`; repeat
+    /// for more. `arachne`: `scale_up_load_factor`, `scale_down_hysteresis`, `interval_us`;
+    /// `shenango`: `burst_sharing` (`balanced` or `any-bursting`); `static`:
+    /// `cores_per_runtime`.
+    #[arg(long = "policy-option", value_name = "KEY=VALUE")]
+    policy_options: Vec<String>,
+
     /// Cost set: `measured` (this machine class's corral-bench-iokernel figures of
     /// 2026-11-23), `paper` (the Shenango paper's, NSDI '19 §3-§5), `zero`, or the path of a
     /// `corral-bench-iokernel --json` output (its stdout, or just its JSON line), whose
@@ -377,6 +384,15 @@ fn run(mut args: Args) -> Result<(), String> {
             preemption_timeout: (args.preemption_timeout_us > 0)
                 .then(|| args.preemption_timeout_us * 1_000),
             share_quantum: args.share_quantum_us * 1_000,
+            options: args
+                .policy_options
+                .iter()
+                .map(|pair| {
+                    corral_policy::parse_option(pair).ok_or_else(|| {
+                        format!("invalid --policy-option {pair:?}: expected KEY=VALUE")
+                    })
+                })
+                .collect::<Result<_, _>>()?,
         },
         costs: costs.clone(),
         cede,
@@ -388,10 +404,16 @@ fn run(mut args: Args) -> Result<(), String> {
         seed: args.seed,
         audit: args.audit,
     };
+    corral_policy::check(&base.policy, &base.settings).map_err(|e| e.to_string())?;
     println!(
-        "policy {}, {} cores{}, {} latency-critical runtime(s) (guaranteed {}, max {}), {} batch \
-         runtime(s) (guaranteed {}, max {}), service {}, {} s per point, seed {}, cede {:?}",
+        "policy {}{}, {} cores{}, {} latency-critical runtime(s) (guaranteed {}, max {}), {} \
+         batch runtime(s) (guaranteed {}, max {}), service {}, {} s per point, seed {}, cede {:?}",
         args.policy,
+        base.settings
+            .options
+            .iter()
+            .map(|(k, v)| format!(" {k}={v}"))
+            .collect::<String>(),
         args.cores,
         if args.hyperthreads {
             " (hyperthread pairs)"

@@ -184,6 +184,31 @@ fn the_arachne_policy_scales_on_its_interval_and_completes_every_request_once() 
     assert!(batch_cores(155_000_000) >= 2, "{:?}", result.series);
 }
 
+#[test]
+fn a_shorter_arachne_interval_decides_sooner() {
+    // With its interval at 5 ms the estimator has decided several times by 40 ms, where the
+    // 50 ms default has not decided once.
+    let mut config = SimConfig {
+        policy: "arachne".into(),
+        duration_ns: 45_000_000,
+        ..small(4, 1, 1, 0.4)
+    };
+    config.settings.options = vec![("interval_us".into(), "5000".into())];
+    let result = run_point(config).unwrap();
+    assert_eq!((result.arrived, result.unfinished), (result.completed, 0));
+    let batch_at_40ms = result
+        .series
+        .iter()
+        .find(|sample| sample.t_ns >= 40_000_000)
+        .map_or(0, |sample| sample.batch_cores);
+    assert!(batch_at_40ms >= 2, "{:?}", result.series);
+    let mut bad = small(4, 1, 1, 0.4);
+    bad.policy = "arachne".into();
+    bad.settings.options = vec![("interval_us".into(), "0".into())];
+    let err = run_point(bad).unwrap_err();
+    assert!(err.contains("interval_us"), "{err}");
+}
+
 fn runtime(kind: RuntimeKind, guaranteed: u16, max: u16) -> RuntimeConfig {
     RuntimeConfig {
         kind,

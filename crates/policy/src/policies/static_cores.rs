@@ -22,8 +22,20 @@ use crate::{
 pub const ENTRY: PolicyEntry = PolicyEntry {
     name: "static",
     summary: "each runtime holds a fixed set of cores (its guarantee), never reallocated",
-    build: |topology, _settings: &PolicySettings| {
-        Box::new(Static::new(topology, StaticConfig::default()))
+    options: &[(
+        "cores_per_runtime",
+        "cores dedicated to every runtime, capped at its maximum; default: its guarantee",
+    )],
+    build: |topology, settings: &PolicySettings| {
+        let cores_per_runtime = settings.parsed(
+            "cores_per_runtime",
+            "a core count from 1 to 65535",
+            |n: &u16| *n >= 1,
+        )?;
+        Ok(Box::new(Static::new(
+            topology,
+            StaticConfig { cores_per_runtime },
+        )))
     },
 };
 

@@ -74,15 +74,46 @@ use estimator::{Estimator, Thresholds, Verdict};
 pub const ENTRY: PolicyEntry = PolicyEntry {
     name: "arachne",
     summary: "Arachne's core estimator: a core more or less per runtime every 50 ms, on load factor and utilization",
+    options: &[
+        (
+            "scale_up_load_factor",
+            "runnable items per owned core, averaged over an interval, that adds a core; default 1.5",
+        ),
+        (
+            "scale_down_hysteresis",
+            "cores of utilization below the last scale-up's that take one away; default 0.09",
+        ),
+        (
+            "interval_us",
+            "microseconds the estimator averages over before each decision; default 50000",
+        ),
+    ],
     build: |topology, settings: &PolicySettings| {
-        Box::new(Arachne::new(
-            topology,
-            ArachneConfig {
-                preemption_timeout: settings.preemption_timeout,
-                share_quantum: settings.share_quantum,
-                ..ArachneConfig::default()
-            },
-        ))
+        let defaults = ArachneConfig::default();
+        let config = ArachneConfig {
+            scale_up_load_factor: settings
+                .parsed("scale_up_load_factor", "a number above 0", |x: &f64| {
+                    x.is_finite() && *x > 0.0
+                })?
+                .unwrap_or(defaults.scale_up_load_factor),
+            scale_down_hysteresis: settings
+                .parsed(
+                    "scale_down_hysteresis",
+                    "a number of cores, 0 or more",
+                    |x: &f64| x.is_finite() && *x >= 0.0,
+                )?
+                .unwrap_or(defaults.scale_down_hysteresis),
+            interval: settings
+                .parsed(
+                    "interval_us",
+                    "microseconds from 1 to 10000000",
+                    |x: &u64| (1..=10_000_000).contains(x),
+                )?
+                .map_or(defaults.interval, |us| us * 1000),
+            preemption_timeout: settings.preemption_timeout,
+            share_quantum: settings.share_quantum,
+        };
+        Ok(Box::new(Arachne::new(topology, config)))
     },
 };
 

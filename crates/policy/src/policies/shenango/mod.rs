@@ -67,7 +67,7 @@ mod transitions;
 #[cfg(test)]
 mod tests;
 
-use super::{PolicyEntry, PolicySettings};
+use super::{OptionError, PolicyEntry, PolicySettings};
 use crate::queues::{self, KthreadQueues, QueueKind};
 use crate::spec::check_cores_fit;
 use crate::{
@@ -82,15 +82,31 @@ use records::RuntimeRecord;
 pub const ENTRY: PolicyEntry = PolicyEntry {
     name: "shenango",
     summary: "Shenango's congestion-driven allocation, one core per congested runtime per pass",
+    options: &[(
+        "burst_sharing",
+        "which bursting runtimes a runtime at or above its guarantee may take a core from: \
+         balanced (only one left bursting at least as much; the default) or any-bursting (the paper's)",
+    )],
     build: |topology, settings: &PolicySettings| {
-        Box::new(Shenango::new(
+        let burst_sharing = match settings.option("burst_sharing").map(str::trim) {
+            None | Some("balanced") => BurstSharing::Balanced,
+            Some("any-bursting") => BurstSharing::AnyBursting,
+            Some(other) => {
+                return Err(OptionError {
+                    key: "burst_sharing".into(),
+                    value: other.into(),
+                    expected: "balanced or any-bursting".into(),
+                });
+            }
+        };
+        Ok(Box::new(Shenango::new(
             topology,
             ShenangoConfig {
+                burst_sharing,
                 preemption_timeout: settings.preemption_timeout,
                 share_quantum: settings.share_quantum,
-                ..ShenangoConfig::default()
             },
-        ))
+        )))
     },
 };
 
