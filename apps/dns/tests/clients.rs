@@ -1,11 +1,12 @@
 //! Real DNS clients against corral-dns: `dig` (and `kdig` where installed) over UDP and TCP,
-//! and a small answer that truncates over UDP and comes whole over TCP, as a resolver retries.
+//! and a small answer that truncates over UDP and comes whole over TCP, as a resolver retries;
+//! dnspython, a resolver library, through its own parser (`dnspython_check.py`).
 
 mod common;
 
 use std::process::Command;
 
-use common::{dig, dig_answers_over_udp_and_tcp, start_corral_dns};
+use common::{dig, dig_answers_over_udp_and_tcp, dnspython_checks, start_corral_dns};
 
 #[test]
 fn dig_answers_over_udp_and_tcp_and_retries_truncated_answers_over_tcp() {
@@ -37,6 +38,12 @@ fn kdig_answers_when_installed() {
             "128 iodef \"mailto:security@example.com\""
         ]
     );
+}
+
+#[test]
+fn dnspython_reads_every_kind_of_answer() {
+    let s = start_corral_dns(&[]);
+    dnspython_checks(s.addr());
 }
 
 #[test]

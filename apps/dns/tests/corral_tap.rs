@@ -1,5 +1,6 @@
 //! corral-dns on Corral's runtime, behind iokerneld and a TAP device, queried from Linux: `dig`
-//! over UDP and TCP (and a truncated answer that dig retries over TCP by itself), and a slice of
+//! over UDP and TCP (and a truncated answer that dig retries over TCP by itself), dnspython's
+//! checks, and a slice of
 //! the differential stream compared with NSD's answers on Linux sockets, with the same
 //! intentional differences as `differential.rs`.
 
@@ -9,14 +10,15 @@ mod tap;
 use std::net::SocketAddr;
 
 use common::diff::{compare, env_or};
-use common::{dig_answers_over_udp_and_tcp, start_nsd};
+use common::{dig_answers_over_udp_and_tcp, dnspython_checks, start_nsd};
 use tap::{TapDns, serial};
 
 #[test]
-fn dig_answers_corral_dns_over_tap_on_udp_and_tcp() {
+fn dig_and_dnspython_get_corral_dns_answers_over_tap_on_udp_and_tcp() {
     let _serial = serial();
     let mut dns = TapDns::start(1, &[]);
     dig_answers_over_udp_and_tcp(SocketAddr::V4(dns.addr()));
+    dnspython_checks(SocketAddr::V4(dns.addr()));
     let c = dns.settled_counters();
     // dig's queries arrived by both transports; the retried one over TCP was the truncated one.
     assert!(c.get("udp_queries") >= 4, "{c:?}");

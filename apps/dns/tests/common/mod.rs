@@ -291,6 +291,27 @@ pub fn dig(tool: &str, server: SocketAddr, args: &[&str]) -> String {
     text
 }
 
+/// `tests/dnspython_check.py` against the server at `addr`: dnspython, a resolver library,
+/// asks each kind of question and reads every answer through its own parser.
+pub fn dnspython_checks(addr: SocketAddr) {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/dnspython_check.py");
+    // Debian's interpreter, where python3-dnspython is installed (scripts/setup.sh).
+    let out = Command::new("/usr/bin/python3")
+        .arg(script)
+        .args([addr.ip().to_string(), addr.port().to_string()])
+        .output()
+        .expect("run /usr/bin/python3 (scripts/setup.sh installs python3-dnspython)");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && text.contains("all checks passed"),
+        "dnspython_check.py against {addr}:\n{text}"
+    );
+}
+
 /// `dig` over UDP and TCP, an NXDOMAIN, and an answer too big for 512 bytes that dig retries
 /// over TCP by itself (and, told not to, shows truncated).
 pub fn dig_answers_over_udp_and_tcp(server: SocketAddr) {
