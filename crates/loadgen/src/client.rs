@@ -175,11 +175,7 @@ pub fn run(cfg: &ClientConfig) -> io::Result<Summary> {
     let resp_rec = received?;
     drop(sockets);
     Ok(summarize(
-        &RunInfo {
-            target_rps: cfg.schedule.rate_rps,
-            duration_ns: cfg.schedule.duration_ns,
-            scheduled,
-        },
+        &RunInfo::of(&cfg.schedule, scheduled),
         &send_rec,
         &resp_rec,
         &cfg.policy,

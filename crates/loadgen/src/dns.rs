@@ -323,11 +323,7 @@ pub fn run(cfg: &DnsClientConfig, mix: &QueryMix) -> io::Result<DnsReport> {
     let (resp_rec, counts) = received?;
     Ok(DnsReport {
         summary: summarize(
-            &RunInfo {
-                target_rps: cfg.schedule.rate_rps,
-                duration_ns: cfg.schedule.duration_ns,
-                scheduled,
-            },
+            &RunInfo::of(&cfg.schedule, scheduled),
             &send_rec,
             &resp_rec,
             &cfg.policy,

@@ -218,11 +218,7 @@ pub fn run(cfg: &KvClientConfig) -> io::Result<KvReport> {
         checks.merge(&c);
     }
     let summary = summarize(
-        &RunInfo {
-            target_rps: cfg.schedule.rate_rps,
-            duration_ns: cfg.schedule.duration_ns,
-            scheduled,
-        },
+        &RunInfo::of(&cfg.schedule, scheduled),
         &send,
         &resp,
         &cfg.policy,

@@ -340,6 +340,17 @@ pub struct RunInfo {
     pub scheduled: u64,
 }
 
+impl RunInfo {
+    /// A run of `schedule` that produced `scheduled` requests.
+    pub fn of(schedule: &ScheduleConfig, scheduled: u64) -> RunInfo {
+        RunInfo {
+            target_rps: schedule.rate_rps,
+            duration_ns: schedule.duration_ns,
+            scheduled,
+        }
+    }
+}
+
 /// When a generator is judged to have fallen behind its schedule.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AdherencePolicy {
@@ -539,14 +550,6 @@ mod tests {
         assert!(within(h.max(), HIST_HIGH_NS, 0.001));
     }
 
-    fn run_info(cfg: &ScheduleConfig, scheduled: u64) -> RunInfo {
-        RunInfo {
-            target_rps: cfg.rate_rps,
-            duration_ns: cfg.duration_ns,
-            scheduled,
-        }
-    }
-
     #[test]
     fn latency_is_measured_from_the_scheduled_time_and_includes_lateness() {
         // Constant 1000/s for 1 s; every request goes out 50 us late and the server takes
@@ -565,7 +568,7 @@ mod tests {
             assert_eq!(out, Outcome::Matched { latency_ns: 70_000 });
             n += 1;
         }
-        let s = rec.summary(&run_info(&cfg, n), &AdherencePolicy::default());
+        let s = rec.summary(&RunInfo::of(&cfg, n), &AdherencePolicy::default());
         assert!(within(s.latency.p50_ns, 70_000, 0.001), "{s:?}");
         assert!(within(s.latency.max_ns, 70_000, 0.001), "{s:?}");
         assert!(within(s.lateness.p99_ns, 50_000, 0.001), "{s:?}");
@@ -586,7 +589,7 @@ mod tests {
                 .record_response(r.id, r.send_ns, r.send_ns + 10_000);
             n += 1;
         }
-        let s = rec.summary(&run_info(&cfg, n), &AdherencePolicy::default());
+        let s = rec.summary(&RunInfo::of(&cfg, n), &AdherencePolicy::default());
         assert!(!s.fell_behind, "{s:?}");
         assert!((s.sent_rps / s.offered_rps - 1.0).abs() < 1e-9);
         assert!((s.achieved_rps / s.offered_rps - 1.0).abs() < 1e-9);
@@ -607,7 +610,7 @@ mod tests {
         }
         let resp = ResponseRecorder::for_schedule(&cfg);
         let s = summarize(
-            &run_info(&cfg, n),
+            &RunInfo::of(&cfg, n),
             &send,
             &resp,
             &AdherencePolicy::default(),
@@ -675,7 +678,7 @@ mod tests {
         assert!(!rec.responses.is_answered(510));
         assert!(rec.responses.is_answered(511));
 
-        let s = rec.summary(&run_info(&cfg, n), &AdherencePolicy::default());
+        let s = rec.summary(&RunInfo::of(&cfg, n), &AdherencePolicy::default());
         assert_eq!(s.sent, 1000);
         assert_eq!(s.lost, 100);
         assert_eq!(s.matched, 900);
@@ -722,7 +725,7 @@ mod tests {
         let [mut a, b] = parts;
         a.send.merge(&b.send);
         a.responses.merge(&b.responses);
-        let info = run_info(&cfg, n);
+        let info = RunInfo::of(&cfg, n);
         let policy = AdherencePolicy::default();
         assert_eq!(a.summary(&info, &policy), one.summary(&info, &policy));
         assert!(a.responses.is_answered(7) && !a.responses.is_answered(10));

@@ -3,6 +3,7 @@
 //! machine-wide shield in place), a directory of its own for the control socket and the logs,
 //! and both processes killed, and the directory removed, on drop.
 
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, MutexGuard};
@@ -47,6 +48,41 @@ pub fn rss_bytes(pid: u32) -> usize {
         .and_then(|k| k.parse().ok())
         .expect("VmRSS in kB");
     kb * 1024
+}
+
+/// A TAP device and subnet of one test's own: the device `<prefix><pid>t<test>` and the subnet
+/// `10.<octet_base + pid % 10>.<test>.0/24`, Linux's side at `.1` and the server at `.2`.
+/// Each test binary family takes its own second-octet range, so that test binaries run at the
+/// same time (two checkouts on one machine) never hold one host address twice.
+pub struct TapSubnet {
+    pub tap: String,
+    /// Linux's side, `a.b.c.1/24`, as iokerneld's `--host-ip` takes it.
+    pub host_cidr: String,
+    pub server: Ipv4Addr,
+}
+
+impl TapSubnet {
+    pub fn for_test(prefix: &str, octet_base: u8, test: u8) -> TapSubnet {
+        let pid = std::process::id();
+        let second = octet_base + (pid % 10) as u8;
+        TapSubnet {
+            tap: format!("{prefix}{}t{test}", pid % 10_000),
+            host_cidr: format!("10.{second}.{test}.1/24"),
+            server: Ipv4Addr::new(10, second, test, 2),
+        }
+    }
+
+    /// iokerneld's flags for this device.
+    pub fn nic_args(&self) -> [&str; 6] {
+        [
+            "--nic",
+            "tap",
+            "--tap-name",
+            &self.tap,
+            "--host-ip",
+            &self.host_cidr,
+        ]
+    }
 }
 
 /// iokerneld and, once started, one server registered with it.

@@ -15,7 +15,7 @@
 
 mod behind;
 
-pub use behind::{Behind, rss_bytes, serial, sibling_binary};
+pub use behind::{Behind, TapSubnet, rss_bytes, serial, sibling_binary};
 
 use std::collections::HashSet;
 use std::net::{TcpListener, UdpSocket};

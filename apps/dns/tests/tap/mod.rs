@@ -19,8 +19,8 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use corral_testserver::Behind;
 pub use corral_testserver::serial;
+use corral_testserver::{Behind, TapSubnet};
 
 use crate::common::{ZONES, zones_dir};
 
@@ -46,13 +46,13 @@ impl TapDns {
     /// `test` (unique within this binary), with `extra` flags for corral-dns; returns once the
     /// server accepts a TCP connection from Linux.
     pub fn start(test: u8, extra: &[&str]) -> TapDns {
-        let pid = std::process::id();
-        let tap = format!("cdns{}t{test}", pid % 10_000);
-        let subnet = [10, 150 + (pid % 10) as u8, test];
-        let host = format!("{}.{}.{}.1/24", subnet[0], subnet[1], subnet[2]);
-        let nic = ["--nic", "tap", "--tap-name", &tap, "--host-ip", &host];
-        let mut behind = Behind::start(iokerneld_binary(), &format!("dns-tap-{pid}-{test}"), &nic);
-        let ip = Ipv4Addr::new(subnet[0], subnet[1], subnet[2], 2);
+        let link = TapSubnet::for_test("cdns", 150, test);
+        let mut behind = Behind::start(
+            iokerneld_binary(),
+            &format!("dns-tap-{}-{test}", std::process::id()),
+            &link.nic_args(),
+        );
+        let (ip, tap) = (link.server, link.tap);
         let mut dns = Command::new(DNS);
         dns.current_dir(zones_dir())
             .args(["--runtime", "corral", "-l", &ip.to_string()])

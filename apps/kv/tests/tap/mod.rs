@@ -12,8 +12,8 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use corral_testserver::Behind;
 pub use corral_testserver::serial;
+use corral_testserver::{Behind, TapSubnet};
 
 pub const KV: &str = env!("CARGO_BIN_EXE_corral-kv");
 
@@ -35,13 +35,9 @@ impl TapKv {
     /// Starts iokerneld and corral-kv for test number `test` (unique within this binary), with
     /// `extra` flags for corral-kv; returns once the server accepts a TCP connection from Linux.
     pub fn start(test: u8, extra: &[&str]) -> TapKv {
-        let pid = std::process::id();
-        let tap = format!("ckv{}t{test}", pid % 10_000);
-        let subnet = [10, 140 + (pid % 10) as u8, test];
-        let host = format!("{}.{}.{}.1/24", subnet[0], subnet[1], subnet[2]);
-        let ip = Ipv4Addr::new(subnet[0], subnet[1], subnet[2], 2);
-        let nic = ["--nic", "tap", "--tap-name", &tap, "--host-ip", &host];
-        TapKv::launch(test, &tap, &nic, (ip, 24), extra, |addr| {
+        let link = TapSubnet::for_test("ckv", 140, test);
+        let nic = link.nic_args();
+        TapKv::launch(test, &link.tap, &nic, (link.server, 24), extra, |addr| {
             TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_ok()
         })
     }
