@@ -45,11 +45,30 @@ pub struct Costs {
     /// Per request (and per resumption of a preempted request): core time spent dispatching
     /// it (uthread creation and switch), not counted as useful work.
     pub dispatch: Cost,
+    /// Per request, once: core time the server's kthread spends on its packets (taking the
+    /// request off the ingress ring, the UDP receive, building and posting the reply), run
+    /// before the service and not counted as useful work. Zero for work made locally.
+    pub net_core: Cost,
+    /// Per request: time on the packet path that no core of the runtime spends (the
+    /// request's way from the client to the ingress ring and the reply's way back), added to
+    /// its latency. Arrivals shifted by a constant leave an open-loop run's dynamics alone,
+    /// so the whole path is charged at the end.
+    pub net_latency: Cost,
 }
 
 /// The runtime's spin before park (`corral::Config::default().spin_before_park`), which the
 /// iokerneld benchmark reports but does not put in its JSON.
 pub const SPIN_BEFORE_PARK_NS: u64 = 2_000;
+
+/// The packet path of the demo's spin server alone on a spinning core, fed by iokerneld's
+/// generator with no work asked (`scripts/sim_validate.py`): net_core = 1 / capacity - dispatch,
+/// net_latency = the round trip at a low rate - 1 / capacity.
+const NET_CORE_NS: u64 = 1_288;
+const NET_LATENCY_NS: u64 = 1_017;
+const NET_SOURCE: &str = "the spin server alone on a spinning core, no work asked, under \
+    iokerneld's generator: round trip p50 2.77 us at 5,000/s (median of 3), capacity 570,036/s \
+    (1.75 us a request, of which dispatch 0.47), measured on this machine class: \
+    scripts/sim_validate.py, 2026-11-29 17:50 UTC, docs/benchmarks-history.md";
 
 /// The bench run the measured set comes from.
 const MEASURED: &str = "measured on this machine class: corral-bench-iokernel --handover local, \
@@ -67,6 +86,8 @@ impl Costs {
             park: zero(),
             handover: zero(),
             dispatch: zero(),
+            net_core: zero(),
+            net_latency: zero(),
         }
     }
 
@@ -105,6 +126,8 @@ impl Costs {
                 "spawn_join 465.7 ns (a uthread per request), measured on this machine class: \
                  corral-bench-threading, 2026-11-22 02:29 UTC, docs/benchmarks-history.md",
             ),
+            net_core: Cost::new(NET_CORE_NS, NET_SOURCE),
+            net_latency: Cost::new(NET_LATENCY_NS, NET_SOURCE),
         }
     }
 
@@ -140,6 +163,14 @@ impl Costs {
                 466,
                 "not in the paper's text; this machine class's spawn_join (corral-bench-threading)",
             ),
+            net_core: Cost::new(
+                0,
+                "not in the paper's text (its Figure 1 workload is made locally); --cost net_core=NS",
+            ),
+            net_latency: Cost::new(
+                0,
+                "not in the paper's text (its Figure 1 workload is made locally); --cost net_latency=NS",
+            ),
         }
     }
 
@@ -153,8 +184,8 @@ impl Costs {
     /// * handover = `preempt_ns` - `preempt_signal_ns` - `preempt_park_ns` - `preempt_wake_ns`
     ///   (at least 0)
     ///
-    /// The interval and dispatch costs are not measured there and keep the measured set's
-    /// values. `text` may be the benchmark's whole stdout: the JSON is its last line that
+    /// The interval, dispatch and network costs are not measured there and keep the measured
+    /// set's values. `text` may be the benchmark's whole stdout: the JSON is its last line that
     /// starts with `{`.
     pub fn from_bench_json(text: &str, file: &str) -> Result<Self, String> {
         let json_text = if serde_json::from_str::<serde_json::Value>(text).is_ok() {
@@ -211,11 +242,13 @@ impl Costs {
                 from("preempt_ns - preempt_signal_ns - preempt_park_ns - preempt_wake_ns"),
             ),
             dispatch: defaults.dispatch,
+            net_core: defaults.net_core,
+            net_latency: defaults.net_latency,
         })
     }
 
     /// (name, cost) for every cost, in a fixed order, for printing.
-    pub fn all(&self) -> [(&'static str, &Cost); 7] {
+    pub fn all(&self) -> [(&'static str, &Cost); 9] {
         [
             ("interval", &self.interval),
             ("grant", &self.grant),
@@ -224,6 +257,8 @@ impl Costs {
             ("park", &self.park),
             ("handover", &self.handover),
             ("dispatch", &self.dispatch),
+            ("net_core", &self.net_core),
+            ("net_latency", &self.net_latency),
         ]
     }
 
@@ -237,6 +272,8 @@ impl Costs {
             "park" => &mut self.park,
             "handover" => &mut self.handover,
             "dispatch" => &mut self.dispatch,
+            "net_core" => &mut self.net_core,
+            "net_latency" => &mut self.net_latency,
             _ => {
                 let names: Vec<&str> = self.all().iter().map(|(name, _)| *name).collect();
                 return Err(format!(
@@ -247,6 +284,20 @@ impl Costs {
         };
         *cost = Cost::new(ns, "set on the command line");
         Ok(())
+    }
+
+    /// The same costs for work made inside the runtime, with no packets: the network costs
+    /// zeroed, saying why.
+    pub fn without_network(mut self) -> Self {
+        let local = |name: &str| {
+            Cost::new(
+                0,
+                format!("{name}: none, the requests are made inside the runtime"),
+            )
+        };
+        self.net_core = local("net_core");
+        self.net_latency = local("net_latency");
+        self
     }
 }
 
@@ -286,12 +337,22 @@ mod tests {
 
     #[test]
     fn every_set_has_a_source_for_every_cost_and_no_zero_mechanism_costs() {
-        for costs in [Costs::measured(), Costs::paper()] {
+        for (set, costs) in [("measured", Costs::measured()), ("paper", Costs::paper())] {
             for (name, cost) in costs.all() {
-                assert!(!cost.source.is_empty(), "{name}");
-                assert!(cost.ns > 0, "{name}");
+                assert!(!cost.source.is_empty(), "{set} {name}");
+                // The paper gives no packet-path figure; its Figure 1 has no packets.
+                let unstated = set == "paper" && name.starts_with("net_");
+                assert_eq!(cost.ns > 0, !unstated, "{set} {name}");
             }
         }
+    }
+
+    #[test]
+    fn local_work_has_no_network_costs_and_says_so() {
+        let costs = Costs::measured().without_network();
+        assert_eq!((costs.net_core.ns, costs.net_latency.ns), (0, 0));
+        assert!(costs.net_core.source.contains("inside the runtime"));
+        assert_eq!(costs.grant, Costs::measured().grant);
     }
 
     #[test]

@@ -75,6 +75,8 @@ struct Charges {
     park: u64,
     handover: u64,
     dispatch: u64,
+    net_core: u64,
+    net_latency: u64,
 }
 
 /// One run in progress. Build it with [`Sim::new`], run it with [`Sim::run`].
@@ -152,6 +154,8 @@ impl Sim {
             park: costs.park.ns,
             handover: costs.handover.ns,
             dispatch: costs.dispatch.ns,
+            net_core: costs.net_core.ns,
+            net_latency: costs.net_latency.ns,
         };
         Ok(Self {
             charges,
@@ -235,9 +239,15 @@ impl Sim {
         // Requests still running at the end ran up to the window's end as well.
         for runtime in &self.runtimes {
             for kthread in &runtime.kthreads {
-                if let Run::Busy { started, .. } = kthread.run {
-                    self.metrics
-                        .useful(started + self.charges.dispatch, window.max(started));
+                if let Run::Busy {
+                    started, request, ..
+                } = kthread.run
+                {
+                    let overhead = self.requests.get(request).overhead;
+                    self.metrics.useful(
+                        started + self.charges.dispatch + overhead,
+                        window.max(started),
+                    );
                 }
             }
         }
@@ -363,7 +373,9 @@ impl Sim {
 
     fn arrival(&mut self, index: usize) -> Result<(), String> {
         let service = u64::from(self.config.service.sample(&mut self.rng));
-        let request = self.requests.arrive(self.now, service);
+        let request = self
+            .requests
+            .arrive(self.now, self.charges.net_core, service);
         self.metrics.arrived += 1;
         let runtime = &mut self.runtimes[index];
         let target = match runtime.active.len() {
@@ -427,8 +439,9 @@ impl Sim {
         }
         let done = self.requests.complete(request)?;
         self.metrics
-            .useful(started + self.charges.dispatch, self.now);
-        self.metrics.record_latency(self.now - done.arrival);
+            .useful(started + self.charges.dispatch + done.overhead, self.now);
+        self.metrics
+            .record_latency(self.now - done.arrival + self.charges.net_latency);
         self.start_next(index, kthread);
         Ok(())
     }
@@ -471,7 +484,8 @@ impl Sim {
                     request,
                     started: self.now,
                 };
-                let ends = self.now + self.charges.dispatch + self.requests.get(request).remaining;
+                let r = self.requests.get(request);
+                let ends = self.now + self.charges.dispatch + r.overhead + r.remaining;
                 self.events.schedule(
                     ends,
                     Event::Complete {
@@ -536,12 +550,12 @@ impl Sim {
             request, started, ..
         } = kt.run
         {
-            let service_start = started + self.charges.dispatch;
             let request_state = self.requests.get_mut(request);
-            let done = self
-                .now
-                .saturating_sub(service_start)
-                .min(request_state.remaining);
+            let ran = self.now.saturating_sub(started + self.charges.dispatch);
+            let overhead_done = ran.min(request_state.overhead);
+            let service_start = started + self.charges.dispatch + request_state.overhead;
+            let done = (ran - overhead_done).min(request_state.remaining);
+            request_state.overhead -= overhead_done;
             request_state.remaining -= done;
             self.metrics.useful(service_start, service_start + done);
             kt.run_queue.push(request);

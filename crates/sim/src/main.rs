@@ -123,12 +123,14 @@ struct Args {
     policy_options: Vec<String>,
 
     /// Cost set: `measured` (this machine class's corral-bench-iokernel figures of
-    /// 2026-11-23), `paper` (the Shenango paper's, NSDI '19 §3-§5), `zero`, or the path of a
+    /// 2026-11-23, and the demo spin server's packet path measured by
+    /// scripts/sim_validate.py), `paper` (the Shenango paper's, NSDI '19 §3-§5), `zero`, or the path of a
     /// `corral-bench-iokernel --json` output (its stdout, or just its JSON line), whose
     /// per-repetition medians give grant = wake_ns, preempt = preempt_signal_ns +
     /// preempt_park_ns, cede = coop_preempt_ns - wake_ns, park = 2 us spin + preempt_park_ns,
-    /// handover = preempt_ns - preempt_signal_ns - preempt_park_ns - preempt_wake_ns (interval
-    /// and dispatch keep the measured set's values).
+    /// handover = preempt_ns - preempt_signal_ns - preempt_park_ns - preempt_wake_ns (interval,
+    /// dispatch, net_core and net_latency keep the measured set's values). The paper's set has
+    /// no packet-path costs: its Figure 1 makes its requests locally.
     #[arg(long, default_value = "measured")]
     costs: String,
 
@@ -136,7 +138,10 @@ struct Args {
     /// passes), grant (wake decision to kthread running), preempt (signal decision to the
     /// victim's park seen), cede (the same, cooperative), park (a kthread with no work holds its
     /// core this long before its park is seen), handover (extra before running on a core
-    /// another runtime used last), dispatch (core time per request not counted as useful).
+    /// another runtime used last), dispatch (core time per request not counted as useful),
+    /// net_core (core time per request on its packets, once, not counted as useful),
+    /// net_latency (time per request on the packet path off the runtime's cores, added to its
+    /// latency).
     #[arg(long = "cost", value_name = "NAME=NS")]
     cost_overrides: Vec<String>,
 
@@ -287,7 +292,8 @@ fn run_figure1(args: Figure1Args) -> Result<(), String> {
             .unwrap_or_else(|| Figure1Config::default_loads(args.max_cores)),
         max_cores: args.max_cores,
         bound,
-        costs: cost_set(&args.costs)?,
+        // The figure's requests are made inside the runtime: no packets.
+        costs: cost_set(&args.costs)?.without_network(),
         batch_runtimes: args.batch,
         duration_ns: secs_to_ns(args.seconds, "--seconds")?,
         seed: args.seed,

@@ -14,7 +14,7 @@ pub fn costs_table(costs: &Costs) -> String {
     for (name, cost) in costs.all() {
         let _ = writeln!(
             out,
-            "  {name:<9} {:>9.2} us  {}",
+            "  {name:<11} {:>9.2} us  {}",
             cost.ns as f64 / 1e3,
             cost.source
         );
@@ -142,7 +142,7 @@ mod tests {
         assert!(csv.lines().all(|line| line.split(',').count() == columns));
         assert_eq!(series_csv(&points).lines().count(), 1);
         let costs = Costs::measured();
-        assert_eq!(costs_table(&costs).lines().count(), 8);
+        assert_eq!(costs_table(&costs).lines().count(), costs.all().len() + 1);
         let text = json(&Report {
             policy: "shenango",
             cores: 2,

@@ -6,6 +6,9 @@
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Request {
     pub arrival: u64,
+    /// Network processing (receiving it, sending its reply) still to run, ns: core time, run
+    /// before the service, not useful work.
+    pub overhead: u64,
     /// Service time still to run, ns.
     pub remaining: u64,
     live: bool,
@@ -23,10 +26,12 @@ impl Requests {
         Self::default()
     }
 
-    /// A new live request; returns its slot.
-    pub fn arrive(&mut self, arrival: u64, service: u64) -> u32 {
+    /// A new live request with `overhead` ns of network processing before `service` ns of
+    /// work; returns its slot.
+    pub fn arrive(&mut self, arrival: u64, overhead: u64, service: u64) -> u32 {
         let request = Request {
             arrival,
+            overhead,
             remaining: service,
             live: true,
         };
@@ -78,12 +83,12 @@ mod tests {
     #[test]
     fn slots_are_reused_and_complete_once() {
         let mut requests = Requests::new();
-        let a = requests.arrive(1, 10);
-        let b = requests.arrive(2, 20);
+        let a = requests.arrive(1, 0, 10);
+        let b = requests.arrive(2, 0, 20);
         assert_eq!(requests.live(), 2);
         assert_eq!(requests.complete(a).unwrap().arrival, 1);
         assert!(requests.complete(a).is_err());
-        let c = requests.arrive(3, 30);
+        let c = requests.arrive(3, 0, 30);
         assert_eq!(c, a);
         assert_eq!(requests.get(b).remaining, 20);
         assert_eq!(requests.live(), 2);

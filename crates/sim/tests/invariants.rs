@@ -48,6 +48,9 @@ fn audited_runs_find_no_double_booking_under_every_cost_set_and_cede_mode() {
 fn overdue_preemptions_take_the_kthread_off_and_keep_the_books() {
     // A signal takes 21.92 us to act, far past a 1 us timeout: every preemption goes overdue.
     let mut config = small(4, 2, 2, 0.6);
+    // No packet costs: with them this load is more than the cores the two latency-critical
+    // runtimes can win from the batch ones, so they never give a core back to be preempted.
+    config.costs = Costs::measured().without_network();
     config.settings.preemption_timeout = Some(1_000);
     let result = run_point(config).unwrap();
     assert!(result.preemptions > 0, "{result:?}");
@@ -88,6 +91,46 @@ fn a_lone_request_waits_exactly_the_grant_and_dispatch_costs() {
     assert!(
         result.p50_ns.abs_diff(expected) <= expected / 500,
         "{result:?}"
+    );
+}
+
+#[test]
+fn a_lone_request_pays_its_packets_on_the_core_and_its_path_off_it() {
+    // As above, plus the packet path: net_core runs on the core before the service (core time
+    // held, not useful work), net_latency is off every core and only adds to the latency.
+    let lone = |net_core: u64, net_latency: u64| {
+        let mut costs = Costs::zero();
+        costs.set("grant", 4_000).unwrap();
+        costs.set("dispatch", 500).unwrap();
+        costs.set("net_core", net_core).unwrap();
+        costs.set("net_latency", net_latency).unwrap();
+        run_point(SimConfig {
+            costs,
+            service: ServiceDist::Constant { ns: 10_000 },
+            duration_ns: 20_000_000,
+            ..small(1, 1, 0, 0.01)
+        })
+        .unwrap()
+    };
+    let bare = lone(0, 0);
+    let with_path = lone(1_500, 6_000);
+    let expected = 4_000 + 500 + 1_500 + 10_000 + 6_000;
+    assert!(
+        with_path.p50_ns.abs_diff(expected) <= expected / 500,
+        "{with_path:?}"
+    );
+    assert_eq!(with_path.arrived, with_path.completed);
+    // The same requests (one seed), each holding the core 1.5 us longer for the same work.
+    assert_eq!(with_path.arrived, bare.arrived);
+    assert!(
+        with_path.efficiency < bare.efficiency,
+        "{with_path:?}\n{bare:?}"
+    );
+    let off_core_only = lone(0, 6_000);
+    assert_eq!(off_core_only.efficiency, bare.efficiency);
+    assert!(
+        off_core_only.p50_ns.abs_diff(bare.p50_ns + 6_000) <= 30,
+        "{off_core_only:?}"
     );
 }
 
