@@ -66,13 +66,12 @@ impl GenBackend {
         self.generator.start(&spec, mac)?;
         info!(
             "gen: run for pid {pid} started: {} phase(s) over {:.3} s against {target} \
-             (MAC {:02x?}), protocol {}, {} clients, {}-byte payloads, {} ms grace",
+             (MAC {:02x?}), protocol {}: {}, {} ms grace",
             spec.phases.len(),
             spec.duration_ns() as f64 / 1e9,
             mac,
             spec.protocol,
-            spec.clients,
-            spec.payload,
+            spec.workload(),
             spec.grace_ms
         );
         self.run = Some(Box::new(RunOwner {

@@ -38,43 +38,7 @@ pub fn play(args: &GenArgs, socket: Result<PathBuf, ExitCode>) -> ExitCode {
         0.0
     };
     let timeout = Duration::from_secs_f64(run_s + preload_s + 30.0);
-    let what = match spec.protocol {
-        Protocol::Spin => format!(
-            "{} clients, {} service, {} arrivals, {}-byte payloads",
-            spec.clients, spec.service, spec.arrivals, spec.payload
-        ),
-        Protocol::Dns => {
-            let (queries, edns) = spec
-                .dns
-                .as_ref()
-                .map_or((0, None), |d| (d.mix().map_or(0, |m| m.len()), d.edns));
-            format!(
-                "DNS from {} client ports, {} arrivals, {queries} queries in turn, {}",
-                spec.clients,
-                spec.arrivals,
-                edns.map_or("no EDNS".to_owned(), |b| format!("EDNS {b} bytes"))
-            )
-        }
-        Protocol::MemcacheTcp => {
-            let kv = &spec.kv;
-            format!(
-                "memcached over {} TCP connections, {} arrivals, {} keys of {} bytes, values of \
-                 {} bytes, {:.0}% gets, {} popularity, {}",
-                spec.clients,
-                spec.arrivals,
-                kv.keys,
-                kv.key_size,
-                kv.value_size,
-                kv.get_fraction * 100.0,
-                kv.popularity,
-                if spec.preload {
-                    "every key set first"
-                } else {
-                    "no preload"
-                }
-            )
-        }
-    };
+    let what = spec.workload();
     eprintln!(
         "iokerneld gen: {} phase(s) over {:.3} s against {} ({what})",
         spec.phases.len(),

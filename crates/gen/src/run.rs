@@ -271,6 +271,48 @@ fn unknown_keys(object: &Map<String, Value>, known: &[&str], at: &str) -> Result
 }
 
 impl GenSpec {
+    /// What each request is, for the log lines of a run: clients, arrivals and the protocol's
+    /// own settings.
+    pub fn workload(&self) -> String {
+        match self.protocol {
+            Protocol::Spin => format!(
+                "{} clients, {} service, {} arrivals, {}-byte payloads",
+                self.clients, self.service, self.arrivals, self.payload
+            ),
+            Protocol::Dns => {
+                let (queries, edns) = self
+                    .dns
+                    .as_ref()
+                    .map_or((0, None), |d| (d.mix().map_or(0, |m| m.len()), d.edns));
+                format!(
+                    "DNS from {} client ports, {} arrivals, {queries} queries in turn, {}",
+                    self.clients,
+                    self.arrivals,
+                    edns.map_or("no EDNS".to_owned(), |b| format!("EDNS {b} bytes"))
+                )
+            }
+            Protocol::MemcacheTcp => {
+                let kv = &self.kv;
+                format!(
+                    "memcached over {} TCP connections, {} arrivals, {} keys of {} bytes, values of \
+                     {} bytes, {:.0}% gets, {} popularity, {}",
+                    self.clients,
+                    self.arrivals,
+                    kv.keys,
+                    kv.key_size,
+                    kv.value_size,
+                    kv.get_fraction * 100.0,
+                    kv.popularity,
+                    if self.preload {
+                        "every key set first"
+                    } else {
+                        "no preload"
+                    }
+                )
+            }
+        }
+    }
+
     /// `target` with one phase and every other setting at its default.
     pub fn new(target: SocketAddrV4, phases: Vec<PhaseSpec>) -> Self {
         GenSpec {
