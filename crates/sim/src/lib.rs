@@ -18,6 +18,7 @@
 //! release build, this 2-vCPU machine class; see README.md).
 
 pub mod bound;
+pub mod compare;
 pub mod config;
 pub mod costs;
 pub mod events;

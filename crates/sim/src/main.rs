@@ -2,6 +2,8 @@
 //! latency, core usage and efficiency per load point. Parses arguments and prints; the
 //! simulation is the library's.
 
+mod compare_cli;
+mod compare_plot;
 mod plot;
 
 use std::path::PathBuf;
@@ -190,6 +192,11 @@ enum Command {
     /// efficiency and p99.9 (Shenango policy, one latency-critical runtime guaranteed 1 core).
     /// Writes DIR/figure1.csv, DIR/figure1.png and DIR/figure1.svg and prints a table.
     Figure1(Figure1Args),
+    /// The policies side by side at 16 and 64 cores: the paper's Figure 3 shape (latency-critical
+    /// load rising beside batch runtimes) and Figure 5 shape (a load burst and back), with
+    /// tables, CSV, JSON and plots in DIR.
+    #[command(after_long_help = compare_cli::AFTER_HELP)]
+    Compare(Box<compare_cli::CompareArgs>),
 }
 
 #[derive(clap::Args, Debug)]
@@ -477,7 +484,11 @@ fn run(mut args: Args) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
-    match run(Args::parse()) {
+    let mut args = Args::parse();
+    if let Some(Command::Compare(compare)) = args.command.take() {
+        return compare_cli::main(*compare);
+    }
+    match run(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("corral-sim: {e}");

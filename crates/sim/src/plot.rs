@@ -11,7 +11,7 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 /// The family name the font is registered under.
-const FAMILY: &str = "corral-sim";
+pub const FAMILY: &str = "corral-sim";
 const SIZE: (u32, u32) = (1000, 600);
 const BOUND_COLOR: RGBColor = RGBColor(31, 119, 180);
 const CORRAL_COLOR: RGBColor = RGBColor(214, 39, 40);
