@@ -9,7 +9,7 @@ use corral_sim::compare::{self, CompareConfig};
 use corral_sim::report;
 use corral_sim::{LoadSchedule, ServiceDist};
 
-use crate::{compare_plot, cost_set, plot, secs_to_ns};
+use crate::{compare_plot, cost_set, plot, secs_to_ns, with_overrides};
 
 /// What `--help` adds after the flags.
 pub const AFTER_HELP: &str = "\
@@ -80,6 +80,11 @@ pub struct CompareArgs {
     /// the main command's --costs). Printed with each cost's source.
     #[arg(long, default_value = "measured")]
     costs: String,
+
+    /// Override one cost of the set, NAME=NANOSECONDS, repeatable (the main command's --cost
+    /// lists the names).
+    #[arg(long = "cost", value_name = "NAME=NS")]
+    cost_overrides: Vec<String>,
 
     /// An option for one policy, `POLICY:KEY=VALUE` (e.g. `arachne:interval_us=5000`, the
     /// thesis's 5 ms estimator); repeat for more. The keys each policy takes are the main
@@ -185,7 +190,10 @@ fn config(args: &CompareArgs) -> Result<CompareConfig, String> {
         batch_runtimes: args.batch.clone(),
         lc_guaranteed,
         service: args.service,
-        costs: cost_set(&args.costs).map_err(|e| format!("--costs: {e}"))?,
+        costs: with_overrides(
+            cost_set(&args.costs).map_err(|e| format!("--costs: {e}"))?,
+            &args.cost_overrides,
+        )?,
         share_quantum_ns: args.share_quantum_us * 1_000,
         preemption_timeout_ns: (args.preemption_timeout_us > 0)
             .then(|| args.preemption_timeout_us * 1_000),

@@ -214,7 +214,9 @@ impl Sim {
             self.audit()?;
         }
         while let Some((at, event)) = self.events.pop() {
-            if (at >= window && self.requests.live() == 0) || at > stop {
+            // Events at the window's end are still handled, so that the series always has
+            // its last sample there, whether or not a request happens to be in flight.
+            if (at > window && self.requests.live() == 0) || at > stop {
                 break;
             }
             self.now = at;

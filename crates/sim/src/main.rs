@@ -334,8 +334,12 @@ fn run_figure1(args: Figure1Args) -> Result<(), String> {
 }
 
 fn costs(args: &Args) -> Result<Costs, String> {
-    let mut costs = cost_set(&args.costs)?;
-    for item in &args.cost_overrides {
+    with_overrides(cost_set(&args.costs)?, &args.cost_overrides)
+}
+
+/// `costs` with each `--cost NAME=NS` of `overrides` applied in order.
+fn with_overrides(mut costs: Costs, overrides: &[String]) -> Result<Costs, String> {
+    for item in overrides {
         let (name, ns) = item
             .split_once('=')
             .ok_or_else(|| format!("--cost {item}: expected NAME=NANOSECONDS"))?;

@@ -164,6 +164,8 @@ fn bad_input_is_refused_with_status_2_naming_the_flag() {
         (["--lc-guaranteed", "5"], "--lc-guaranteed"),
         (["--burst", "0s:0.5"], "--burst"),
         (["--policy-option", "arachne:nope=1"], "--policy-option"),
+        (["--cost", "net_core=x"], "--cost"),
+        (["--cost", "nonsense=1"], "net_latency"),
     ] {
         // The bad value replaces the good one, since a flag given twice is refused for that.
         let mut args: Vec<&str> = Vec::new();
