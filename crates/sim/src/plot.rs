@@ -66,7 +66,7 @@ where
         .fold(1.0_f64, f64::max)
         .ceil();
     let title = format!(
-        "CPU efficiency: 1 ms allocator bound (p{} <= {} us) vs Corral",
+        "CPU efficiency: 1 ms allocator bound (p{} <= {} us) vs Corral (hollow: p{0} over)",
         bound.quantile * 100.0,
         bound.latency_limit_ns / 1e3
     );
@@ -107,10 +107,13 @@ where
                 });
         }
     }
-    let mut series = |points: Vec<(f64, f64)>, color: RGBColor, label: String, radius: i32| {
+    // A point whose p99.9 misses the bound's limit is drawn hollow: its efficiency is not one
+    // that meets the limit.
+    let limit_us = bound.latency_limit_ns / 1e3;
+    let mut series = |points: Vec<(f64, f64, f64)>, color: RGBColor, label: String, radius: i32| {
         chart
             .draw_series(LineSeries::new(
-                points.iter().copied(),
+                points.iter().map(|&(x, y, _)| (x, y)),
                 color.stroke_width(2),
             ))
             .map_err(err)?
@@ -119,10 +122,20 @@ where
                 PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
             });
         chart
+            .draw_series(points.iter().map(|&(x, y, tail_us)| {
+                let style = if tail_us <= limit_us {
+                    color.filled()
+                } else {
+                    WHITE.filled()
+                };
+                Circle::new((x, y), radius, style)
+            }))
+            .map_err(err)?;
+        chart
             .draw_series(
                 points
                     .iter()
-                    .map(|&p| Circle::new(p, radius, color.filled())),
+                    .map(|&(x, y, _)| Circle::new((x, y), radius, color.stroke_width(2))),
             )
             .map_err(err)
             .map(drop)
@@ -130,7 +143,10 @@ where
     series(
         rows.iter()
             .filter(|row| row.corral_efficiency.is_finite())
-            .map(|row| (row.bound.load, row.corral_efficiency))
+            .map(|row| {
+                let tail_us = row.corral_p999_ns as f64 / 1e3;
+                (row.bound.load, row.corral_efficiency, tail_us)
+            })
             .collect(),
         CORRAL_COLOR,
         "Corral (simulated, Shenango policy)".into(),
@@ -140,7 +156,7 @@ where
         series(
             measured
                 .iter()
-                .map(|point| (point.load, point.efficiency))
+                .map(|point| (point.load, point.efficiency, point.p999_us))
                 .collect(),
             MEASURED_COLOR,
             format!(
