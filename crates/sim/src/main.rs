@@ -259,6 +259,13 @@ struct Figure1Args {
         default_value = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"
     )]
     font: PathBuf,
+
+    /// A `corral-bench-figure1 --csv` output: Corral measured on this machine. Its loads join
+    /// the sweep, its efficiencies are drawn as a third series, and a table of them beside the
+    /// bound and the simulated Corral at the same loads is printed and written to
+    /// DIR/figure1-measured.csv.
+    #[arg(long)]
+    measured: Option<PathBuf>,
 }
 
 fn cost_set(name: &str) -> Result<Costs, String> {
@@ -292,11 +299,29 @@ fn run_figure1(args: Figure1Args) -> Result<(), String> {
         requests: args.bound_requests.max(1),
         seed: args.seed,
     };
+    let measured = match &args.measured {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("--measured {}: {e}", path.display()))?;
+            figure1::parse_measured(&text, &format!("--measured {}", path.display()))?
+        }
+        None => Vec::new(),
+    };
+    if let Some(point) = measured
+        .iter()
+        .find(|point| point.load > f64::from(args.max_cores))
+    {
+        return Err(format!(
+            "--measured: a load of {} cores is above --max-cores ({})",
+            point.load, args.max_cores
+        ));
+    }
+    let loads = args
+        .loads
+        .clone()
+        .unwrap_or_else(|| Figure1Config::default_loads(args.max_cores));
     let config = Figure1Config {
-        loads: args
-            .loads
-            .clone()
-            .unwrap_or_else(|| Figure1Config::default_loads(args.max_cores)),
+        loads: figure1::with_measured_loads(&loads, &measured),
         max_cores: args.max_cores,
         bound,
         // The figure's requests are made inside the runtime: no packets.
@@ -322,11 +347,21 @@ fn run_figure1(args: Figure1Args) -> Result<(), String> {
     print!("{}", report::costs_table(&config.costs));
     let rows = figure1::run(&config)?;
     print!("{}", figure1::table(&rows));
+    if !measured.is_empty() {
+        println!("Corral measured on this machine (--measured), beside the bound at its loads:");
+        print!("{}", figure1::measured_table(&rows, &measured));
+    }
     std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
     let csv = args.out.join("figure1.csv");
     std::fs::write(&csv, figure1::csv(&rows)).map_err(|e| format!("{}: {e}", csv.display()))?;
-    let written = plot::figure1(&args.out, &rows, &bound)?;
-    println!("wrote {}", csv.display());
+    let mut written = plot::figure1(&args.out, &rows, &measured, &bound)?;
+    written.insert(0, csv);
+    if !measured.is_empty() {
+        let path = args.out.join("figure1-measured.csv");
+        std::fs::write(&path, figure1::measured_csv(&rows, &measured))
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        written.push(path);
+    }
     for path in written {
         println!("wrote {}", path.display());
     }

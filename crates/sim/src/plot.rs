@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use corral_sim::bound::BoundParams;
-use corral_sim::figure1::Figure1Row;
+use corral_sim::figure1::{Figure1Row, MeasuredPoint};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
@@ -15,6 +15,7 @@ pub const FAMILY: &str = "corral-sim";
 const SIZE: (u32, u32) = (1000, 600);
 const BOUND_COLOR: RGBColor = RGBColor(31, 119, 180);
 const CORRAL_COLOR: RGBColor = RGBColor(214, 39, 40);
+const MEASURED_COLOR: RGBColor = RGBColor(44, 160, 44);
 
 /// Registers the font plotters draws text with; the error names the file and how to get it.
 pub fn load_font(path: &Path) -> Result<(), String> {
@@ -50,6 +51,7 @@ fn segments(rows: &[Figure1Row]) -> Vec<(u32, f64, f64, f64)> {
 fn draw<DB: DrawingBackend>(
     root: DrawingArea<DB, Shift>,
     rows: &[Figure1Row],
+    measured: &[MeasuredPoint],
     bound: &BoundParams,
 ) -> Result<(), String>
 where
@@ -60,10 +62,11 @@ where
     let x_max = rows
         .iter()
         .map(|row| row.bound.load)
+        .chain(measured.iter().map(|point| point.load))
         .fold(1.0_f64, f64::max)
         .ceil();
     let title = format!(
-        "CPU efficiency: 1 ms allocator bound (p{} <= {} us) vs Corral",
+        "CPU efficiency: 1 ms allocator bound (p{} <= {} us) vs Corral (hollow: p{0} over)",
         bound.quantile * 100.0,
         bound.latency_limit_ns / 1e3
     );
@@ -104,26 +107,65 @@ where
                 });
         }
     }
-    let corral_points: Vec<(f64, f64)> = rows
-        .iter()
-        .filter(|row| row.corral_efficiency.is_finite())
-        .map(|row| (row.bound.load, row.corral_efficiency))
-        .collect();
-    chart
-        .draw_series(LineSeries::new(
-            corral_points.iter().copied(),
-            CORRAL_COLOR.stroke_width(2),
-        ))
-        .map_err(err)?
-        .label("Corral (simulated, Shenango policy)")
-        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], CORRAL_COLOR.stroke_width(2)));
-    chart
-        .draw_series(
-            corral_points
+    // A point whose p99.9 misses the bound's limit is drawn hollow: its efficiency is not one
+    // that meets the limit.
+    let limit_us = bound.latency_limit_ns / 1e3;
+    let mut series = |points: Vec<(f64, f64, f64)>, color: RGBColor, label: String, radius: i32| {
+        chart
+            .draw_series(LineSeries::new(
+                points.iter().map(|&(x, y, _)| (x, y)),
+                color.stroke_width(2),
+            ))
+            .map_err(err)?
+            .label(label)
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+            });
+        chart
+            .draw_series(points.iter().map(|&(x, y, tail_us)| {
+                let style = if tail_us <= limit_us {
+                    color.filled()
+                } else {
+                    WHITE.filled()
+                };
+                Circle::new((x, y), radius, style)
+            }))
+            .map_err(err)?;
+        chart
+            .draw_series(
+                points
+                    .iter()
+                    .map(|&(x, y, _)| Circle::new((x, y), radius, color.stroke_width(2))),
+            )
+            .map_err(err)
+            .map(drop)
+    };
+    series(
+        rows.iter()
+            .filter(|row| row.corral_efficiency.is_finite())
+            .map(|row| {
+                let tail_us = row.corral_p999_ns as f64 / 1e3;
+                (row.bound.load, row.corral_efficiency, tail_us)
+            })
+            .collect(),
+        CORRAL_COLOR,
+        "Corral (simulated, Shenango policy)".into(),
+        3,
+    )?;
+    if let Some(cores) = measured.iter().map(|point| point.cores).max() {
+        series(
+            measured
                 .iter()
-                .map(|&p| Circle::new(p, 3, CORRAL_COLOR.filled())),
-        )
-        .map_err(err)?;
+                .map(|point| (point.load, point.efficiency, point.p999_us))
+                .collect(),
+            MEASURED_COLOR,
+            format!(
+                "Corral, measured on this machine ({cores} core{})",
+                if cores == 1 { "" } else { "s" }
+            ),
+            5,
+        )?;
+    }
     // Each run of loads with the same n gets its n above it, as in the paper.
     let label = (FAMILY, 13)
         .into_font()
@@ -150,10 +192,12 @@ where
     Ok(())
 }
 
-/// Writes `dir/figure1.png` and `dir/figure1.svg`; returns both paths.
+/// Writes `dir/figure1.png` and `dir/figure1.svg`, with the `measured` points as a third series
+/// when there are any; returns both paths.
 pub fn figure1(
     dir: &Path,
     rows: &[Figure1Row],
+    measured: &[MeasuredPoint],
     bound: &BoundParams,
 ) -> Result<Vec<PathBuf>, String> {
     let png = dir.join("figure1.png");
@@ -161,10 +205,16 @@ pub fn figure1(
     draw(
         BitMapBackend::new(&png, SIZE).into_drawing_area(),
         rows,
+        measured,
         bound,
     )
     .map_err(|e| format!("{}: {e}", png.display()))?;
-    draw(SVGBackend::new(&svg, SIZE).into_drawing_area(), rows, bound)
-        .map_err(|e| format!("{}: {e}", svg.display()))?;
+    draw(
+        SVGBackend::new(&svg, SIZE).into_drawing_area(),
+        rows,
+        measured,
+        bound,
+    )
+    .map_err(|e| format!("{}: {e}", svg.display()))?;
     Ok(vec![png, svg])
 }
