@@ -395,10 +395,7 @@ fn secs_to_ns(seconds: f64, what: &str) -> Result<u64, String> {
     }
 }
 
-fn run(mut args: Args) -> Result<(), String> {
-    if let Some(Command::Figure1(figure)) = args.command.take() {
-        return run_figure1(figure);
-    }
+fn run(args: Args) -> Result<(), String> {
     let costs = costs(&args)?;
     let spec =
         |guaranteed, max: Option<u16>| RuntimeSpec::new(guaranteed, max.unwrap_or(args.cores));
@@ -524,10 +521,12 @@ fn run(mut args: Args) -> Result<(), String> {
 
 fn main() -> ExitCode {
     let mut args = Args::parse();
-    if let Some(Command::Compare(compare)) = args.command.take() {
-        return compare_cli::main(*compare);
-    }
-    match run(args) {
+    let result = match args.command.take() {
+        Some(Command::Compare(compare)) => return compare_cli::main(*compare),
+        Some(Command::Figure1(figure)) => run_figure1(figure),
+        None => run(args),
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("corral-sim: {e}");

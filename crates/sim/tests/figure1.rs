@@ -54,3 +54,48 @@ fn a_batch_runtime_beside_it_still_gives_defined_efficiencies() {
         );
     }
 }
+
+#[test]
+fn the_command_draws_the_measured_points_beside_the_sweep() {
+    let dir = std::env::temp_dir().join(format!("corral-sim-figure1-cmd-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let measured = dir.join("measured.csv");
+    std::fs::write(
+        &measured,
+        "load,cores,offered_cores,requests,completed,efficiency,p50_us,p99_us,p999_us,\
+         core_seconds_held,service_seconds,wall_seconds,grants_per_s,parks_per_s,late_arrivals\n\
+         0.3,1,0.3,600,600,0.6,20.0,100.0,300.0,0.5,0.3,1.0,1000.0,1000.0,0\n",
+    )
+    .unwrap();
+    let out = dir.join("out");
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_corral-sim"))
+        .args([
+            "figure1",
+            "--max-cores",
+            "1",
+            "--loads",
+            "0.5",
+            "--bound-requests",
+            "20000",
+        ])
+        .args(["--seconds", "0.005", "--measured"])
+        .arg(&measured)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("corral-sim runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    for file in [
+        "figure1.csv",
+        "figure1-measured.csv",
+        "figure1.png",
+        "figure1.svg",
+    ] {
+        assert!(out.join(file).is_file(), "{file} missing: {stderr}");
+    }
+    let table = std::fs::read_to_string(out.join("figure1-measured.csv")).unwrap();
+    assert!(table.lines().any(|l| l.starts_with("0.3,")), "{table}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
