@@ -130,6 +130,13 @@ impl SimConfig {
         if mean.is_nan() || mean <= 0.0 {
             return Err("the mean service time must be positive".into());
         }
+        // The policy refuses these too, but only once a run has started.
+        for (index, runtime) in self.runtimes.iter().enumerate() {
+            runtime
+                .spec
+                .validate()
+                .map_err(|e| format!("runtime {index}: {e}"))?;
+        }
         Ok(())
     }
 }

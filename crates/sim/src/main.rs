@@ -395,8 +395,17 @@ fn secs_to_ns(seconds: f64, what: &str) -> Result<u64, String> {
     }
 }
 
-fn run(args: Args) -> Result<(), String> {
-    let costs = costs(&args)?;
+/// What the main command's flags ask for, checked before anything runs.
+struct Plan {
+    base: SimConfig,
+    schedules: Vec<LoadSchedule>,
+    costs: Costs,
+}
+
+/// Everything the flags can get wrong, found before the first simulation: a bad value is the
+/// user's mistake (exit 2), not a failed run.
+fn plan(args: &Args) -> Result<Plan, String> {
+    let costs = costs(args)?;
     let spec =
         |guaranteed, max: Option<u16>| RuntimeSpec::new(guaranteed, max.unwrap_or(args.cores));
     let mut runtimes = Vec::new();
@@ -454,6 +463,26 @@ fn run(args: Args) -> Result<(), String> {
         audit: args.audit,
     };
     corral_policy::check(&base.policy, &base.settings).map_err(|e| e.to_string())?;
+    for schedule in &schedules {
+        SimConfig {
+            load: schedule.clone(),
+            ..base.clone()
+        }
+        .validate()?;
+    }
+    Ok(Plan {
+        base,
+        schedules,
+        costs,
+    })
+}
+
+fn run(args: Args, plan: Plan) -> Result<(), String> {
+    let Plan {
+        base,
+        schedules,
+        costs,
+    } = plan;
     println!(
         "policy {}{}, {} cores{}, {} latency-critical runtime(s) (guaranteed {}, max {}), {} \
          batch runtime(s) (guaranteed {}, max {}), service {}, {} s per point, seed {}, cede {:?}",
@@ -524,7 +553,13 @@ fn main() -> ExitCode {
     let result = match args.command.take() {
         Some(Command::Compare(compare)) => return compare_cli::main(*compare),
         Some(Command::Figure1(figure)) => run_figure1(figure),
-        None => run(args),
+        None => match plan(&args) {
+            Ok(plan) => run(args, plan),
+            Err(e) => {
+                eprintln!("corral-sim: {e}");
+                return ExitCode::from(2);
+            }
+        },
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
