@@ -8,14 +8,12 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::os::fd::AsFd;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{IOKERNELD, Launch, WAIT, client_binary, serial, wait_until};
+use common::{IOKERNELD, Launch, WAIT, serial, wait_until};
 use corral_abi::control::{Registration, Reply, Request};
 use corral_iokernel::control;
 use corral_iokernel::daemon::Stats;
@@ -35,117 +33,11 @@ impl Daemon {
     }
 
     fn client(&self, name: &str, args: &[&str]) -> Client {
-        let mut client = Client::start(&self.socket, name, args);
-        client.daemon_log = Some(self.log_file());
-        client
+        Client::start(&self.socket, name, args, Some(self.log_file()))
     }
 }
 
-/// A `corral-abi-client` process whose output lines are collected; killed on drop.
-struct Client {
-    child: Child,
-    lines: Receiver<String>,
-    /// Lines taken by `expect`.
-    seen: Vec<String>,
-    /// Lines received and not taken yet.
-    pending: Vec<String>,
-    /// Shown when an expected line does not come.
-    daemon_log: Option<PathBuf>,
-}
-
-impl Client {
-    fn start(socket: &Path, name: &str, args: &[&str]) -> Client {
-        let mut child = Command::new(client_binary())
-            .arg("--socket")
-            .arg(socket)
-            .args(["--name", name])
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, lines) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Client {
-            child,
-            lines,
-            seen: Vec::new(),
-            pending: Vec::new(),
-            daemon_log: None,
-        }
-    }
-
-    fn pid(&self) -> i32 {
-        self.child.id() as i32
-    }
-
-    /// Takes the earliest line starting with `prefix` that no earlier call took, waiting for
-    /// it if need be. Lines from different kthreads and the main thread may interleave in any
-    /// order, so other lines are kept for later calls rather than skipped.
-    fn expect(&mut self, prefix: &str) -> String {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            if let Some(at) = self.pending.iter().position(|l| l.starts_with(prefix)) {
-                let line = self.pending.remove(at);
-                self.seen.push(line.clone());
-                return line;
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) => self.pending.push(line),
-                Err(RecvTimeoutError::Timeout) => panic!(
-                    "no line starting with {prefix:?} within {WAIT:?}; taken so far: {:?}, \
-                     not taken: {:?}\niokerneld's log:\n{}",
-                    self.seen,
-                    self.pending,
-                    self.daemon_log
-                        .as_ref()
-                        .and_then(|p| std::fs::read_to_string(p).ok())
-                        .unwrap_or_default()
-                ),
-                Err(RecvTimeoutError::Disconnected) => panic!(
-                    "client exited before printing {prefix:?}; taken: {:?}, not taken: {:?}",
-                    self.seen, self.pending
-                ),
-            }
-        }
-    }
-
-    /// The runtime id from the `registered ID` line.
-    fn registered(&mut self) -> u64 {
-        let line = self.expect("registered ");
-        line["registered ".len()..].parse().unwrap()
-    }
-
-    /// The tid of kthread `index`, found by thread name.
-    fn kthread_tid(&self, index: usize) -> i32 {
-        let task = format!("/proc/{}/task", self.pid());
-        for entry in std::fs::read_dir(&task).unwrap() {
-            let path = entry.unwrap().path();
-            let comm = std::fs::read_to_string(path.join("comm")).unwrap_or_default();
-            if comm.trim() == format!("kthread-{index}") {
-                return path.file_name().unwrap().to_str().unwrap().parse().unwrap();
-            }
-        }
-        panic!("no thread kthread-{index} in {task}");
-    }
-}
-
-impl Drop for Client {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+type Client = common::client::AbiClient;
 
 /// `grant K CPU running-on C since-decision-ns N`: the CPU granted and the CPU the kthread ran
 /// on when it read the grant. Also checks that iokerneld recorded when it decided the grant,
@@ -644,8 +536,7 @@ fn a_killed_runtime_frees_its_core() {
     let stats = daemon.stats();
     assert_eq!(stats.cores[0].owner.as_ref().map(|o| o.id), Some(id));
 
-    holder.child.kill().unwrap();
-    holder.child.wait().unwrap();
+    holder.kill();
     let stats = daemon.wait_for("the killed runtime to be reclaimed", |s| {
         s.runtimes.is_empty() && s.cores[0].owner.is_none()
     });

@@ -8,11 +8,8 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::net::{Ipv4Addr, UdpSocket};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{Launch, WAIT, client_binary, serial, wait_until};
@@ -35,7 +32,9 @@ impl Daemon {
     }
 
     fn client(&self, name: &str, args: &[&str]) -> Client {
-        Client::start(self, name, args)
+        let mut client = Client::start(&self.socket, name, args, Some(self.log_file()));
+        client.expect("registered ");
+        client
     }
 }
 
@@ -52,74 +51,7 @@ fn drops(r: &RuntimeStats, name: &str) -> u64 {
 }
 
 /// A `corral-abi-client` process whose output lines are collected; killed on drop.
-struct Client {
-    child: Child,
-    lines: Receiver<String>,
-    seen: Vec<String>,
-    log: PathBuf,
-}
-
-impl Client {
-    fn start(daemon: &Daemon, name: &str, args: &[&str]) -> Client {
-        let mut child = Command::new(client_binary())
-            .arg("--socket")
-            .arg(&daemon.socket)
-            .args(["--name", name])
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, lines) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut client = Client {
-            child,
-            lines,
-            seen: Vec::new(),
-            log: daemon.log_file(),
-        };
-        client.expect("registered ");
-        client
-    }
-
-    /// Waits for a line starting with `prefix`, skipping others.
-    fn expect(&mut self, prefix: &str) -> String {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) if line.starts_with(prefix) => return line,
-                Ok(line) => self.seen.push(line),
-                Err(RecvTimeoutError::Timeout) => panic!(
-                    "no line starting with {prefix:?} within {WAIT:?}; seen {:?}\nlog:\n{}",
-                    self.seen,
-                    std::fs::read_to_string(&self.log).unwrap_or_default()
-                ),
-                Err(RecvTimeoutError::Disconnected) => panic!(
-                    "client exited before printing {prefix:?}; seen {:?}\nlog:\n{}",
-                    self.seen,
-                    std::fs::read_to_string(&self.log).unwrap_or_default()
-                ),
-            }
-        }
-    }
-}
-
-impl Drop for Client {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+type Client = common::client::AbiClient;
 
 /// `done sent N completed N dropped N received N intact N` as numbers.
 fn done_counts(line: &str) -> [u64; 5] {

@@ -13,6 +13,7 @@
 //! 220-239. The XDP tests (`xdp_e2e`, corral-kv's `corral_xdp`) take their /29s from
 //! 10.64.0.0/12 through `corral_xdp::testnet::VethPair`.
 
+pub mod client;
 pub mod packet;
 
 use std::fmt::Debug;
