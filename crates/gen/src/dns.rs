@@ -12,7 +12,7 @@
 //! its question (wire bytes computed once, when the mix was read) and the OPT record straight
 //! into the frame, and allocates nothing.
 
-use corral_loadgen::dns::{DnsCounts, QueryMix, match_response};
+use corral_loadgen::dns::{DnsCounts, QueryMix, Reply, match_response};
 
 /// IDs in one client's DNS ID space.
 pub const IDS: usize = 1 << 16;
@@ -123,10 +123,11 @@ impl DnsRun {
         self.mix.write(request, id, self.edns, payload)
     }
 
-    /// Takes a datagram sent to port index `port`: counts it, and returns the request it
-    /// answers and that request's scheduled time, if it answers one.
+    /// Takes a datagram sent to port index `port`: the reply it is to a request, if it
+    /// answers one (for the caller to count with [`DnsCounts::answered`] if it is that
+    /// request's first in time); otherwise it is counted as mismatched.
     #[inline]
-    pub fn take_reply(&mut self, port: usize, datagram: &[u8]) -> Option<(u64, u64)> {
+    pub fn take_reply(&mut self, port: usize, datagram: &[u8]) -> Option<Reply> {
         let tables = &self.tables;
         match_response(datagram, &self.mix, &mut self.counts, |id| {
             tables.get(port, id)
@@ -198,9 +199,14 @@ mod tests {
         reply[2] |= 0x84;
         reply[3] = 3;
         // On its port, under its ID: request 6; on the other port, nothing.
-        assert_eq!(dns.take_reply(1, &reply), Some((6, 600)));
+        let taken = dns.take_reply(1, &reply).unwrap();
+        assert_eq!(
+            (taken.request, taken.scheduled_ns, taken.rcode),
+            (6, 600, 3)
+        );
         assert_eq!(dns.take_reply(0, &reply), None);
         assert_eq!(dns.take_reply(7, &reply), None);
-        assert_eq!((dns.counts.nxdomain, dns.counts.mismatched), (1, 2));
+        // Answers are the caller's to count, mismatches are counted here.
+        assert_eq!((dns.counts.answers(), dns.counts.mismatched), (0, 2));
     }
 }

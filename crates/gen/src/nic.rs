@@ -665,10 +665,15 @@ impl Run {
             // Ports below the first client's wrap to indices no client has.
             let index = usize::from(port.wrapping_sub(CLIENT_PORT_BASE));
             match dns.take_reply(index, payload) {
-                Some((request, scheduled_ns)) => {
-                    let outcome = self.responses.record_response(request, scheduled_ns, at);
+                Some(reply) => {
+                    let outcome =
+                        self.responses
+                            .record_response(reply.request, reply.scheduled_ns, at);
+                    if let Outcome::Matched { .. } = outcome {
+                        dns.counts.answered(&reply);
+                    }
                     if let Some(w) = self.windows.as_mut() {
-                        w.record_outcome(scheduled_ns, outcome);
+                        w.record_outcome(reply.scheduled_ns, outcome);
                     }
                 }
                 None => self.responses.record_malformed(),
@@ -1466,12 +1471,13 @@ mod tests {
         assert_eq!(s.malformed, mismatches.len() as u64 + 1);
         assert_eq!(s.latency.count, 99);
         // Questions 0, 1, 2 are asked by 34, 33 and 33 requests; request 7 (question 1) went
-        // unanswered, request 3 (question 0) was answered twice, once as NXDOMAIN.
+        // unanswered, request 3 (question 0) was answered twice, the second time as NXDOMAIN,
+        // which is a duplicate and no answer of its own.
         assert_eq!(
             counts,
             DnsCounts {
                 noerror: 34,
-                nxdomain: 32 + 1,
+                nxdomain: 32,
                 refused: 33,
                 servfail: 0,
                 other_rcode: 0,

@@ -27,7 +27,7 @@ use crate::client::{
     Clock, RunEnd, monotonic_ns, open_udp_sockets, poll_until_end, sender_mark, wait_until,
 };
 use crate::recorder::{
-    AdherencePolicy, ResponseRecorder, RunInfo, SendRecorder, Summary, summarize,
+    AdherencePolicy, Outcome, ResponseRecorder, RunInfo, SendRecorder, Summary, summarize,
 };
 use crate::schedule::ScheduleConfig;
 
@@ -162,28 +162,50 @@ pub fn response_id(datagram: &[u8]) -> Option<u16> {
     Some(u16::from_be_bytes(datagram.get(..2)?.try_into().ok()?))
 }
 
+/// A datagram that answers the question of the request its DNS ID stands for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reply {
+    pub request: u64,
+    pub scheduled_ns: u64,
+    pub rcode: u8,
+    pub truncated: bool,
+}
+
 /// Takes a datagram from the server: `lookup` gives the request (and its scheduled send time)
 /// that its DNS ID stands for, if any, and the datagram is checked against that request's
-/// question from `mix` and counted in `counts`. Returns the request and its scheduled time if
-/// the datagram answers it (to be recorded as its response), `None` if it matches nothing (to
-/// be recorded as malformed). Any bytes at all are taken: nothing here panics.
+/// question from `mix`. Returns the reply if the datagram answers it (to be recorded as its
+/// response, and counted with [`DnsCounts::answered`] if it is the request's first in time);
+/// `None`, counted in `counts` as mismatched, if it matches nothing (to be recorded as
+/// malformed). Any bytes at all are taken: nothing here panics.
 #[inline]
 pub fn match_response(
     datagram: &[u8],
     mix: &QueryMix,
     counts: &mut DnsCounts,
     lookup: impl FnOnce(u16) -> Option<(u64, u64)>,
-) -> Option<(u64, u64)> {
-    let Some((request, scheduled_ns)) = response_id(datagram).and_then(lookup) else {
+) -> Option<Reply> {
+    let matched = response_id(datagram)
+        .and_then(lookup)
+        .and_then(
+            |(request, scheduled_ns)| match check(datagram, mix.question(request)) {
+                Checked::Answer { rcode, truncated } => Some(Reply {
+                    request,
+                    scheduled_ns,
+                    rcode,
+                    truncated,
+                }),
+                Checked::Mismatch => None,
+            },
+        );
+    if matched.is_none() {
         counts.mismatched += 1;
-        return None;
-    };
-    let checked = check(datagram, mix.question(request));
-    counts.count(checked);
-    (checked != Checked::Mismatch).then_some((request, scheduled_ns))
+    }
+    matched
 }
 
-/// Responses by RCODE, and those that were not answers to their question.
+/// The requests' answers by RCODE, each request's first answer in time only (a duplicate or
+/// late answer shows in the response recorder's counts), and the datagrams that were not
+/// answers to their question.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DnsCounts {
     pub noerror: u64,
@@ -197,20 +219,21 @@ pub struct DnsCounts {
 }
 
 impl DnsCounts {
-    pub fn count(&mut self, c: Checked) {
-        match c {
-            Checked::Answer { rcode, truncated } => {
-                self.truncated += u64::from(truncated);
-                *match rcode {
-                    0 => &mut self.noerror,
-                    2 => &mut self.servfail,
-                    3 => &mut self.nxdomain,
-                    5 => &mut self.refused,
-                    _ => &mut self.other_rcode,
-                } += 1;
-            }
-            Checked::Mismatch => self.mismatched += 1,
-        }
+    /// Counts `reply`, the first answer in time to its request.
+    pub fn answered(&mut self, reply: &Reply) {
+        self.truncated += u64::from(reply.truncated);
+        *match reply.rcode {
+            0 => &mut self.noerror,
+            2 => &mut self.servfail,
+            3 => &mut self.nxdomain,
+            5 => &mut self.refused,
+            _ => &mut self.other_rcode,
+        } += 1;
+    }
+
+    /// Answers counted by RCODE: the requests answered.
+    pub fn answers(&self) -> u64 {
+        self.noerror + self.nxdomain + self.refused + self.servfail + self.other_rcode
     }
 }
 
@@ -399,8 +422,11 @@ fn receive(
             let now = clock.now_ns();
             let d = &buf[..n as usize];
             match match_response(d, mix, &mut counts, |id| tables[flow].get(id)) {
-                Some((request, scheduled_ns)) => {
-                    rec.record_response(request, scheduled_ns, now);
+                Some(reply) => {
+                    let outcome = rec.record_response(reply.request, reply.scheduled_ns, now);
+                    if let Outcome::Matched { .. } = outcome {
+                        counts.answered(&reply);
+                    }
                 }
                 None => rec.record_malformed(),
             }
@@ -501,10 +527,17 @@ mod tests {
         // ID 9 stands for request 1, scheduled at 500.
         let lookup = |id: u16| (id == 9).then_some((1, 500));
         let r = response_to(&q, 3, &[1, 2, 3]);
+        let reply = match_response(&r, &mix, &mut counts, lookup).unwrap();
         assert_eq!(
-            match_response(&r, &mix, &mut counts, lookup),
-            Some((1, 500))
+            reply,
+            Reply {
+                request: 1,
+                scheduled_ns: 500,
+                rcode: 3,
+                truncated: false
+            }
         );
+        counts.answered(&reply);
         // Another ID, a datagram too short for one, the other question under ID 9, a query.
         let mut other = r.clone();
         other[1] = 10;
@@ -518,7 +551,9 @@ mod tests {
         // Truncated, and an RCODE of no name of its own.
         let mut tc = response_to(&q, 9, &[]);
         tc[2] |= 0x02;
-        assert!(match_response(&tc, &mix, &mut counts, lookup).is_some());
+        let reply = match_response(&tc, &mix, &mut counts, lookup).unwrap();
+        assert!(reply.truncated);
+        counts.answered(&reply);
         assert_eq!(
             counts,
             DnsCounts {
@@ -547,13 +582,14 @@ mod tests {
             let mix = QueryMix::parse("www.example.com A\nb.example.org MX\nc. TXT\n").unwrap();
             let mut counts = DnsCounts::default();
             let got = match_response(&bytes, &mix, &mut counts, |_| known.then_some((request, 7)));
-            let total = counts.noerror + counts.nxdomain + counts.refused + counts.servfail
-                + counts.other_rcode + counts.mismatched;
-            proptest::prop_assert_eq!(total, 1);
+            if let Some(reply) = &got {
+                counts.answered(reply);
+            }
+            proptest::prop_assert_eq!(counts.answers() + counts.mismatched, 1);
             proptest::prop_assert_eq!(got.is_some(), counts.mismatched == 0);
-            if got.is_some() {
+            if let Some(reply) = got {
                 proptest::prop_assert!(known);
-                proptest::prop_assert_eq!(got, Some((request, 7)));
+                proptest::prop_assert_eq!((reply.request, reply.scheduled_ns), (request, 7));
             }
         }
 
@@ -570,7 +606,10 @@ mod tests {
             let mut counts = DnsCounts::default();
             let r = response_to(&q[..q.len() - OPT_LEN], rcode, &extra);
             let got = match_response(&r, &mix, &mut counts, |_| Some((request, 1)));
-            proptest::prop_assert_eq!(got, Some((request, 1)));
+            proptest::prop_assert_eq!(
+                got,
+                Some(Reply { request, scheduled_ns: 1, rcode, truncated: false })
+            );
             proptest::prop_assert_eq!(counts.mismatched, 0);
         }
     }
