@@ -287,11 +287,21 @@ fn csv(points: &[Point]) -> String {
     out
 }
 
+/// A whole number (a count) as a JSON integer, anything else as a float.
+fn json_number(value: f64) -> serde_json::Value {
+    const EXACT: f64 = (1u64 << 53) as f64;
+    if value.fract() == 0.0 && value.abs() < EXACT {
+        serde_json::json!(value as i64)
+    } else {
+        serde_json::json!(value)
+    }
+}
+
 fn json(args: &Args, plan: &Plan, points: &[Point]) -> serde_json::Value {
     let point = |p: &Point| -> serde_json::Map<String, serde_json::Value> {
         COLUMNS
             .iter()
-            .map(|c| (c.name.to_owned(), serde_json::json!((c.value)(p))))
+            .map(|c| (c.name.to_owned(), json_number((c.value)(p))))
             .collect()
     };
     serde_json::json!({

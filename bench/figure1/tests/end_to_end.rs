@@ -110,6 +110,8 @@ fn every_request_completes_once_at_each_load() {
     assert_eq!(rows.len(), 2, "{report:#}");
     for row in rows {
         assert_eq!(row["requests"], row["completed"], "{report:#}");
+        // Counts are written as integers.
+        assert!(row["requests"].as_u64().expect("a count") > 0, "{report:#}");
         assert!(row["core_seconds_held"].as_f64().expect("core time") > 0.0);
     }
     assert_eq!(report["shield"], "off");
