@@ -322,29 +322,37 @@ struct CorralServer<'e> {
     tag: String,
 }
 
-/// Corral's server's own flags, before the ones every Corral server takes.
-fn corral_server_args(env: &Env, service: Service) -> Vec<String> {
-    let plan = &env.plan;
-    let addr = service.corral_addr(plan);
-    let mut args: Vec<String> = vec![
-        "--runtime".into(),
-        "corral".into(),
+/// The flags corral-kv, corral-dns and memcached share: one worker thread on `addr`.
+fn one_thread_on(addr: SocketAddrV4) -> [String; 6] {
+    [
+        "-t".into(),
+        "1".into(),
         "-l".into(),
         addr.ip().to_string(),
         "-p".into(),
         addr.port().to_string(),
-        "-t".into(),
-        "1".into(),
-    ];
+    ]
+}
+
+/// memcached's limits, which corral-kv takes with the same flags: no UDP, its memory, its
+/// connections.
+fn memcached_limits() -> [String; 6] {
+    [
+        "-U".into(),
+        "0".into(),
+        "-m".into(),
+        SERVER_MEMORY_MB.into(),
+        "-c".into(),
+        SERVER_MAX_CONNECTIONS.into(),
+    ]
+}
+
+/// Corral's server's own flags, before the ones every Corral server takes.
+fn corral_server_args(env: &Env, service: Service) -> Vec<String> {
+    let mut args: Vec<String> = vec!["--runtime".into(), "corral".into()];
+    args.extend(one_thread_on(service.corral_addr(&env.plan)));
     match service {
-        Service::Kv => args.extend([
-            "-U".into(),
-            "0".into(),
-            "-m".into(),
-            SERVER_MEMORY_MB.into(),
-            "-c".into(),
-            SERVER_MAX_CONNECTIONS.into(),
-        ]),
+        Service::Kv => args.extend(memcached_limits()),
         Service::Dns => args.push(format!(
             "{}={}",
             corral_bench_dns::ORIGIN,
@@ -723,20 +731,10 @@ fn start_memcached(env: &Env, shield: &BaselineShield) -> Result<Proc> {
                  --memcached-addr)"
             )));
         }
-        let mut args: Vec<String> = vec![
-            "-t".into(),
-            "1".into(),
-            "-l".into(),
-            addr.ip().to_string(),
-            "-p".into(),
-            addr.port().to_string(),
-            "-U".into(),
-            "0".into(),
-            "-m".into(),
-            SERVER_MEMORY_MB.into(),
-            "-c".into(),
-            SERVER_MAX_CONNECTIONS.into(),
-        ];
+        let mut args: Vec<String> = one_thread_on(addr)
+            .into_iter()
+            .chain(memcached_limits())
+            .collect();
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } == 0 {
             // memcached refuses to run as root unless told which user to be.
