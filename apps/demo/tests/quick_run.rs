@@ -60,19 +60,32 @@ fn require_binaries() -> PathBuf {
     dir
 }
 
-/// What the key-value experiment needs besides: corral-kv and Debian's memcached.
-fn require_kv_binaries() -> PathBuf {
+/// What a server experiment needs besides: Corral's server `binary` (of `package`) and the
+/// Linux peer at `peer` (Debian's package `debian`).
+fn require_server_binaries(binary: &str, package: &str, peer: &str, debian: &str) -> PathBuf {
     let dir = require_binaries();
     assert!(
-        dir.join("corral-kv").is_file(),
-        "corral-kv missing from {}: build it with `cargo build -p corral-app-kv` in this profile",
+        dir.join(binary).is_file(),
+        "{binary} missing from {}: build it with `cargo build -p {package}` in this profile",
         dir.display()
     );
     assert!(
-        Path::new(MEMCACHED).is_file(),
-        "{MEMCACHED} missing: install Debian's memcached (`bash scripts/setup.sh`)"
+        Path::new(peer).is_file(),
+        "{peer} missing: install Debian's {debian} (`bash scripts/setup.sh`)"
     );
     dir
+}
+
+/// Each of `wanted` appears in the demo's output.
+fn assert_prints(stdout: &str, wanted: &[&str]) {
+    for want in wanted {
+        assert!(stdout.contains(want), "{want:?} missing from:\n{stdout}");
+    }
+}
+
+/// The run's results.json.
+fn results(out: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(out.join("results.json")).unwrap()).unwrap()
 }
 
 const MEMCACHED: &str = "/usr/bin/memcached";
@@ -156,34 +169,33 @@ fn quick_run_of_all_systems_writes_well_formed_results() {
         started.elapsed()
     );
     // Progress for each system and point, then the tables and the target checks.
-    for want in [
-        "== Corral",
-        "== Linux",
-        "== Dedicated",
-        "C p99.9",
-        "L p99.9",
-        "D p99.9",
-        "C/D p99.9",
-        "bound p99.9",
-        "C p99.9 <= 0.5x L p99.9",
-        "C p99.9 <= 2x bound",
-        "C batch >= L batch",
-        "C p99.9 <= 1.5x D p99.9",
-        "C p99 <= L p99",
-        "D p99.9 <= 5x bound",
-        "Classes and shielding",
-        "Linux classes: corral-loadgen-linux:",
-        "Tail split",
-        "steal app CPU ms",
-        "demotions",
-        "results.json",
-    ] {
-        assert!(stdout.contains(want), "{want:?} missing from:\n{stdout}");
-    }
+    assert_prints(
+        &stdout,
+        &[
+            "== Corral",
+            "== Linux",
+            "== Dedicated",
+            "C p99.9",
+            "L p99.9",
+            "D p99.9",
+            "C/D p99.9",
+            "bound p99.9",
+            "C p99.9 <= 0.5x L p99.9",
+            "C p99.9 <= 2x bound",
+            "C batch >= L batch",
+            "C p99.9 <= 1.5x D p99.9",
+            "C p99 <= L p99",
+            "D p99.9 <= 5x bound",
+            "Classes and shielding",
+            "Linux classes: corral-loadgen-linux:",
+            "Tail split",
+            "steal app CPU ms",
+            "demotions",
+            "results.json",
+        ],
+    );
 
-    let json: Value =
-        serde_json::from_str(&std::fs::read_to_string(out.path().join("results.json")).unwrap())
-            .unwrap();
+    let json = results(out.path());
     assert_eq!(json["experiment"], "sweep");
     let loads: Vec<f64> = json["plan"]["loads"]
         .as_array()
@@ -361,16 +373,15 @@ fn quick_run_over_xdp_drives_both_systems_from_a_namespace() {
         "{stdout}\n{stderr}\n{}",
         log_tails(out.path())
     );
-    for want in [
-        "nic xdp on crldemo0",
-        "in the client namespace, over the veth pair to 10.93.0.1:",
-        "C p99.9 <= 0.5x L p99.9",
-    ] {
-        assert!(stdout.contains(want), "{want:?} missing from:\n{stdout}");
-    }
-    let json: Value =
-        serde_json::from_str(&std::fs::read_to_string(out.path().join("results.json")).unwrap())
-            .unwrap();
+    assert_prints(
+        &stdout,
+        &[
+            "nic xdp on crldemo0",
+            "in the client namespace, over the veth pair to 10.93.0.1:",
+            "C p99.9 <= 0.5x L p99.9",
+        ],
+    );
+    let json = results(out.path());
     assert_eq!(json["plan"]["nic"], "xdp");
     for s in json["systems"].as_array().unwrap() {
         let name = s["system"].as_str().unwrap();
@@ -414,9 +425,7 @@ fn quick_burst_reports_windows_through_the_step() {
         stdout.contains("Target: every high-phase window"),
         "{stdout}"
     );
-    let json: Value =
-        serde_json::from_str(&std::fs::read_to_string(out.path().join("results.json")).unwrap())
-            .unwrap();
+    let json = results(out.path());
     let burst = &json["burst"];
     let windows = burst["burst"]["windows"].as_array().unwrap();
     // Three phases of 0.3 s in 10 ms windows.
@@ -535,9 +544,7 @@ fn a_batch_command_gets_a_measured_cpu_share() {
         String::from_utf8_lossy(&o.stderr)
     );
     assert!(stdout.contains("batch CPU share"), "{stdout}");
-    let json: Value =
-        serde_json::from_str(&std::fs::read_to_string(out.path().join("results.json")).unwrap())
-            .unwrap();
+    let json = results(out.path());
     assert_eq!(
         json["plan"]["batch_cmd"],
         serde_json::json!(["xz", "-T2", "-6", "-c", "/dev/urandom"])
@@ -612,7 +619,7 @@ fn missing_binaries_are_named() {
 
 #[test]
 fn quick_kv_run_of_all_systems_answers_every_request_correctly() {
-    let bins = require_kv_binaries();
+    let bins = require_server_binaries("corral-kv", "corral-app-kv", MEMCACHED, "memcached");
     let _cpu = CPU.lock().unwrap_or_else(|e| e.into_inner());
     let out = tempfile::tempdir().unwrap();
     let socket = format!("/run/corral/demo-kv-test-{}.sock", std::process::id());
@@ -628,27 +635,26 @@ fn quick_kv_run_of_all_systems_answers_every_request_correctly() {
     let stdout = String::from_utf8_lossy(&o.stdout);
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{stdout}\n{stderr}");
-    for want in [
-        "== Corral",
-        "== Linux",
-        "== Dedicated",
-        "C p99",
-        "L p99",
-        "D p99",
-        "C batch",
-        "C realloc/s",
-        "objective",
-        "ceiling:",
-        "Targets:",
-        "capacity >= 2x memcached's",
-        "results.json",
-    ] {
-        assert!(stdout.contains(want), "{want:?} missing from:\n{stdout}");
-    }
+    assert_prints(
+        &stdout,
+        &[
+            "== Corral",
+            "== Linux",
+            "== Dedicated",
+            "C p99",
+            "L p99",
+            "D p99",
+            "C batch",
+            "C realloc/s",
+            "objective",
+            "ceiling:",
+            "Targets:",
+            "capacity >= 2x memcached's",
+            "results.json",
+        ],
+    );
 
-    let json: Value =
-        serde_json::from_str(&std::fs::read_to_string(out.path().join("results.json")).unwrap())
-            .unwrap();
+    let json = results(out.path());
     assert_eq!(json["experiment"], "kv");
     let rates: Vec<f64> = json["plan"]["kv"]["rates"]
         .as_array()
@@ -774,16 +780,7 @@ fn quick_kv_run_of_all_systems_answers_every_request_correctly() {
 
 #[test]
 fn quick_dns_run_of_all_systems_answers_every_query_correctly() {
-    let bins = require_binaries();
-    assert!(
-        bins.join("corral-dns").is_file(),
-        "corral-dns missing from {}: build it with `cargo build -p corral-app-dns` in this profile",
-        bins.display()
-    );
-    assert!(
-        Path::new("/usr/sbin/gdnsd").is_file(),
-        "/usr/sbin/gdnsd missing: install Debian's gdnsd (`bash scripts/setup.sh`)"
-    );
+    let bins = require_server_binaries("corral-dns", "corral-app-dns", "/usr/sbin/gdnsd", "gdnsd");
     let _cpu = CPU.lock().unwrap_or_else(|e| e.into_inner());
     let out = tempfile::tempdir().unwrap();
     let socket = format!("/run/corral/demo-dns-test-{}.sock", std::process::id());
@@ -799,24 +796,23 @@ fn quick_dns_run_of_all_systems_answers_every_query_correctly() {
     let stdout = String::from_utf8_lossy(&o.stdout);
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{stdout}\n{stderr}");
-    for want in [
-        "== Corral",
-        "== Linux: gdnsd",
-        "== Dedicated",
-        "C p99",
-        "L p99",
-        "D p99",
-        "objective",
-        "gdnsd's unloaded median",
-        "Targets:",
-        "capacity >= 3x gdnsd's",
-        "dns.png",
-    ] {
-        assert!(stdout.contains(want), "{want:?} missing from:\n{stdout}");
-    }
-    let json: Value =
-        serde_json::from_str(&std::fs::read_to_string(out.path().join("results.json")).unwrap())
-            .unwrap();
+    assert_prints(
+        &stdout,
+        &[
+            "== Corral",
+            "== Linux: gdnsd",
+            "== Dedicated",
+            "C p99",
+            "L p99",
+            "D p99",
+            "objective",
+            "gdnsd's unloaded median",
+            "Targets:",
+            "capacity >= 3x gdnsd's",
+            "dns.png",
+        ],
+    );
+    let json = results(out.path());
     assert_eq!(json["experiment"], "dns");
     let systems = json["systems"].as_array().unwrap();
     let names: Vec<&str> = systems
