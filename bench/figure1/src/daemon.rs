@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use corral_iokernel::daemon::Stats;
+
 /// How long iokerneld may take to open its control socket (shielding walks every thread).
 const START: Duration = Duration::from_secs(20);
 
@@ -93,20 +95,16 @@ impl Daemon {
                 String::from_utf8_lossy(&out.stderr)
             ));
         }
-        let stats: serde_json::Value = serde_json::from_slice(&out.stdout)
-            .map_err(|e| format!("iokerneld stats printed no JSON: {e}"))?;
-        let runtime = stats["runtimes"]
-            .as_array()
-            .and_then(|all| all.iter().find(|r| r["name"] == name))
+        let stats: Stats = serde_json::from_slice(&out.stdout)
+            .map_err(|e| format!("iokerneld stats printed no statistics: {e}"))?;
+        let runtime = stats
+            .runtimes
+            .iter()
+            .find(|r| r.name == name)
             .ok_or_else(|| format!("iokerneld's statistics have no runtime {name:?}"))?;
-        let counter = |key: &str| {
-            runtime[key]
-                .as_u64()
-                .ok_or_else(|| format!("iokerneld's statistics have no {key} for {name:?}"))
-        };
         Ok(RuntimeCounters {
-            grants: counter("grants")?,
-            parks: counter("parks")?,
+            grants: runtime.grants,
+            parks: runtime.parks,
         })
     }
 }
